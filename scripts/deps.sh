@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# deps.sh: installs the Debian packages redlockd needs, only when missing.
+# Sourced by scripts/dev and scripts/test; safe to run on its own.
+set -euo pipefail
+
+# Build: compiler, meson, the four libraries. Run: redis-server (for --dev
+# and tests). Tests: cmocka, pytest for /usr/bin/python3, socat and curl for
+# the examples, golang for the Go client, nodejs/npm for the Node client.
+REDLOCKD_BUILD_PKGS="gcc pkg-config meson ninja-build libhiredis-dev libevent-dev uuid-dev libcjson-dev"
+REDLOCKD_RUN_PKGS="redis-server"
+REDLOCKD_TEST_PKGS="libcmocka-dev python3 python3-pytest socat curl valgrind clang"
+
+redlockd_missing_pkgs() {
+    local missing=()
+    for p in "$@"; do
+        if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+            missing+=("$p")
+        fi
+    done
+    echo "${missing[@]:-}"
+}
+
+redlockd_install() {
+    local missing
+    missing=$(redlockd_missing_pkgs "$@")
+    if [ -n "$missing" ]; then
+        echo "installing: $missing" >&2
+        local sudo=""
+        [ "$(id -u)" -eq 0 ] || sudo="sudo"
+        $sudo apt-get update -q >&2
+        # shellcheck disable=SC2086
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q $missing >&2
+    fi
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    redlockd_install $REDLOCKD_BUILD_PKGS $REDLOCKD_RUN_PKGS $REDLOCKD_TEST_PKGS
+fi

@@ -1,0 +1,639 @@
+/* cluster.c: Redlock operations across all nodes.
+ *
+ * Each operation (struct cluster_op) sends one script to every up node in
+ * the same loop turn, so hiredis writes them all in one write per node, and
+ * feeds the answers to a redlock_round. The caller hears back once, as soon
+ * as the round is decided; the op itself lives until every node it was sent
+ * to has answered or timed out. Rollbacks and fire-and-forget releases are
+ * counted in c->fire_inflight so shutdown can wait for them. */
+#include "cluster.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hiredis/hiredis.h>
+
+#include "config.h"
+#include "log.h"
+#include "metrics.h"
+#include "node.h"
+#include "redlock.h"
+
+#define KEY_INLINE 600 /* prefix (<= 64) + "lock:" + resource (<= 512) */
+
+enum op_kind {
+    OPK_ACQUIRE,
+    OPK_EXTEND,
+    OPK_RELEASE,
+    OPK_COMPLETE,
+};
+
+enum op_phase {
+    PHASE_MAIN = 0,  /* the operation's own script on every node */
+    PHASE_FENCE = 1, /* acquire with fence: writing the maximum back */
+};
+
+/* One operation in flight. Owned by the cluster (pooled); freed when it has
+ * answered its caller and every node command it sent has called back. */
+struct cluster_op {
+    struct cluster *c;
+    enum op_kind kind;
+    enum op_phase phase;
+    struct redlock_round round;
+    struct redlock_round fence_round;
+    cluster_done_fn *cb;
+    void *priv;
+    bool answered;
+    int outstanding;            /* node callbacks still due */
+    bool fence;
+    uint32_t ttl_ms;
+    char token[PROTO_TOKEN_LEN + 1];
+    char key[KEY_INLINE];       /* <prefix>lock:<resource> */
+    size_t key_len;
+    char channel[KEY_INLINE + 8]; /* <prefix>wake:<resource> */
+    size_t channel_len;
+    struct cluster_op *next_free;
+};
+
+struct cluster {
+    struct event_base *base;    /* borrowed */
+    const struct config *cfg;   /* borrowed */
+    struct node *nodes[REDLOCK_MAX_NODES]; /* owned */
+    int n;
+    int quorum;
+    char fence_key[80];
+    size_t fence_key_len;
+    cluster_node_fn *node_cb;
+    void *node_priv;
+    int ops_inflight;           /* ops not yet freed */
+    int fire_inflight;          /* fire-and-forget commands */
+    struct cluster_op *free_ops;
+    int free_count;
+};
+
+uint64_t cluster_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* ---- op pool ---------------------------------------------------------- */
+
+static struct cluster_op *op_new(struct cluster *c, enum op_kind kind,
+                                 const char *resource, size_t len,
+                                 const char *token, cluster_done_fn *cb,
+                                 void *priv)
+{
+    const char *prefix = c->cfg->prefix;
+    size_t plen = strlen(prefix);
+    if (plen + 5 + len >= KEY_INLINE) {
+        return NULL;
+    }
+    struct cluster_op *op = c->free_ops;
+    if (op != NULL) {
+        c->free_ops = op->next_free;
+        c->free_count--;
+    } else {
+        op = malloc(sizeof(*op));
+        if (op == NULL) {
+            return NULL;
+        }
+    }
+    op->c = c;
+    op->kind = kind;
+    op->phase = PHASE_MAIN;
+    op->cb = cb;
+    op->priv = priv;
+    op->answered = false;
+    op->outstanding = 0;
+    op->fence = false;
+    op->ttl_ms = 0;
+    memcpy(op->token, token, PROTO_TOKEN_LEN);
+    op->token[PROTO_TOKEN_LEN] = '\0';
+    memcpy(op->key, prefix, plen);
+    memcpy(op->key + plen, "lock:", 5);
+    memcpy(op->key + plen + 5, resource, len);
+    op->key_len = plen + 5 + len;
+    memcpy(op->channel, prefix, plen);
+    memcpy(op->channel + plen, "wake:", 5);
+    memcpy(op->channel + plen + 5, resource, len);
+    op->channel_len = plen + 5 + len;
+    c->ops_inflight++;
+    return op;
+}
+
+static void op_release_if_finished(struct cluster_op *op)
+{
+    if (!op->answered || op->outstanding > 0) {
+        return;
+    }
+    struct cluster *c = op->c;
+    c->ops_inflight--;
+    if (c->free_count < 1024) {
+        op->next_free = c->free_ops;
+        c->free_ops = op;
+        c->free_count++;
+    } else {
+        free(op);
+    }
+}
+
+static void op_answer(struct cluster_op *op, const struct cluster_result *res)
+{
+    if (op->answered) {
+        return;
+    }
+    op->answered = true;
+    if (op->cb != NULL) {
+        op->cb(res, op->priv);
+    }
+}
+
+static void result_init(struct cluster_result *res)
+{
+    memset(res, 0, sizeof(*res));
+    res->pttl_min = -1;
+}
+
+/* ---- fire-and-forget commands ---------------------------------------- */
+
+static void fire_cb(struct node *node, struct redisReply *reply,
+                    enum node_status status, void *privdata)
+{
+    struct cluster *c = privdata;
+    c->fire_inflight--;
+    if (status != NODE_REPLY) {
+        log_debug(NULL, "node %d: cleanup command %s", node_index(node) + 1,
+                  status == NODE_TIMEOUT ? "timed out" : "dropped");
+    } else if (reply->type == REDIS_REPLY_ERROR) {
+        log_warn(NULL, "node %d: cleanup command failed: %s",
+                 node_index(node) + 1, reply->str);
+    }
+}
+
+/* Compare-and-delete the op's key on the nodes in mask (no publish: the
+ * key was never ours to announce). */
+static void op_remove_keys(struct cluster_op *op, uint32_t mask)
+{
+    struct cluster *c = op->c;
+    const char *argv[3] = {op->key, op->token, ""};
+    size_t lens[3] = {op->key_len, PROTO_TOKEN_LEN, 0};
+    for (int i = 0; i < c->n; i++) {
+        if (!(mask & (1u << i))) {
+            continue;
+        }
+        /* A node that is down now lost the connection the SET went on;
+         * whatever it applied expires with the TTL. */
+        if (node_script(c->nodes[i], SCRIPT_RELEASE, 3, argv, lens, fire_cb,
+                        c) == 0) {
+            c->fire_inflight++;
+        }
+    }
+}
+
+/* ---- reply decoding --------------------------------------------------- */
+
+static bool reply_int(const struct redisReply *r, long long *out)
+{
+    if (r->type == REDIS_REPLY_INTEGER) {
+        *out = r->integer;
+        return true;
+    }
+    return false;
+}
+
+/* The acquire script answers {status, number}. */
+static enum redlock_node_result decode_acquire(struct node *node,
+                                               const struct redisReply *r,
+                                               int64_t *fence, int64_t *pttl)
+{
+    long long a, b;
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
+        reply_int(r->element[0], &a) && reply_int(r->element[1], &b)) {
+        if (a == 1) {
+            *fence = b;
+            return RL_OK;
+        }
+        *pttl = b;
+        return a == 2 ? RL_DONE : RL_BUSY;
+    }
+    log_warn(NULL, "node %d: acquire: unexpected reply: %s",
+             node_index(node) + 1,
+             r->type == REDIS_REPLY_ERROR ? r->str : "(not an array)");
+    return RL_FAILED;
+}
+
+/* The other scripts answer 1 (applied) or 0 (not held). */
+static enum redlock_node_result decode_flag(struct node *node,
+                                            const struct redisReply *r)
+{
+    long long v;
+    if (reply_int(r, &v)) {
+        return v == 1 ? RL_OK : RL_BUSY;
+    }
+    log_warn(NULL, "node %d: script: unexpected reply: %s",
+             node_index(node) + 1,
+             r->type == REDIS_REPLY_ERROR ? r->str : "(not an integer)");
+    return RL_FAILED;
+}
+
+static enum redlock_node_result decode_status(enum node_status status)
+{
+    (void)status;
+    return RL_FAILED;
+}
+
+/* ---- outcomes --------------------------------------------------------- */
+
+static void op_send_fence(struct cluster_op *op);
+
+static void op_finish_acquire(struct cluster_op *op, enum redlock_outcome out)
+{
+    struct cluster_result res;
+    result_init(&res);
+    res.n_ok = op->round.n_ok;
+    res.pttl_min = op->round.pttl_min;
+    switch (out) {
+    case RL_WON:
+        if (op->fence) {
+            op_send_fence(op);
+            return;
+        }
+        res.err = ERR_NONE;
+        res.validity_ms = op->round.validity_ms;
+        res.valid_until_us = cluster_now_us() +
+                             (uint64_t)op->round.validity_ms * 1000u;
+        op_answer(op, &res);
+        return;
+    case RL_LOST_BUSY:
+        res.err = ERR_BUSY;
+        break;
+    case RL_LOST_DONE:
+        res.err = ERR_DONE;
+        break;
+    case RL_LOST_NOQUORUM:
+        res.err = ERR_NO_QUORUM;
+        break;
+    case RL_UNDECIDED:
+        return;
+    }
+    uint32_t rollback = redlock_rollback_set(&op->round);
+    if (rollback != 0) {
+        METRIC_INC(rollbacks);
+        op_remove_keys(op, rollback);
+    }
+    op_answer(op, &res);
+}
+
+static void op_finish_other(struct cluster_op *op, enum redlock_outcome out)
+{
+    struct cluster_result res;
+    result_init(&res);
+    const struct redlock_round *r = &op->round;
+    res.n_ok = r->n_ok;
+    switch (out) {
+    case RL_WON:
+        res.err = ERR_NONE;
+        res.validity_ms = r->validity_ms;
+        res.valid_until_us = cluster_now_us() +
+                             (uint64_t)r->validity_ms * 1000u;
+        break;
+    case RL_LOST_BUSY:
+    case RL_LOST_DONE:
+        /* Release succeeded where the key still was: the lock no longer
+         * holds a quorum, which is what the caller asked for. */
+        res.err = (op->kind == OPK_RELEASE && r->n_ok > 0) ? ERR_NONE
+                                                          : ERR_NOT_HELD;
+        break;
+    case RL_LOST_NOQUORUM:
+        if (op->kind == OPK_RELEASE && r->n_ok > 0) {
+            res.err = ERR_NONE;
+        } else if (op->kind == OPK_EXTEND && r->n_ok == 0 &&
+                   r->n_busy >= r->quorum) {
+            res.err = ERR_NOT_HELD;
+        } else {
+            res.err = ERR_NO_QUORUM;
+        }
+        break;
+    case RL_UNDECIDED:
+        return;
+    }
+    op_answer(op, &res);
+}
+
+static void op_main_cb(struct node *node, struct redisReply *reply,
+                       enum node_status status, void *privdata)
+{
+    struct cluster_op *op = privdata;
+    int i = node_index(node);
+    int64_t fence = 0, pttl = -1;
+    enum redlock_node_result res;
+    op->outstanding--;
+    if (status != NODE_REPLY) {
+        res = decode_status(status);
+    } else if (op->kind == OPK_ACQUIRE) {
+        res = decode_acquire(node, reply, &fence, &pttl);
+    } else {
+        res = decode_flag(node, reply);
+    }
+    bool was_decided = op->round.outcome != RL_UNDECIDED;
+    enum redlock_outcome out = redlock_round_answer(&op->round, i, res, fence,
+                                                    pttl, cluster_now_us());
+    if (was_decided) {
+        /* A late answer after a lost acquisition: the rollback was queued
+         * behind this SET already; nothing more to do. */
+    } else if (out != RL_UNDECIDED) {
+        if (op->kind == OPK_ACQUIRE) {
+            op_finish_acquire(op, out);
+        } else {
+            op_finish_other(op, out);
+        }
+    }
+    op_release_if_finished(op);
+}
+
+/* Fence write-back answers: success once a quorum raised its counter while
+ * still holding our token, within the lock's validity. */
+static void op_fence_cb(struct node *node, struct redisReply *reply,
+                        enum node_status status, void *privdata)
+{
+    struct cluster_op *op = privdata;
+    op->outstanding--;
+    enum redlock_node_result res = status == NODE_REPLY
+                                       ? decode_flag(node, reply)
+                                       : decode_status(status);
+    bool was_decided = op->fence_round.outcome != RL_UNDECIDED;
+    enum redlock_outcome out = redlock_round_answer(
+        &op->fence_round, node_index(node), res, 0, -1, cluster_now_us());
+    if (!was_decided && out != RL_UNDECIDED) {
+        struct cluster_result r;
+        result_init(&r);
+        r.n_ok = op->round.n_ok;
+        /* Validity runs from the start of the acquisition, not of the
+         * write-back. */
+        int64_t v = redlock_validity_ms(op->ttl_ms, op->round.drift_factor,
+                                        cluster_now_us() - op->round.start_us);
+        if (out == RL_WON && v > 0) {
+            r.err = ERR_NONE;
+            r.validity_ms = v;
+            r.valid_until_us = cluster_now_us() + (uint64_t)v * 1000u;
+            r.fence = op->round.fence_max;
+            op_answer(op, &r);
+        } else {
+            r.err = ERR_NO_QUORUM;
+            METRIC_INC(rollbacks);
+            op_remove_keys(op, (1u << op->c->n) - 1);
+            op_answer(op, &r);
+        }
+    }
+    op_release_if_finished(op);
+}
+
+static void op_send_fence(struct cluster_op *op)
+{
+    struct cluster *c = op->c;
+    char val[24];
+    int vl = snprintf(val, sizeof(val), "%lld",
+                      (long long)op->round.fence_max);
+    const char *argv[4] = {op->key, c->fence_key, op->token, val};
+    size_t lens[4] = {op->key_len, c->fence_key_len, PROTO_TOKEN_LEN,
+                      (size_t)vl};
+    op->phase = PHASE_FENCE;
+    redlock_round_start(&op->fence_round, c->n, op->ttl_ms,
+                        op->round.drift_factor, op->round.start_us, 0);
+    for (int i = 0; i < c->n; i++) {
+        if (node_script(c->nodes[i], SCRIPT_FENCE_RAISE, 4, argv, lens,
+                        op_fence_cb, op) == 0) {
+            op->outstanding++;
+        } else {
+            redlock_round_answer(&op->fence_round, i, RL_SKIPPED, 0, -1,
+                                 cluster_now_us());
+        }
+    }
+    if (op->fence_round.outcome != RL_UNDECIDED && op->outstanding == 0) {
+        /* Not even a quorum could be asked: undo the acquisition. */
+        struct cluster_result r;
+        result_init(&r);
+        r.err = ERR_NO_QUORUM;
+        METRIC_INC(rollbacks);
+        op_remove_keys(op, (1u << c->n) - 1);
+        op_answer(op, &r);
+    }
+}
+
+/* Sends the op's main script to every node; answers at once when no
+ * quorum could even be asked. */
+static void op_send_main(struct cluster_op *op, enum node_script script,
+                         int argc, const char **argv, const size_t *lens,
+                         uint32_t ttl_ms)
+{
+    struct cluster *c = op->c;
+    uint64_t now = cluster_now_us();
+    redlock_round_start(&op->round, c->n, ttl_ms, c->cfg->drift_factor, now,
+                        0);
+    /* Hold a reference so a synchronous decision cannot free the op while
+     * we are still sending. */
+    op->outstanding++;
+    for (int i = 0; i < c->n; i++) {
+        /* Once the skipped nodes alone decide the round, asking the rest
+         * would only create keys to roll back. */
+        if (op->round.outcome == RL_UNDECIDED &&
+            node_script(c->nodes[i], script, argc, argv, lens, op_main_cb,
+                        op) == 0) {
+            op->outstanding++;
+        } else {
+            redlock_round_answer(&op->round, i, RL_SKIPPED, 0, -1, now);
+        }
+    }
+    op->outstanding--;
+    enum redlock_outcome out = redlock_round_outcome(&op->round);
+    if (out != RL_UNDECIDED && !op->answered && op->phase == PHASE_MAIN) {
+        if (op->kind == OPK_ACQUIRE) {
+            op_finish_acquire(op, out);
+        } else {
+            op_finish_other(op, out);
+        }
+    }
+    op_release_if_finished(op);
+}
+
+/* ---- public operations ------------------------------------------------ */
+
+int cluster_acquire(struct cluster *c, const char *resource, size_t len,
+                    const char *token, uint32_t ttl_ms, bool fence,
+                    cluster_done_fn *cb, void *priv)
+{
+    struct cluster_op *op = op_new(c, OPK_ACQUIRE, resource, len, token, cb,
+                                   priv);
+    if (op == NULL) {
+        return -1;
+    }
+    op->fence = fence;
+    op->ttl_ms = ttl_ms;
+    char ttl[16];
+    int tl = snprintf(ttl, sizeof(ttl), "%u", ttl_ms);
+    const char *argv[5] = {op->key, c->fence_key, op->token, ttl,
+                           fence ? "1" : "0"};
+    size_t lens[5] = {op->key_len, c->fence_key_len, PROTO_TOKEN_LEN,
+                      (size_t)tl, 1};
+    op_send_main(op, SCRIPT_ACQUIRE, 5, argv, lens, ttl_ms);
+    return 0;
+}
+
+int cluster_extend(struct cluster *c, const char *resource, size_t len,
+                   const char *token, uint32_t ttl_ms, cluster_done_fn *cb,
+                   void *priv)
+{
+    struct cluster_op *op = op_new(c, OPK_EXTEND, resource, len, token, cb,
+                                   priv);
+    if (op == NULL) {
+        return -1;
+    }
+    op->ttl_ms = ttl_ms;
+    char ttl[16];
+    int tl = snprintf(ttl, sizeof(ttl), "%u", ttl_ms);
+    const char *argv[3] = {op->key, op->token, ttl};
+    size_t lens[3] = {op->key_len, PROTO_TOKEN_LEN, (size_t)tl};
+    op_send_main(op, SCRIPT_EXTEND, 3, argv, lens, ttl_ms);
+    return 0;
+}
+
+int cluster_release(struct cluster *c, const char *resource, size_t len,
+                    const char *token, cluster_done_fn *cb, void *priv)
+{
+    struct cluster_op *op = op_new(c, OPK_RELEASE, resource, len, token, cb,
+                                   priv);
+    if (op == NULL) {
+        return -1;
+    }
+    const char *argv[3] = {op->key, op->token, op->channel};
+    size_t lens[3] = {op->key_len, PROTO_TOKEN_LEN, op->channel_len};
+    /* No validity to account for: a release never makes a lock valid. */
+    op_send_main(op, SCRIPT_RELEASE, 3, argv, lens, PROTO_TTL_MAX);
+    return 0;
+}
+
+int cluster_complete(struct cluster *c, const char *resource, size_t len,
+                     const char *token, uint64_t keep_ms,
+                     cluster_done_fn *cb, void *priv)
+{
+    struct cluster_op *op = op_new(c, OPK_COMPLETE, resource, len, token, cb,
+                                   priv);
+    if (op == NULL) {
+        return -1;
+    }
+    char keep[24];
+    int kl = snprintf(keep, sizeof(keep), "%llu", (unsigned long long)keep_ms);
+    const char *argv[4] = {op->key, op->token, keep, op->channel};
+    size_t lens[4] = {op->key_len, PROTO_TOKEN_LEN, (size_t)kl,
+                      op->channel_len};
+    op_send_main(op, SCRIPT_COMPLETE, 4, argv, lens, PROTO_TTL_MAX);
+    return 0;
+}
+
+/* ---- nodes ------------------------------------------------------------ */
+
+static void cluster_node_state_cb(struct node *node, enum node_state state,
+                                  void *priv)
+{
+    struct cluster *c = priv;
+    if (c->node_cb != NULL && (state == NODE_UP || state == NODE_DOWN)) {
+        c->node_cb(node, state == NODE_UP, c->node_priv);
+    }
+}
+
+struct cluster *cluster_create(struct event_base *base,
+                               const struct config *cfg,
+                               cluster_node_fn *node_cb, void *node_priv)
+{
+    if (cfg->n_nodes < 1 || cfg->n_nodes > REDLOCK_MAX_NODES) {
+        log_error(NULL, "cluster: %d nodes configured (1..%d allowed)",
+                  cfg->n_nodes, REDLOCK_MAX_NODES);
+        return NULL;
+    }
+    struct cluster *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        return NULL;
+    }
+    c->base = base;
+    c->cfg = cfg;
+    c->n = cfg->n_nodes;
+    c->quorum = redlock_quorum(c->n);
+    c->node_cb = node_cb;
+    c->node_priv = node_priv;
+    int fl = snprintf(c->fence_key, sizeof(c->fence_key), "%sfence",
+                      cfg->prefix);
+    c->fence_key_len = (size_t)fl;
+
+    struct node_options opts = {
+        .timeout_ms = cfg->node_timeout_ms,
+        .connect_timeout_ms = cfg->node_timeout_ms * 10 < 1000
+                                  ? 1000
+                                  : cfg->node_timeout_ms * 10,
+        .stall_ms = cfg->node_timeout_ms * 20 < 2000
+                        ? 2000
+                        : cfg->node_timeout_ms * 20,
+        .backoff_base_ms = 50,
+        .backoff_cap_ms = 5000,
+        .max_pending = 1 << 20,
+    };
+    for (int i = 0; i < c->n; i++) {
+        c->nodes[i] = node_create(base, i, &cfg->nodes[i], &opts,
+                                  cluster_node_state_cb, c);
+        if (c->nodes[i] == NULL) {
+            log_error(NULL, "cluster: cannot create node %d", i + 1);
+            cluster_destroy(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+void cluster_destroy(struct cluster *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    for (int i = 0; i < c->n; i++) {
+        node_destroy(c->nodes[i]);
+        c->nodes[i] = NULL;
+    }
+    while (c->free_ops != NULL) {
+        struct cluster_op *op = c->free_ops;
+        c->free_ops = op->next_free;
+        free(op);
+    }
+    free(c);
+}
+
+int cluster_quorum(const struct cluster *c)
+{
+    return c->quorum;
+}
+
+int cluster_size(const struct cluster *c)
+{
+    return c->n;
+}
+
+int cluster_up_count(const struct cluster *c)
+{
+    int up = 0;
+    for (int i = 0; i < c->n; i++) {
+        up += node_is_up(c->nodes[i]) ? 1 : 0;
+    }
+    return up;
+}
+
+struct node *cluster_node(const struct cluster *c, int i)
+{
+    return (i >= 0 && i < c->n) ? c->nodes[i] : NULL;
+}
+
+int cluster_inflight(const struct cluster *c)
+{
+    return c->ops_inflight + c->fire_inflight;
+}

@@ -1,0 +1,88 @@
+/* cluster.h: Redlock operations across all nodes.
+ *
+ * Glue between redlock.c (decisions) and node.c (I/O): each operation sends
+ * one script to every up node at once, feeds the answers to a redlock_round
+ * and calls back once, as soon as the outcome is certain. The operation
+ * object lives on until every node has answered or timed out, so that a
+ * failed acquisition can queue its rollback behind each SET. */
+#ifndef REDLOCKD_CLUSTER_H
+#define REDLOCKD_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto.h"
+
+struct event_base;
+struct config;
+struct cluster;
+struct node;
+
+struct cluster_result {
+    enum proto_err err;  /* ERR_NONE, ERR_BUSY, ERR_DONE, ERR_NOT_HELD,
+                            ERR_NO_QUORUM, ERR_LIMIT, ERR_INTERNAL */
+    int64_t validity_ms; /* on success */
+    uint64_t valid_until_us; /* on success: monotonic end of validity */
+    int64_t fence;       /* acquire with fence, on success */
+    int64_t pttl_min;    /* acquire busy: shortest holder PTTL seen, -1 */
+    int n_ok;            /* nodes that applied the operation */
+};
+
+/* Runs exactly once per accepted operation; may run before the starting
+ * call returns when no node can be asked. */
+typedef void cluster_done_fn(const struct cluster_result *res, void *priv);
+
+/* Node up/down notifications, for waking waiters and metrics. */
+typedef void cluster_node_fn(struct node *node, bool up, void *priv);
+
+/* cluster_create: a node per configured address, connecting at once. cfg is
+ * borrowed and must outlive the cluster. */
+struct cluster *cluster_create(struct event_base *base,
+                               const struct config *cfg,
+                               cluster_node_fn *node_cb, void *node_priv);
+
+/* cluster_destroy: closes every node; pending callbacks run first. */
+void cluster_destroy(struct cluster *c);
+
+/* cluster_acquire: SET NX PX token on every node (through the acquire
+ * script, which also reports done marks, the holder's PTTL and, when fence
+ * is set, the node's incremented fence counter; with fence the quorum's
+ * maximum is written back to a quorum before the callback). Returns 0 or
+ * -1 (out of memory; cb does not run). */
+int cluster_acquire(struct cluster *c, const char *resource, size_t len,
+                    const char *token, uint32_t ttl_ms, bool fence,
+                    cluster_done_fn *cb, void *priv);
+
+/* cluster_extend: compare-and-pexpire on every node; success when a quorum
+ * extended within the validity accounting of an acquisition. */
+int cluster_extend(struct cluster *c, const char *resource, size_t len,
+                   const char *token, uint32_t ttl_ms, cluster_done_fn *cb,
+                   void *priv);
+
+/* cluster_release: compare-and-delete on every node (and a publish for
+ * waiters elsewhere). Success when any node deleted it and a quorum
+ * answered; ERR_NOT_HELD when the nodes that answered all lacked it. cb may
+ * be NULL (fire and forget). */
+int cluster_release(struct cluster *c, const char *resource, size_t len,
+                    const char *token, cluster_done_fn *cb, void *priv);
+
+/* cluster_complete: compare-and-set the lock key to "done:<token>" with a
+ * PX of keep_ms on every node; success on a quorum. */
+int cluster_complete(struct cluster *c, const char *resource, size_t len,
+                     const char *token, uint64_t keep_ms,
+                     cluster_done_fn *cb, void *priv);
+
+int cluster_quorum(const struct cluster *c);
+int cluster_size(const struct cluster *c);
+int cluster_up_count(const struct cluster *c);
+struct node *cluster_node(const struct cluster *c, int i);
+
+/* cluster_inflight: operations still waiting for node answers (including
+ * rollbacks after a decision); shutdown waits for it to reach zero. */
+int cluster_inflight(const struct cluster *c);
+
+/* cluster_now_us: the monotonic clock used for all validity accounting. */
+uint64_t cluster_now_us(void);
+
+#endif

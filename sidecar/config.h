@@ -1,0 +1,91 @@
+/* config.h: every setting of redlockd, declared once in config.c's table.
+ *
+ * Precedence: command-line flags over environment over --config FILE over
+ * defaults. config_load() validates everything; the daemon never starts with
+ * a value it would later have to refuse. */
+#ifndef REDLOCKD_CONFIG_H
+#define REDLOCKD_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+
+#define CONFIG_MAX_NODES 32
+
+enum node_addr_kind {
+    NODE_ADDR_TCP = 0,  /* redis://host:port */
+    NODE_ADDR_UNIX = 1, /* unix:///path/redis.sock */
+};
+
+/* One Redis node as configured. Owned by struct config; all strings are
+ * heap copies freed by config_free(). */
+struct node_addr {
+    enum node_addr_kind kind;
+    char *host;     /* TCP only; IPv6 literals without brackets */
+    int port;       /* TCP only, 1..65535 */
+    char *path;     /* UNIX only */
+    char *user;     /* ACL user for AUTH, NULL for none */
+    char *password; /* NULL for none; never logged or shown */
+    int db;         /* SELECT db when > 0; 0 means no SELECT */
+    bool persistent; /* ?persistent=1: node keeps data across restarts */
+    char display[300]; /* "host:port" or "unix:/path", never a password */
+};
+
+/* All settings. Owned by the caller of config_load(); config_free() releases
+ * every string and the node array. */
+struct config {
+    struct node_addr nodes[CONFIG_MAX_NODES];
+    int n_nodes;
+    char *socket_path;     /* default "./redlockd.sock" */
+    char *prefix;          /* key prefix, default "redlock:" */
+    char *config_file;     /* --config, NULL when none */
+    double drift_factor;   /* default 0.01, range 0..0.5 */
+    int node_timeout_ms;   /* per-command deadline on a node, default 100 */
+    size_t max_line_bytes; /* NDJSON line / HTTP body limit, default 65536 */
+    int max_connections;   /* client connections, default 10240 */
+    int max_locks;         /* locks held by this daemon, default 1000000 */
+    int max_waiters;       /* waiting acquires in this daemon, default 100000 */
+    int max_inflight;      /* requests in flight per connection, default 1024 */
+    int max_conn_locks;    /* locks held per connection, default 100000 */
+    int socket_mode;       /* permission bits of the socket, default 0660 */
+    enum log_level log_level;   /* default LOG_INFO */
+    enum log_format log_format; /* default LOG_FORMAT_TEXT */
+    int shutdown_timeout_ms;    /* bound on releasing locks at exit, 2000 */
+    char *metrics_listen;  /* "host:port" TCP for /metrics, NULL when off */
+    bool dev;              /* --dev: embedded 5-node cluster */
+    char *redis_server;    /* --dev: redis-server binary, "redis-server" */
+};
+
+enum config_result {
+    CONFIG_OK = 0,    /* run the daemon */
+    CONFIG_EXIT = 1,  /* --help or --version printed: exit 0 */
+    CONFIG_ERROR = 2, /* err holds one line naming the bad value: exit 2 */
+};
+
+/* config_load: fills cfg from defaults, then the JSON file named by --config
+ * (if any), then the environment (REDLOCKD_NODES, REDLOCKD_SOCKET), then the
+ * flags in argv. Prints --help/--version text to stdout. On CONFIG_ERROR, err
+ * holds a message such as "--drift-factor: must be a number in 0..0.5, got
+ * 'x'". The caller must config_free() cfg in every case. */
+enum config_result config_load(struct config *cfg, int argc, char **argv,
+                               char *err, size_t errlen);
+
+/* config_parse_node_uri: parses one node URI into out (strings are heap
+ * copies owned by out; free with node_addr_free). Returns 0, or -1 with a
+ * message in err that never repeats a password. */
+int config_parse_node_uri(const char *uri, struct node_addr *out, char *err,
+                          size_t errlen);
+
+/* config_add_node: appends a parsed URI to cfg; -1 with err when full. */
+int config_add_node(struct config *cfg, const char *uri, char *err,
+                    size_t errlen);
+
+void node_addr_free(struct node_addr *addr);
+void config_free(struct config *cfg);
+
+/* config_usage: the --help text. */
+const char *config_usage(void);
+
+#endif

@@ -1,0 +1,25 @@
+/* dev.h: the --dev embedded cluster: five throw-away redis-server children
+ * on unix sockets in a private temp dir, removed on exit. */
+#ifndef REDLOCKD_DEV_H
+#define REDLOCKD_DEV_H
+
+#include <stddef.h>
+
+struct config;
+struct dev_cluster;
+
+/* dev_start: makes the temp dir, starts n redis-server processes (binary
+ * from cfg->redis_server), waits until each accepts connections, and adds
+ * their unix:// URIs to cfg. Returns NULL with a clear message in err (for
+ * example when redis-server is not installed). */
+struct dev_cluster *dev_start(struct config *cfg, int n, char *err,
+                              size_t errlen);
+
+/* dev_print_examples: ready-to-paste socat and curl lines for socket. */
+void dev_print_examples(const char *socket_path);
+
+/* dev_stop: terminates the children, waits for them and removes the temp
+ * dir. Safe with NULL. */
+void dev_stop(struct dev_cluster *d);
+
+#endif

@@ -1,0 +1,161 @@
+/* main.c: redlockd's entry point: configuration, the --dev cluster, the
+ * event loop, signals. Start-up in order (config, log, dev, ops, server),
+ * teardown in reverse. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+
+#include "cluster.h"
+#include "config.h"
+#include "dev.h"
+#include "log.h"
+#include "ops.h"
+#include "server.h"
+
+struct daemon {
+    struct config cfg;
+    struct event_base *base;
+    struct ops *ops;
+    struct server *server;
+    struct dev_cluster *dev;
+    struct event *sigterm_ev;
+    struct event *sigint_ev;
+    struct event *drain_ev;
+    uint64_t drain_deadline_us;
+    int signals;
+};
+
+/* Every 10 ms during shutdown: exit once no node command is outstanding,
+ * or when the shutdown timeout has passed. */
+static void drain_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct daemon *d = arg;
+    if (ops_idle(d->ops)) {
+        log_info(NULL, "shutdown: all releases answered");
+        event_base_loopexit(d->base, NULL);
+        return;
+    }
+    if (cluster_now_us() >= d->drain_deadline_us) {
+        log_warn(NULL, "shutdown: timed out waiting for nodes; locks not "
+                       "confirmed released expire with their TTL");
+        event_base_loopexit(d->base, NULL);
+        return;
+    }
+    struct timeval tv = {0, 10000};
+    evtimer_add(d->drain_ev, &tv);
+}
+
+static void signal_cb(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    struct daemon *d = arg;
+    if (++d->signals > 1) {
+        log_warn(NULL, "second signal: exiting now");
+        event_base_loopbreak(d->base);
+        return;
+    }
+    log_info(NULL, "%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    server_stop_accepting(d->server);
+    ops_shutdown(d->ops);
+    d->drain_deadline_us = cluster_now_us() +
+                           (uint64_t)d->cfg.shutdown_timeout_ms * 1000u;
+    d->drain_ev = evtimer_new(d->base, drain_cb, d);
+    if (d->drain_ev == NULL) {
+        event_base_loopexit(d->base, NULL);
+        return;
+    }
+    drain_cb(-1, 0, d);
+}
+
+int main(int argc, char **argv)
+{
+    struct daemon d;
+    memset(&d, 0, sizeof(d));
+    char err[512];
+    int rc = 1;
+
+    enum config_result cr = config_load(&d.cfg, argc, argv, err, sizeof(err));
+    if (cr == CONFIG_EXIT) {
+        config_free(&d.cfg);
+        return 0;
+    }
+    if (cr == CONFIG_ERROR) {
+        fprintf(stderr, "redlockd: %s\n", err);
+        config_free(&d.cfg);
+        return 2;
+    }
+    log_init(d.cfg.log_level, d.cfg.log_format);
+    signal(SIGPIPE, SIG_IGN);
+    srandom((unsigned)time(NULL) ^ (unsigned)getpid());
+
+    if (d.cfg.dev) {
+        d.dev = dev_start(&d.cfg, 5, err, sizeof(err));
+        if (d.dev == NULL) {
+            fprintf(stderr, "redlockd: %s\n", err);
+            config_free(&d.cfg);
+            return 2;
+        }
+    }
+
+    d.base = event_base_new();
+    if (d.base == NULL) {
+        log_error(NULL, "cannot create the event loop");
+        goto out;
+    }
+    d.ops = ops_create(d.base, &d.cfg);
+    if (d.ops == NULL) {
+        log_error(NULL, "cannot start the node connections");
+        goto out;
+    }
+    d.server = server_create(d.base, &d.cfg, d.ops, err, sizeof(err));
+    if (d.server == NULL) {
+        fprintf(stderr, "redlockd: %s\n", err);
+        rc = 2;
+        goto out;
+    }
+    d.sigterm_ev = evsignal_new(d.base, SIGTERM, signal_cb, &d);
+    d.sigint_ev = evsignal_new(d.base, SIGINT, signal_cb, &d);
+    if (d.sigterm_ev == NULL || d.sigint_ev == NULL ||
+        evsignal_add(d.sigterm_ev, NULL) != 0 ||
+        evsignal_add(d.sigint_ev, NULL) != 0) {
+        log_error(NULL, "cannot install signal handlers");
+        goto out;
+    }
+    log_info(NULL, "redlockd %s: %d node(s), quorum %d, serving on %s",
+             REDLOCKD_VERSION, d.cfg.n_nodes, d.cfg.n_nodes / 2 + 1,
+             d.cfg.socket_path);
+    if (d.dev) {
+        dev_print_examples(d.cfg.socket_path);
+    }
+    event_base_dispatch(d.base);
+    rc = 0;
+
+out:
+    /* Teardown in reverse order of start-up. */
+    if (d.drain_ev != NULL) {
+        event_free(d.drain_ev);
+    }
+    if (d.sigint_ev != NULL) {
+        event_free(d.sigint_ev);
+    }
+    if (d.sigterm_ev != NULL) {
+        event_free(d.sigterm_ev);
+    }
+    server_destroy(d.server);
+    ops_destroy(d.ops);
+    if (d.base != NULL) {
+        event_base_free(d.base);
+    }
+    dev_stop(d.dev);
+    config_free(&d.cfg);
+    if (rc == 0) {
+        log_info(NULL, "stopped");
+    }
+    return rc;
+}

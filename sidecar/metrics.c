@@ -1,0 +1,205 @@
+/* metrics.c: the metric values and their Prometheus text rendering.
+ *
+ * Names follow Prometheus conventions: base units (seconds), _total for
+ * counters. Counters that share a name differ by one label (result="ok"),
+ * and HELP/TYPE are written once per name, at its first entry. */
+#include "metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "redlock.h"
+
+struct metrics metrics;
+
+/* Upper bounds in seconds; the +Inf bucket is implicit. */
+static const double latency_bounds[] = {
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+    0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5,  5,
+};
+#define N_BOUNDS (sizeof(latency_bounds) / sizeof(latency_bounds[0]))
+
+struct histogram {
+    uint64_t buckets[N_BOUNDS + 1]; /* non-cumulative; last is +Inf */
+    uint64_t count;
+    double sum; /* seconds */
+};
+
+static struct histogram acquire_hist;
+static struct histogram node_hist[REDLOCK_MAX_NODES];
+
+static void hist_observe(struct histogram *h, uint64_t usec)
+{
+    double s = (double)usec / 1e6;
+    size_t i = 0;
+    while (i < N_BOUNDS && s > latency_bounds[i]) {
+        i++;
+    }
+    h->buckets[i]++;
+    h->count++;
+    h->sum += s;
+}
+
+void metrics_observe_acquire(uint64_t usec)
+{
+    hist_observe(&acquire_hist, usec);
+}
+
+void metrics_observe_node(int node, uint64_t usec)
+{
+    if (node >= 0 && node < REDLOCK_MAX_NODES) {
+        hist_observe(&node_hist[node], usec);
+    }
+}
+
+/* A growable output string. */
+struct out {
+    char *buf;
+    size_t len, cap;
+    int failed;
+};
+
+__attribute__((format(printf, 2, 3))) static void out_printf(struct out *o,
+                                                             const char *fmt,
+                                                             ...)
+{
+    if (o->failed) {
+        return;
+    }
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            o->failed = 1;
+            return;
+        }
+        if ((size_t)n < o->cap - o->len) {
+            o->len += (size_t)n;
+            return;
+        }
+        size_t cap = o->cap * 2 + (size_t)n;
+        char *nb = realloc(o->buf, cap);
+        if (nb == NULL) {
+            o->failed = 1;
+            return;
+        }
+        o->buf = nb;
+        o->cap = cap;
+    }
+}
+
+/* Label values are escaped as the exposition format asks: \\, \" and \n. */
+static void out_label(struct out *o, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"') {
+            out_printf(o, "\\%c", *v);
+        } else if (*v == '\n') {
+            out_printf(o, "\\n");
+        } else {
+            out_printf(o, "%c", *v);
+        }
+    }
+}
+
+static void render_hist(struct out *o, const char *name, const char *help,
+                        const struct histogram *h, const char *label,
+                        const char *value, int with_header)
+{
+    if (with_header) {
+        out_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help,
+                   name);
+    }
+    uint64_t cum = 0;
+    for (size_t i = 0; i <= N_BOUNDS; i++) {
+        cum += h->buckets[i];
+        out_printf(o, "%s_bucket{", name);
+        if (label != NULL) {
+            out_printf(o, "%s=\"", label);
+            out_label(o, value);
+            out_printf(o, "\",");
+        }
+        if (i < N_BOUNDS) {
+            out_printf(o, "le=\"%g\"} %llu\n", latency_bounds[i],
+                       (unsigned long long)cum);
+        } else {
+            out_printf(o, "le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+        }
+    }
+    const char *sfx[2] = {"_sum", "_count"};
+    for (int k = 0; k < 2; k++) {
+        out_printf(o, "%s%s", name, sfx[k]);
+        if (label != NULL) {
+            out_printf(o, "{%s=\"", label);
+            out_label(o, value);
+            out_printf(o, "\"}");
+        }
+        if (k == 0) {
+            out_printf(o, " %.9g\n", h->sum);
+        } else {
+            out_printf(o, " %llu\n", (unsigned long long)h->count);
+        }
+    }
+}
+
+char *metrics_render(const struct metrics_node *nodes, int n_nodes,
+                     size_t *len)
+{
+    struct out o = {malloc(8192), 0, 8192, 0};
+    if (o.buf == NULL) {
+        return NULL;
+    }
+    const char *last = "";
+#define RENDER_COUNTER(f, name, help, label, value)                            \
+    if (strcmp(last, name) != 0) {                                             \
+        out_printf(&o, "# HELP %s %s\n# TYPE %s counter\n", name, help, name); \
+        last = name;                                                           \
+    }                                                                          \
+    if ((label) != NULL) {                                                     \
+        out_printf(&o, "%s{%s=\"%s\"} %llu\n", name, (const char *)(label),    \
+                   (const char *)(value), (unsigned long long)metrics.f);      \
+    } else {                                                                   \
+        out_printf(&o, "%s %llu\n", name, (unsigned long long)metrics.f);      \
+    }
+    METRICS_COUNTERS(RENDER_COUNTER)
+#undef RENDER_COUNTER
+#define RENDER_GAUGE(f, name, help)                                            \
+    out_printf(&o, "# HELP %s %s\n# TYPE %s gauge\n%s %lld\n", name, help,     \
+               name, name, (long long)metrics.f);
+    METRICS_GAUGES(RENDER_GAUGE)
+#undef RENDER_GAUGE
+
+    out_printf(&o, "# HELP redlockd_node_up Whether the node is connected "
+                   "and ready (1) or not (0)\n# TYPE redlockd_node_up gauge\n");
+    for (int i = 0; i < n_nodes; i++) {
+        out_printf(&o, "redlockd_node_up{node=\"");
+        out_label(&o, nodes[i].addr);
+        out_printf(&o, "\"} %d\n", nodes[i].up ? 1 : 0);
+    }
+    out_printf(&o, "# HELP redlockd_node_connects_total Reconnections after a "
+                   "node was lost\n# TYPE redlockd_node_connects_total "
+                   "counter\n");
+    for (int i = 0; i < n_nodes; i++) {
+        out_printf(&o, "redlockd_node_connects_total{node=\"");
+        out_label(&o, nodes[i].addr);
+        out_printf(&o, "\"} %llu\n", (unsigned long long)nodes[i].reconnects);
+    }
+    render_hist(&o, "redlockd_acquire_duration_seconds",
+                "Time from request to acquire answer, successful acquisitions",
+                &acquire_hist, NULL, NULL, 1);
+    for (int i = 0; i < n_nodes && i < REDLOCK_MAX_NODES; i++) {
+        render_hist(&o, "redlockd_node_command_duration_seconds",
+                    "Round trip of commands to each node", &node_hist[i],
+                    "node", nodes[i].addr, i == 0);
+    }
+    if (o.failed) {
+        free(o.buf);
+        return NULL;
+    }
+    *len = o.len;
+    return o.buf;
+}

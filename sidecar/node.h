@@ -1,0 +1,99 @@
+/* node.h: one Redis node behind one hiredis async connection.
+ *
+ * The node connects, authenticates, selects its db, loads the Lua scripts and
+ * only then counts as up. Every command carries a deadline (hiredis 0.14 has
+ * none): commands complete in send order and share one timeout, so one timer
+ * per node, armed for the oldest command, is enough. A node whose oldest
+ * command is stuck for long is disconnected and reconnected with capped,
+ * jittered exponential back-off; it is down the moment its connection drops,
+ * and node_*send() on a node that is not up fails at once.
+ *
+ * Contract, as in hiredis: a send that returned 0 calls its callback exactly
+ * once, with the reply (valid only inside the callback), or NULL and a
+ * status saying why. */
+#ifndef REDLOCKD_NODE_H
+#define REDLOCKD_NODE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct redisReply;
+struct node_addr;
+struct node;
+
+enum node_state {
+    NODE_DOWN = 0,       /* no connection; a reconnect timer is pending */
+    NODE_CONNECTING = 1, /* socket connecting or handshake commands running */
+    NODE_UP = 2,         /* ready: scripts loaded, commands accepted */
+    NODE_CLOSED = 3,     /* node_destroy() called; nothing more happens */
+};
+
+enum node_status {
+    NODE_REPLY = 0,        /* reply is set (it may be a Redis error reply) */
+    NODE_TIMEOUT = 1,      /* no reply within the node timeout */
+    NODE_DISCONNECTED = 2, /* the connection dropped before the reply */
+};
+
+/* The Lua scripts, loaded on connect and run by EVALSHA. Each takes fixed
+ * KEYS; see node.c for the source and the reply shapes. */
+enum node_script {
+    SCRIPT_ACQUIRE = 0, /* KEYS lock, fence; ARGV token, ttl, fence?1:0 */
+    SCRIPT_RELEASE,     /* KEYS lock; ARGV token, channel -> 1/0 */
+    SCRIPT_EXTEND,      /* KEYS lock; ARGV token, ttl -> 1/0 */
+    SCRIPT_COMPLETE,    /* KEYS lock; ARGV token, keep_ms, channel -> 1/0 */
+    SCRIPT_FENCE_RAISE, /* KEYS lock, fence; ARGV token, value -> 1/0 */
+    SCRIPT__COUNT
+};
+
+typedef void node_reply_fn(struct node *node, struct redisReply *reply,
+                           enum node_status status, void *privdata);
+
+/* Called on every state change (metrics, health, waking waiters). */
+typedef void node_state_fn(struct node *node, enum node_state state,
+                           void *privdata);
+
+struct node_options {
+    int timeout_ms;          /* per-command deadline */
+    int connect_timeout_ms;  /* connect + handshake deadline */
+    int stall_ms;            /* disconnect when a command is stuck this long */
+    int backoff_base_ms;     /* first reconnect delay */
+    int backoff_cap_ms;      /* largest reconnect delay */
+    int max_pending;         /* commands in flight before sends fail */
+};
+
+/* node_create: a node for addr (borrowed: owned by the config, must outlive
+ * the node), index is its position 0..n-1. Starts connecting at once. Returns
+ * NULL on allocation failure. */
+struct node *node_create(struct event_base *base, int index,
+                         const struct node_addr *addr,
+                         const struct node_options *opts,
+                         node_state_fn *state_cb, void *state_priv);
+
+/* node_destroy: disconnects; every pending callback runs (with
+ * NODE_DISCONNECTED) before this returns. */
+void node_destroy(struct node *node);
+
+/* node_script: EVALSHA script with argv (keys then args, as the script
+ * table says); falls back to EVAL on NOSCRIPT. Returns 0 (cb will run once)
+ * or -1 (node not up or overloaded; cb will not run). */
+int node_script(struct node *node, enum node_script script, int argc,
+                const char **argv, const size_t *argvlen, node_reply_fn *cb,
+                void *privdata);
+
+/* node_command: any other command; same contract as node_script. */
+int node_command(struct node *node, int argc, const char **argv,
+                 const size_t *argvlen, node_reply_fn *cb, void *privdata);
+
+bool node_is_up(const struct node *node);
+enum node_state node_get_state(const struct node *node);
+int node_index(const struct node *node);
+int node_pending(const struct node *node);
+const char *node_display(const struct node *node); /* no password */
+const char *node_state_name(enum node_state state);
+const char *node_last_error(const struct node *node); /* "" when none */
+double node_rtt_ms(const struct node *node);          /* < 0 unknown */
+uint64_t node_reconnects(const struct node *node);
+
+#endif

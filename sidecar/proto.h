@@ -1,0 +1,150 @@
+/* proto.h: the wire contract as C types. Pure: bytes in, structs out, and
+ * structs in, bytes out. cJSON is used only inside proto.c.
+ *
+ * A struct request is filled by proto_decode() from one NDJSON line or one
+ * HTTP body; it owns no heap memory (all fields are inline arrays), so it can
+ * live in a pool and be reset with proto_request_init(). */
+#ifndef REDLOCKD_PROTO_H
+#define REDLOCKD_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROTO_RESOURCE_MAX 512 /* bytes of UTF-8 */
+#define PROTO_TOKEN_LEN 32     /* 128-bit token as lowercase hex */
+#define PROTO_ID_MAX 256       /* bytes of the id's JSON text */
+#define PROTO_MSG_MAX 256      /* bytes of an error message */
+
+#define PROTO_TTL_MIN 10
+#define PROTO_TTL_MAX 86400000
+#define PROTO_TTL_DEFAULT 30000
+#define PROTO_WAIT_MAX 300000
+#define PROTO_KEEP_MIN 1
+#define PROTO_KEEP_MAX 2592000000ULL /* 30 days */
+#define PROTO_KEEP_DEFAULT 86400000
+#define PROTO_RENEW_MAX_MAX 2592000000ULL
+
+enum proto_op {
+    OP_NONE = 0, /* not set (decode error before "op" was read) */
+    OP_ACQUIRE,
+    OP_RELEASE,
+    OP_EXTEND,
+    OP_COMPLETE,
+    OP_PING,
+    OP_HEALTH,
+    OP_METRICS, /* HTTP only: GET /metrics */
+};
+
+enum proto_err {
+    ERR_NONE = 0,
+    ERR_BAD_REQUEST,   /* 400 */
+    ERR_NOT_HELD,      /* 404 */
+    ERR_BUSY,          /* 409 */
+    ERR_DONE,          /* 409 */
+    ERR_TOO_LARGE,     /* 413 */
+    ERR_LIMIT,         /* 429 */
+    ERR_NO_QUORUM,     /* 503 */
+    ERR_SHUTTING_DOWN, /* 503 */
+    ERR_INTERNAL,      /* 500 */
+    ERR__COUNT
+};
+
+/* One decoded request. Fields not given keep the defaults set by
+ * proto_request_init(). */
+struct request {
+    enum proto_op op;
+    char id[PROTO_ID_MAX + 1]; /* the id's JSON text, NUL-terminated */
+    size_t id_len;             /* 0 when no id was given */
+    char resource[PROTO_RESOURCE_MAX + 1];
+    size_t resource_len; /* 0 when not given */
+    char lock[PROTO_TOKEN_LEN + 1];
+    bool has_lock;
+    uint32_t ttl_ms;        /* default PROTO_TTL_DEFAULT */
+    uint32_t wait_ms;       /* default 0 */
+    bool renew;             /* NDJSON only */
+    bool fence;             /* return a fencing token */
+    uint64_t keep_ms;       /* complete: life of the done mark */
+    uint64_t renew_max_ms;  /* 0: renew until released */
+    bool has_ttl;           /* ttl_ms was given (extend uses the lock's ttl) */
+};
+
+/* proto_request_init: resets req to the defaults above. */
+void proto_request_init(struct request *req);
+
+/* proto_decode: parses one JSON object (an NDJSON line without its newline,
+ * or an HTTP body) into req. When op is OP_NONE the object must carry "op";
+ * otherwise op is implied (HTTP routes) and an "op" member, if present, must
+ * agree. Unknown members, wrong types and out-of-range values are refused.
+ * Returns 0, or -1 with a message naming the field in err (errlen >= 64);
+ * req->id is filled even on error whenever the id itself was readable, so the
+ * error can carry it. */
+int proto_decode(const char *data, size_t len, enum proto_op op,
+                 struct request *req, char *err, size_t errlen);
+
+/* proto_validate_resource: 1..512 bytes of valid UTF-8 without control
+ * characters; returns 0 or -1 with a reason in err. */
+int proto_validate_resource(const char *s, size_t len, char *err,
+                            size_t errlen);
+
+/* proto_validate_token: 32 lowercase hex characters; returns 0 or -1. */
+int proto_validate_token(const char *s, size_t len);
+
+/* One response. Borrowed pointers must outlive the encode call only. */
+struct response {
+    const char *id; /* borrowed: the request's id JSON text, NULL for none */
+    size_t id_len;
+    enum proto_err err; /* ERR_NONE for success */
+    const char *message; /* borrowed: error message, NUL-terminated */
+    const char *lock;    /* borrowed: token, NULL when none */
+    const char *resource; /* borrowed: raw bytes, escaped on output */
+    size_t resource_len;
+    int64_t validity_ms; /* written when lock != NULL */
+    int64_t fence;       /* written when has_fence */
+    bool has_fence;
+};
+
+/* Output buffer big enough for any response but health: the escaped
+ * resource (6 bytes per input byte at worst), id, token and message. */
+#define PROTO_RESPONSE_MAX (PROTO_RESOURCE_MAX * 6 + PROTO_ID_MAX * 2 + 1024)
+
+/* proto_encode_response: writes the JSON object (no newline) into out, which
+ * holds cap bytes; returns the length written, or 0 if it did not fit. */
+size_t proto_encode_response(const struct response *rsp, char *out,
+                             size_t cap);
+
+/* proto_encode_event: {"event":"<event>","lock":..,"resource":..} into out;
+ * returns the length or 0. */
+size_t proto_encode_event(const char *event, const char *lock,
+                          const char *resource, size_t resource_len,
+                          char *out, size_t cap);
+
+/* One node as reported by health. */
+struct proto_node_health {
+    const char *addr;       /* borrowed: display address, no password */
+    bool up;
+    const char *state;      /* borrowed: "up", "down", "connecting", ... */
+    const char *last_error; /* borrowed, NULL when none */
+    double rtt_ms;          /* last measured round trip, < 0 when unknown */
+    bool quarantined;
+};
+
+/* proto_encode_health: the health object into a malloc'd string owned by the
+ * caller (*len set); ok is whether a quorum is connected. Returns NULL only
+ * on allocation failure. */
+char *proto_encode_health(const char *id, size_t id_len, bool ok, int quorum,
+                          const struct proto_node_health *nodes, int n_nodes,
+                          size_t *len);
+
+/* proto_err_code: "bad_request", ...; proto_err_status: the HTTP status. */
+const char *proto_err_code(enum proto_err err);
+int proto_err_status(enum proto_err err);
+
+/* proto_op_name: "acquire", ...; NULL for OP_NONE. */
+const char *proto_op_name(enum proto_op op);
+
+/* proto_json_escape: appends s as a JSON string body (without quotes) into
+ * out; returns bytes written or 0 if it did not fit. */
+size_t proto_json_escape(const char *s, size_t len, char *out, size_t cap);
+
+#endif

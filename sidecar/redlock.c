@@ -1,0 +1,196 @@
+/* redlock.c: the Redlock decisions, kept free of I/O so they can be tested
+ * with plain numbers.
+ *
+ * An acquisition, as cluster.c drives it:
+ *
+ *   t0 = now ---- SET NX PX ----> node 0..N-1   (all at once, one round)
+ *        <------- ok / busy / done / failed -----
+ *   each answer -> redlock_round_answer():
+ *     ok >= quorum             -> validity = ttl - (now-t0) - (ttl*drift+2)
+ *                                 > 0 ? WON : LOST_NOQUORUM
+ *     ok + pending < quorum    -> LOST_{DONE,BUSY,NOQUORUM}  (certain now)
+ *   LOST: rollback every node that got the SET and did not say busy/done,
+ *         including nodes still pending (the delete queues behind the SET).
+ */
+#include "redlock.h"
+
+#include <math.h>
+
+int redlock_quorum(int n_nodes)
+{
+    return n_nodes / 2 + 1;
+}
+
+int64_t redlock_validity_ms(uint32_t ttl_ms, double drift_factor,
+                            uint64_t elapsed_us)
+{
+    /* Drift is rounded up so that fractions of a millisecond never add to
+     * the validity; elapsed is rounded up for the same reason. */
+    int64_t drift_ms = (int64_t)ceil((double)ttl_ms * drift_factor) + 2;
+    int64_t elapsed_ms = (int64_t)((elapsed_us + 999) / 1000);
+    return (int64_t)ttl_ms - elapsed_ms - drift_ms;
+}
+
+void redlock_round_start(struct redlock_round *r, int n_nodes, uint32_t ttl_ms,
+                         double drift_factor, uint64_t now_us,
+                         uint32_t skipped)
+{
+    r->n_nodes = n_nodes;
+    r->quorum = redlock_quorum(n_nodes);
+    r->start_us = now_us;
+    r->ttl_ms = ttl_ms;
+    r->drift_factor = drift_factor;
+    r->n_ok = r->n_busy = r->n_done = r->n_failed = r->n_pending = 0;
+    r->fence_max = 0;
+    r->pttl_min = -1;
+    r->outcome = RL_UNDECIDED;
+    r->validity_ms = 0;
+    for (int i = 0; i < n_nodes; i++) {
+        if (skipped & (1u << i)) {
+            r->result[i] = RL_SKIPPED;
+            r->n_failed++;
+        } else {
+            r->result[i] = RL_PENDING;
+            r->n_pending++;
+        }
+    }
+    (void)redlock_round_answer(r, -1, RL_PENDING, 0, -1, now_us);
+}
+
+/* The failure code once success is impossible. Busy needs evidence that the
+ * resource is held and that enough nodes were reachable for the attempt to
+ * have been meaningful; otherwise the honest answer is no_quorum. */
+static enum redlock_outcome round_loss(const struct redlock_round *r)
+{
+    if (r->n_done > 0) {
+        return RL_LOST_DONE;
+    }
+    int reachable = r->n_ok + r->n_busy + r->n_pending;
+    if (r->n_busy > 0 && reachable >= r->quorum) {
+        return RL_LOST_BUSY;
+    }
+    return RL_LOST_NOQUORUM;
+}
+
+enum redlock_outcome redlock_round_answer(struct redlock_round *r, int node,
+                                          enum redlock_node_result res,
+                                          int64_t fence, int64_t pttl,
+                                          uint64_t now_us)
+{
+    /* node < 0 only re-evaluates (used by redlock_round_start). */
+    if (node >= 0 && node < r->n_nodes && r->result[node] == RL_PENDING &&
+        res != RL_PENDING) {
+        r->result[node] = res;
+        r->n_pending--;
+        switch (res) {
+        case RL_OK:
+            r->n_ok++;
+            if (fence > r->fence_max) {
+                r->fence_max = fence;
+            }
+            break;
+        case RL_BUSY:
+            r->n_busy++;
+            if (pttl >= 0 && (r->pttl_min < 0 || pttl < r->pttl_min)) {
+                r->pttl_min = pttl;
+            }
+            break;
+        case RL_DONE:
+            r->n_done++;
+            break;
+        case RL_FAILED:
+        case RL_SKIPPED:
+        case RL_PENDING:
+            r->n_failed++;
+            break;
+        }
+    }
+    if (r->outcome != RL_UNDECIDED) {
+        return r->outcome;
+    }
+    if (r->n_ok >= r->quorum) {
+        int64_t v = redlock_validity_ms(r->ttl_ms, r->drift_factor,
+                                        now_us - r->start_us);
+        if (v > 0) {
+            r->validity_ms = v;
+            r->outcome = RL_WON;
+        } else {
+            r->outcome = RL_LOST_NOQUORUM;
+        }
+    } else if (r->n_ok + r->n_pending < r->quorum) {
+        r->outcome = round_loss(r);
+    }
+    return r->outcome;
+}
+
+enum redlock_outcome redlock_round_outcome(const struct redlock_round *r)
+{
+    return r->outcome;
+}
+
+uint32_t redlock_rollback_set(const struct redlock_round *r)
+{
+    uint32_t set = 0;
+    for (int i = 0; i < r->n_nodes; i++) {
+        enum redlock_node_result res = r->result[i];
+        if (res == RL_OK || res == RL_PENDING || res == RL_FAILED) {
+            set |= 1u << i;
+        }
+    }
+    return set;
+}
+
+uint32_t redlock_ok_set(const struct redlock_round *r)
+{
+    uint32_t set = 0;
+    for (int i = 0; i < r->n_nodes; i++) {
+        if (r->result[i] == RL_OK) {
+            set |= 1u << i;
+        }
+    }
+    return set;
+}
+
+uint32_t redlock_backoff_ms(unsigned attempt, uint32_t base_ms,
+                            uint32_t cap_ms, double rand01)
+{
+    uint64_t ceiling = base_ms;
+    for (unsigned i = 0; i < attempt && ceiling < cap_ms; i++) {
+        ceiling *= 2;
+    }
+    if (ceiling > cap_ms) {
+        ceiling = cap_ms;
+    }
+    if (rand01 < 0) {
+        rand01 = 0;
+    } else if (rand01 >= 1) {
+        rand01 = 0.999999;
+    }
+    /* Half fixed, half jitter: spreads contenders without ever retrying
+     * immediately. */
+    uint64_t half = ceiling / 2;
+    uint64_t v = half + (uint64_t)((double)(ceiling - half) * rand01);
+    return v == 0 ? 1 : (uint32_t)v;
+}
+
+#define RETRY_BASE_MS 5
+#define RETRY_CAP_MS 500
+
+uint32_t redlock_retry_delay_ms(unsigned attempt, int64_t pttl_min,
+                                uint64_t wait_left_ms, double rand01)
+{
+    if (wait_left_ms == 0) {
+        return 0;
+    }
+    uint64_t d = redlock_backoff_ms(attempt, RETRY_BASE_MS, RETRY_CAP_MS,
+                                    rand01);
+    /* The holder's key cannot expire before its PTTL; an early release is
+     * announced (pub/sub), so polling sooner buys nothing. */
+    if (pttl_min >= 0 && (uint64_t)pttl_min + 1 > d) {
+        d = (uint64_t)pttl_min + 1;
+    }
+    if (d > wait_left_ms) {
+        d = wait_left_ms;
+    }
+    return (uint32_t)d;
+}

@@ -1,0 +1,795 @@
+/* server.c: the unix-socket listener and client connections.
+ *
+ * Data flow of one connection:
+ *
+ *   bytes -> first non-space byte '{' ? NDJSON : HTTP
+ *   NDJSON: one line -> proto_decode -> struct call -> ops_submit
+ *           (pipelined: every complete line is submitted at once; answers go
+ *            out as each completes, carrying the request's id)
+ *   HTTP:   http_parse -> http_route -> struct call -> ops_submit
+ *           (one request at a time, so answers keep request order)
+ *   answer -> server_call_done -> output buffer -> socket
+ *
+ * Back-pressure: a connection stops being read while it has max_inflight
+ * calls outstanding or more than OUT_HIGH bytes unsent, and resumes when
+ * the output drains below OUT_LOW. A client that never reads therefore holds
+ * at most OUT_HIGH plus one read's worth of replies. */
+#include "server.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "cluster.h"
+#include "config.h"
+#include "http.h"
+#include "locks.h"
+#include "log.h"
+#include "metrics.h"
+#include "ops.h"
+#include "proto.h"
+
+#define OUT_HIGH (1024 * 1024)
+#define OUT_LOW (256 * 1024)
+
+enum framing {
+    FRAMING_UNKNOWN = 0, /* nothing but whitespace read yet */
+    FRAMING_NDJSON,      /* first byte '{' */
+    FRAMING_HTTP,        /* anything else */
+};
+
+/* One client connection. Owned by the server's list; freed by
+ * client_free() once closed and flushed. */
+struct client {
+    struct server *srv;        /* borrowed */
+    uint64_t id;
+    struct bufferevent *bev;   /* owned */
+    enum framing framing;
+    struct lock_owner session; /* NDJSON: locks that die with us */
+    struct call *calls;        /* in-flight calls (owned by the server) */
+    int inflight;
+    bool read_paused;
+    bool closing;              /* close once the output is flushed */
+    bool peer_eof;             /* peer shut its side: answer, then close */
+    bool http_busy;            /* an HTTP request is being answered */
+    bool http_continue_sent;   /* 100 Continue sent for the current head */
+    struct client *prev, *next;
+    char subject[32];
+};
+
+struct server {
+    struct event_base *base;   /* borrowed */
+    const struct config *cfg;  /* borrowed */
+    struct ops *ops;           /* borrowed */
+    struct evconnlistener *listener; /* owned */
+    char *socket_path;         /* owned copy, for unlink */
+    struct client *clients;
+    int n_clients;
+    uint64_t next_id;
+    struct call *free_calls;
+    int free_calls_count;
+    struct http_limits http_limits;
+};
+
+static void client_read_cb(struct bufferevent *bev, void *arg);
+static void client_maybe_resume(struct client *cl);
+
+/* ---- calls ---------------------------------------------------------------- */
+
+static struct call *call_new(struct server *s, struct client *cl)
+{
+    struct call *call = s->free_calls;
+    if (call != NULL) {
+        s->free_calls = call->next;
+        s->free_calls_count--;
+    } else {
+        call = malloc(sizeof(*call));
+        if (call == NULL) {
+            return NULL;
+        }
+    }
+    memset(call, 0, sizeof(*call));
+    call->client = cl;
+    call->start_us = cluster_now_us();
+    /* link into the client's in-flight list */
+    call->next = cl->calls;
+    call->prev = NULL;
+    if (cl->calls != NULL) {
+        cl->calls->prev = call;
+    }
+    cl->calls = call;
+    cl->inflight++;
+    return call;
+}
+
+static void call_unlink(struct client *cl, struct call *call)
+{
+    if (call->prev != NULL) {
+        call->prev->next = call->next;
+    } else {
+        cl->calls = call->next;
+    }
+    if (call->next != NULL) {
+        call->next->prev = call->prev;
+    }
+    call->next = call->prev = NULL;
+    cl->inflight--;
+}
+
+static void call_free(struct server *s, struct call *call)
+{
+    if (s->free_calls_count < 4096) {
+        call->next = s->free_calls;
+        s->free_calls = call;
+        s->free_calls_count++;
+    } else {
+        free(call);
+    }
+}
+
+/* The server is a singleton per process; calls outlive their clients, so
+ * they need a way back to the pool. */
+static struct server *the_server;
+
+/* ---- client lifecycle ----------------------------------------------------- */
+
+static void client_free(struct client *cl)
+{
+    struct server *s = cl->srv;
+    /* In-flight calls lose their client: ops finishes them on its own and
+     * releases whatever they win. */
+    while (cl->calls != NULL) {
+        struct call *call = cl->calls;
+        call_unlink(cl, call);
+        ops_call_abandoned(s->ops, call);
+    }
+    if (cl->session.head != NULL) {
+        ops_client_closed(s->ops, &cl->session);
+    }
+    if (cl->prev != NULL) {
+        cl->prev->next = cl->next;
+    } else {
+        s->clients = cl->next;
+    }
+    if (cl->next != NULL) {
+        cl->next->prev = cl->prev;
+    }
+    s->n_clients--;
+    METRIC_ADD(clients, -1);
+    bufferevent_free(cl->bev);
+    log_debug(cl->subject, "closed");
+    free(cl);
+}
+
+/* Closes now if nothing is left to send, else after the flush. */
+static void client_close_after_flush(struct client *cl)
+{
+    cl->closing = true;
+    bufferevent_disable(cl->bev, EV_READ);
+    if (evbuffer_get_length(bufferevent_get_output(cl->bev)) == 0) {
+        client_free(cl);
+    }
+}
+
+static void client_event_cb(struct bufferevent *bev, short events, void *arg)
+{
+    (void)bev;
+    struct client *cl = arg;
+    if ((events & BEV_EVENT_EOF) && !(events & BEV_EVENT_ERROR) &&
+        !(events & BEV_EVENT_WRITING)) {
+        /* A half-close (socat, `printf .. | nc -U`): still answer what was
+         * asked, then close; session locks go with the close. */
+        cl->peer_eof = true;
+        bufferevent_disable(cl->bev, EV_READ);
+        if (cl->inflight == 0 || cl->closing) {
+            client_close_after_flush(cl);
+        }
+        return;
+    }
+    if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        if ((events & BEV_EVENT_ERROR) && errno != ECONNRESET &&
+            errno != EPIPE) {
+            log_debug(cl->subject, "socket error: %s", strerror(errno));
+        }
+        client_free(cl);
+    }
+}
+
+static void client_write_cb(struct bufferevent *bev, void *arg)
+{
+    struct client *cl = arg;
+    if (cl->closing) {
+        if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+            client_free(cl);
+        }
+        return;
+    }
+    client_maybe_resume(cl);
+}
+
+static void client_pause(struct client *cl)
+{
+    if (!cl->read_paused) {
+        cl->read_paused = true;
+        bufferevent_disable(cl->bev, EV_READ);
+    }
+}
+
+static bool client_over_limits(struct client *cl)
+{
+    return cl->inflight >= cl->srv->cfg->max_inflight ||
+           evbuffer_get_length(bufferevent_get_output(cl->bev)) > OUT_HIGH;
+}
+
+static void client_maybe_resume(struct client *cl)
+{
+    if (!cl->read_paused || cl->closing) {
+        return;
+    }
+    if (cl->inflight < cl->srv->cfg->max_inflight &&
+        evbuffer_get_length(bufferevent_get_output(cl->bev)) <= OUT_LOW) {
+        cl->read_paused = false;
+        bufferevent_enable(cl->bev, EV_READ);
+        /* Lines may already sit in the input buffer. */
+        if (evbuffer_get_length(bufferevent_get_input(cl->bev)) > 0) {
+            client_read_cb(cl->bev, cl);
+        }
+    }
+}
+
+/* ---- writing answers ------------------------------------------------------ */
+
+static void write_ndjson_error(struct client *cl, const char *id,
+                               size_t id_len, enum proto_err err,
+                               const char *msg)
+{
+    char buf[PROTO_RESPONSE_MAX];
+    struct response rsp = {0};
+    rsp.id = id_len ? id : NULL;
+    rsp.id_len = id_len;
+    rsp.err = err;
+    rsp.message = msg;
+    size_t n = proto_encode_response(&rsp, buf, sizeof(buf) - 1);
+    if (n > 0) {
+        buf[n++] = '\n';
+        bufferevent_write(cl->bev, buf, n);
+    }
+}
+
+static void write_http(struct client *cl, int status, const char *ctype,
+                       const char *body, size_t len, bool keep_alive,
+                       const char *allow, bool head_only)
+{
+    char head[512];
+    size_t hl = http_format_head(status, ctype, len, keep_alive, allow, head,
+                                 sizeof(head));
+    struct evbuffer *out = bufferevent_get_output(cl->bev);
+    evbuffer_add(out, head, hl);
+    if (!head_only && len > 0) {
+        evbuffer_add(out, body, len);
+    }
+}
+
+static void write_http_error(struct client *cl, int status, enum proto_err err,
+                             const char *msg, bool keep_alive,
+                             const char *allow)
+{
+    char buf[PROTO_RESPONSE_MAX];
+    struct response rsp = {0};
+    rsp.err = err;
+    rsp.message = msg;
+    size_t n = proto_encode_response(&rsp, buf, sizeof(buf));
+    write_http(cl, status, "application/json", buf, n, keep_alive, allow,
+               false);
+}
+
+static void http_next(struct client *cl);
+
+void server_call_done(struct call *call, const struct response *rsp)
+{
+    struct server *s = the_server;
+    struct client *cl = call->client;
+    if (cl != NULL) {
+        call_unlink(cl, call);
+        if (rsp != NULL && !cl->closing) {
+            char buf[PROTO_RESPONSE_MAX];
+            size_t n = proto_encode_response(rsp, buf, sizeof(buf) - 1);
+            if (n == 0) {
+                log_error(cl->subject, "response did not fit its buffer");
+            } else if (call->http) {
+                int status = rsp->err == ERR_NONE ? 200
+                                                  : proto_err_status(rsp->err);
+                write_http(cl, status, "application/json", buf, n,
+                           call->keep_alive, NULL, call->head_only);
+            } else {
+                buf[n++] = '\n';
+                bufferevent_write(cl->bev, buf, n);
+            }
+        }
+        bool http = call->http;
+        bool keep_alive = call->keep_alive;
+        call_free(s, call);
+        if (cl->peer_eof && cl->inflight == 0) {
+            client_close_after_flush(cl);
+            return;
+        }
+        if (http) {
+            cl->http_busy = false;
+            if (!keep_alive) {
+                client_close_after_flush(cl);
+                return;
+            }
+            http_next(cl);
+            return;
+        }
+        if (cl->closing) {
+            return;
+        }
+        if (client_over_limits(cl)) {
+            client_pause(cl);
+        } else {
+            client_maybe_resume(cl);
+        }
+        return;
+    }
+    call_free(s, call);
+}
+
+void server_send_event(struct client *cl, const char *json, size_t len)
+{
+    if (cl == NULL || cl->closing || cl->framing != FRAMING_NDJSON) {
+        return;
+    }
+    struct evbuffer *out = bufferevent_get_output(cl->bev);
+    evbuffer_add(out, json, len);
+    evbuffer_add(out, "\n", 1);
+}
+
+/* ---- NDJSON --------------------------------------------------------------- */
+
+static bool line_is_blank(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r') {
+            return false;
+        }
+    }
+    return true;
+}
+
+static void ndjson_read(struct client *cl)
+{
+    struct server *s = cl->srv;
+    struct evbuffer *in = bufferevent_get_input(cl->bev);
+    size_t max = s->cfg->max_line_bytes;
+    while (!cl->closing) {
+        if (client_over_limits(cl)) {
+            client_pause(cl);
+            return;
+        }
+        size_t eol_len = 0;
+        struct evbuffer_ptr eol =
+            evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
+        if (eol.pos < 0) {
+            if (evbuffer_get_length(in) > max) {
+                METRIC_INC(requests_bad);
+                log_warn(cl->subject, "line over %zu bytes: closing", max);
+                write_ndjson_error(cl, NULL, 0, ERR_TOO_LARGE,
+                                   "request line over the limit "
+                                   "(--max-line-bytes)");
+                client_close_after_flush(cl);
+            }
+            return;
+        }
+        size_t len = (size_t)eol.pos;
+        if (len > max) {
+            METRIC_INC(requests_bad);
+            log_warn(cl->subject, "line over %zu bytes: closing", max);
+            write_ndjson_error(cl, NULL, 0, ERR_TOO_LARGE,
+                               "request line over the limit "
+                               "(--max-line-bytes)");
+            client_close_after_flush(cl);
+            return;
+        }
+        const char *line = (const char *)evbuffer_pullup(in, (ssize_t)(len + 1));
+        if (line_is_blank(line, len)) {
+            evbuffer_drain(in, len + 1);
+            continue;
+        }
+        struct call *call = call_new(s, cl);
+        if (call == NULL) {
+            log_error(cl->subject, "out of memory");
+            client_close_after_flush(cl);
+            return;
+        }
+        char err[PROTO_MSG_MAX];
+        int rc = proto_decode(line, len, OP_NONE, &call->req, err, sizeof(err));
+        evbuffer_drain(in, len + 1);
+        if (rc != 0) {
+            METRIC_INC(requests_bad);
+            call_unlink(cl, call);
+            write_ndjson_error(cl, call->req.id, call->req.id_len,
+                               ERR_BAD_REQUEST, err);
+            bool fatal = rc == -2;
+            call_free(s, call);
+            if (fatal) {
+                /* The stream cannot be trusted past a line that is not
+                 * JSON: answer once and close. */
+                log_warn(cl->subject, "unparseable line: closing");
+                client_close_after_flush(cl);
+                return;
+            }
+            continue;
+        }
+        if (call->req.op == OP_HEALTH) {
+            bool ok;
+            size_t n;
+            char *json = ops_health_json(s->ops, call->req.id,
+                                         call->req.id_len, &ok, &n);
+            call_unlink(cl, call);
+            call_free(s, call);
+            if (json != NULL) {
+                struct evbuffer *out = bufferevent_get_output(cl->bev);
+                evbuffer_add(out, json, n);
+                evbuffer_add(out, "\n", 1);
+                free(json);
+            }
+            continue;
+        }
+        call->session = &cl->session;
+        ops_submit(s->ops, call);
+    }
+}
+
+/* ---- HTTP ----------------------------------------------------------------- */
+
+static void http_serve_local(struct client *cl, const struct http_request *h,
+                             const struct request *req)
+{
+    struct server *s = cl->srv;
+    bool head_only = h->method == HTTP_HEAD;
+    if (req->op == OP_HEALTH) {
+        bool ok;
+        size_t n;
+        char *json = ops_health_json(s->ops, NULL, 0, &ok, &n);
+        if (json == NULL) {
+            write_http_error(cl, 500, ERR_INTERNAL, "out of memory",
+                             h->keep_alive, NULL);
+            return;
+        }
+        write_http(cl, ok ? 200 : 503, "application/json", json, n,
+                   h->keep_alive, NULL, head_only);
+        free(json);
+        return;
+    }
+    size_t n;
+    char *text = ops_metrics_text(s->ops, &n);
+    if (text == NULL) {
+        write_http_error(cl, 500, ERR_INTERNAL, "out of memory", h->keep_alive,
+                         NULL);
+        return;
+    }
+    write_http(cl, 200, "text/plain; version=0.0.4; charset=utf-8", text, n,
+               h->keep_alive, NULL, head_only);
+    free(text);
+}
+
+/* Parses and starts the next buffered HTTP request, if any. */
+static void http_next(struct client *cl)
+{
+    struct server *s = cl->srv;
+    struct evbuffer *in = bufferevent_get_input(cl->bev);
+    while (!cl->closing && !cl->http_busy) {
+        size_t avail = evbuffer_get_length(in);
+        if (avail == 0) {
+            return;
+        }
+        const char *buf = (const char *)evbuffer_pullup(in, -1);
+        struct http_request h;
+        enum http_parse_result pr = http_parse(buf, avail, &s->http_limits, &h);
+        if (pr == HTTP_INCOMPLETE) {
+            if (h.head_done && h.expect_continue && !cl->http_continue_sent) {
+                static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+                bufferevent_write(cl->bev, cont, sizeof(cont) - 1);
+                cl->http_continue_sent = true;
+            }
+            return;
+        }
+        if (pr == HTTP_ERROR) {
+            METRIC_INC(requests_bad);
+            enum proto_err e = h.error_status == 413 ? ERR_TOO_LARGE
+                                                     : ERR_BAD_REQUEST;
+            write_http_error(cl, h.error_status, e,
+                             h.error_message ? h.error_message
+                                             : "bad request",
+                             false, NULL);
+            client_close_after_flush(cl);
+            return;
+        }
+        cl->http_continue_sent = false;
+        struct call *call = call_new(s, cl);
+        if (call == NULL) {
+            client_close_after_flush(cl);
+            return;
+        }
+        char err[PROTO_MSG_MAX];
+        int status = http_route(&h, &call->req, err, sizeof(err));
+        bool keep_alive = h.keep_alive;
+        if (status != 0) {
+            METRIC_INC(requests_bad);
+            call_unlink(cl, call);
+            call_free(s, call);
+            write_http_error(cl, status, ERR_BAD_REQUEST, err, keep_alive,
+                             status == 405 ? http_route_allow(h.path) : NULL);
+            evbuffer_drain(in, h.consumed);
+            if (!keep_alive) {
+                client_close_after_flush(cl);
+                return;
+            }
+            continue;
+        }
+        if (call->req.op == OP_HEALTH || call->req.op == OP_METRICS) {
+            http_serve_local(cl, &h, &call->req);
+            call_unlink(cl, call);
+            call_free(s, call);
+            evbuffer_drain(in, h.consumed);
+            if (!keep_alive) {
+                client_close_after_flush(cl);
+                return;
+            }
+            continue;
+        }
+        evbuffer_drain(in, h.consumed);
+        call->http = true;
+        call->keep_alive = keep_alive;
+        call->head_only = h.method == HTTP_HEAD;
+        call->session = NULL;
+        cl->http_busy = true;
+        ops_submit(s->ops, call);
+        /* ops may have answered synchronously, which re-enters http_next
+         * and consumed what followed; the loop condition handles it. */
+        return;
+    }
+}
+
+/* ---- reading -------------------------------------------------------------- */
+
+static void client_read_cb(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    struct client *cl = arg;
+    if (cl->closing) {
+        return;
+    }
+    if (cl->framing == FRAMING_UNKNOWN) {
+        struct evbuffer *in = bufferevent_get_input(cl->bev);
+        size_t n = evbuffer_get_length(in);
+        const unsigned char *p = evbuffer_pullup(in, (ssize_t)(n < 64 ? n
+                                                                      : 64));
+        size_t i = 0;
+        while (i < n && i < 64 &&
+               (p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n')) {
+            i++;
+        }
+        if (i == n || i == 64) {
+            if (i == 64) {
+                evbuffer_drain(in, i);
+            }
+            return;
+        }
+        cl->framing = p[i] == '{' ? FRAMING_NDJSON : FRAMING_HTTP;
+        if (cl->framing == FRAMING_HTTP) {
+            evbuffer_drain(in, i);
+        }
+    }
+    if (cl->framing == FRAMING_NDJSON) {
+        ndjson_read(cl);
+    } else {
+        http_next(cl);
+    }
+}
+
+/* ---- listener ------------------------------------------------------------- */
+
+static void accept_cb(struct evconnlistener *lst, evutil_socket_t fd,
+                      struct sockaddr *addr, int socklen, void *arg)
+{
+    (void)lst;
+    (void)addr;
+    (void)socklen;
+    struct server *s = arg;
+    if (s->n_clients >= s->cfg->max_connections) {
+        static const char msg[] =
+            "{\"ok\":false,\"error\":{\"code\":\"limit\",\"message\":"
+            "\"too many connections (--max-connections)\"}}\n";
+        METRIC_INC(clients_rejected);
+        log_warn(NULL, "connection refused: %d connections open (limit)",
+                 s->n_clients);
+        ssize_t w = write(fd, msg, sizeof(msg) - 1);
+        (void)w;
+        evutil_closesocket(fd);
+        return;
+    }
+    struct client *cl = calloc(1, sizeof(*cl));
+    if (cl == NULL) {
+        evutil_closesocket(fd);
+        return;
+    }
+    cl->bev = bufferevent_socket_new(s->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (cl->bev == NULL) {
+        evutil_closesocket(fd);
+        free(cl);
+        return;
+    }
+    cl->srv = s;
+    cl->id = ++s->next_id;
+    cl->session.client = cl;
+    snprintf(cl->subject, sizeof(cl->subject), "client %llu",
+             (unsigned long long)cl->id);
+    cl->next = s->clients;
+    if (s->clients != NULL) {
+        s->clients->prev = cl;
+    }
+    s->clients = cl;
+    s->n_clients++;
+    METRIC_ADD(clients, 1);
+    METRIC_INC(clients_accepted);
+    bufferevent_setcb(cl->bev, client_read_cb, client_write_cb,
+                      client_event_cb, cl);
+    bufferevent_setwatermark(cl->bev, EV_WRITE, OUT_LOW, 0);
+    bufferevent_enable(cl->bev, EV_READ | EV_WRITE);
+    log_debug(cl->subject, "connected");
+}
+
+static void accept_error_cb(struct evconnlistener *lst, void *arg)
+{
+    (void)lst;
+    (void)arg;
+    /* EMFILE and friends: log and keep listening; libevent retries. */
+    log_error(NULL, "accept: %s", strerror(errno));
+}
+
+/* Makes the listening socket with exactly the configured mode. */
+static int listen_unix(const char *path, int mode, char *err, size_t errlen)
+{
+    struct sockaddr_un sa;
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        snprintf(err, errlen, "--socket %s: path longer than %zu bytes", path,
+                 sizeof(sa.sun_path) - 1);
+        return -1;
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    strcpy(sa.sun_path, path);
+
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            snprintf(err, errlen, "--socket %s: exists and is not a socket",
+                     path);
+            return -1;
+        }
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (probe >= 0 &&
+            connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+            close(probe);
+            snprintf(err, errlen,
+                     "--socket %s: another process is listening there", path);
+            return -1;
+        }
+        if (probe >= 0) {
+            close(probe);
+        }
+        unlink(path); /* stale: nobody listens */
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    /* Bind with no permissions at all, then chmod: the socket is never
+     * reachable with more than the configured mode, whatever the umask. */
+    mode_t old = umask(0777);
+    int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+    int bind_errno = errno;
+    umask(old);
+    if (rc != 0) {
+        snprintf(err, errlen, "--socket %s: bind: %s", path,
+                 strerror(bind_errno));
+        close(fd);
+        return -1;
+    }
+    if (chmod(path, (mode_t)mode) != 0) {
+        snprintf(err, errlen, "--socket %s: chmod: %s", path, strerror(errno));
+        close(fd);
+        unlink(path);
+        return -1;
+    }
+    if (listen(fd, 1024) != 0) {
+        snprintf(err, errlen, "--socket %s: listen: %s", path,
+                 strerror(errno));
+        close(fd);
+        unlink(path);
+        return -1;
+    }
+    return fd;
+}
+
+struct server *server_create(struct event_base *base, const struct config *cfg,
+                             struct ops *ops, char *err, size_t errlen)
+{
+    struct server *s = calloc(1, sizeof(*s));
+    if (s == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    s->base = base;
+    s->cfg = cfg;
+    s->ops = ops;
+    http_limits_default(&s->http_limits, cfg->max_line_bytes);
+    s->socket_path = strdup(cfg->socket_path);
+    int fd = listen_unix(cfg->socket_path, cfg->socket_mode, err, errlen);
+    if (fd < 0 || s->socket_path == NULL) {
+        free(s->socket_path);
+        free(s);
+        return NULL;
+    }
+    s->listener = evconnlistener_new(base, accept_cb, s,
+                                      LEV_OPT_CLOSE_ON_FREE, -1, fd);
+    if (s->listener == NULL) {
+        snprintf(err, errlen, "cannot listen on %s", cfg->socket_path);
+        close(fd);
+        unlink(cfg->socket_path);
+        free(s->socket_path);
+        free(s);
+        return NULL;
+    }
+    evconnlistener_set_error_cb(s->listener, accept_error_cb);
+    the_server = s;
+    return s;
+}
+
+void server_stop_accepting(struct server *s)
+{
+    if (s->listener != NULL) {
+        evconnlistener_free(s->listener);
+        s->listener = NULL;
+        unlink(s->socket_path);
+    }
+}
+
+void server_destroy(struct server *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    server_stop_accepting(s);
+    while (s->clients != NULL) {
+        client_free(s->clients);
+    }
+    while (s->free_calls != NULL) {
+        struct call *c = s->free_calls;
+        s->free_calls = c->next;
+        free(c);
+    }
+    free(s->socket_path);
+    if (the_server == s) {
+        the_server = NULL;
+    }
+    free(s);
+}
+
+int server_client_count(const struct server *s)
+{
+    return s->n_clients;
+}

@@ -1,0 +1,33 @@
+/* server.h: the unix-socket listener and client connections.
+ *
+ * The first byte of a connection picks its framing: '{' (after optional
+ * whitespace) means NDJSON, anything else HTTP/1.1. Each connection reads
+ * only while its output buffer and its in-flight requests are under their
+ * limits, so a client that never reads cannot grow the daemon's memory. */
+#ifndef REDLOCKD_SERVER_H
+#define REDLOCKD_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct event_base;
+struct config;
+struct ops;
+struct server;
+
+/* server_create: binds and listens on cfg->socket_path with cfg->socket_mode
+ * (not widened by the umask). A stale socket file with no listener is
+ * replaced; a live one is an error. Returns NULL with err filled. */
+struct server *server_create(struct event_base *base, const struct config *cfg,
+                             struct ops *ops, char *err, size_t errlen);
+
+/* server_stop_accepting: closes the listener and removes the socket file;
+ * open connections stay until server_destroy(). */
+void server_stop_accepting(struct server *s);
+
+/* server_destroy: closes every connection and frees the server. */
+void server_destroy(struct server *s);
+
+int server_client_count(const struct server *s);
+
+#endif

@@ -1,0 +1,35 @@
+/* wake.h: cross-daemon wake-ups for waiters.
+ *
+ * The release and complete scripts PUBLISH on <prefix>wake:<resource>. While
+ * this daemon has waiters, it keeps one subscriber connection per node and
+ * subscribes to the channels of the resources it waits for, so a waiter
+ * learns of a release in another daemon within milliseconds instead of after
+ * a back-off. With no waiters left, the subscriber connections are closed. */
+#ifndef REDLOCKD_WAKE_H
+#define REDLOCKD_WAKE_H
+
+#include <stddef.h>
+
+struct event_base;
+struct config;
+struct wake;
+
+/* Called for every release or completion announced on a watched resource;
+ * several nodes announce the same event, so expect repeats. */
+typedef void wake_fn(const char *resource, size_t len, void *priv);
+
+/* wake_create: nothing connects until the first wake_watch(). cfg is
+ * borrowed and must outlive the wake. */
+struct wake *wake_create(struct event_base *base, const struct config *cfg,
+                         wake_fn *cb, void *priv);
+void wake_destroy(struct wake *w);
+
+/* wake_watch / wake_unwatch: start or stop listening for a resource;
+ * returns 0 or -1 (out of memory: the waiter falls back to its back-off). */
+int wake_watch(struct wake *w, const char *resource, size_t len);
+void wake_unwatch(struct wake *w, const char *resource, size_t len);
+
+/* wake_watching: resources watched now (for tests and metrics). */
+size_t wake_watching(const struct wake *w);
+
+#endif

@@ -1,0 +1,150 @@
+/* test_locks.c: the lock table: token lookup across growth, session lists,
+ * the deadline heap's order under updates and removals, token shape. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "locks.h"
+
+static void test_token_shape_and_uniqueness(void **state)
+{
+    (void)state;
+    char a[PROTO_TOKEN_LEN + 1], b[PROTO_TOKEN_LEN + 1];
+    locks_new_token(a);
+    locks_new_token(b);
+    assert_int_equal(strlen(a), 32);
+    for (int i = 0; i < 32; i++) {
+        assert_true((a[i] >= '0' && a[i] <= '9') ||
+                    (a[i] >= 'a' && a[i] <= 'f'));
+    }
+    assert_string_not_equal(a, b);
+}
+
+static void test_version_bits_are_random(void **state)
+{
+    (void)state;
+    /* In a v4 UUID, hex char 12 is always '4'; our tokens refill it. */
+    int not_four = 0;
+    for (int i = 0; i < 64; i++) {
+        char t[PROTO_TOKEN_LEN + 1];
+        locks_new_token(t);
+        not_four += t[12] != '4';
+    }
+    assert_true(not_four > 0);
+}
+
+static void test_add_find_remove_many(void **state)
+{
+    (void)state;
+    struct lock_table *t = locks_create();
+    assert_non_null(t);
+    enum { N = 5000 };
+    static char tokens[N][PROTO_TOKEN_LEN + 1];
+    for (int i = 0; i < N; i++) {
+        locks_new_token(tokens[i]);
+        char res[32];
+        int n = snprintf(res, sizeof(res), "r%d", i);
+        assert_non_null(locks_add(t, tokens[i], res, (size_t)n, NULL, 1000,
+                                  (uint64_t)i));
+    }
+    assert_int_equal(locks_count(t), N);
+    for (int i = 0; i < N; i++) {
+        struct lock *l = locks_find(t, tokens[i]);
+        assert_non_null(l);
+        char res[32];
+        snprintf(res, sizeof(res), "r%d", i);
+        assert_string_equal(l->resource, res);
+    }
+    for (int i = 0; i < N; i += 2) {
+        locks_remove(t, locks_find(t, tokens[i]));
+    }
+    assert_int_equal(locks_count(t), N / 2);
+    for (int i = 0; i < N; i++) {
+        assert_true((locks_find(t, tokens[i]) != NULL) == (i % 2 == 1));
+    }
+    char missing[PROTO_TOKEN_LEN + 1];
+    locks_new_token(missing);
+    assert_null(locks_find(t, missing));
+    locks_destroy(t);
+}
+
+static void test_owner_list(void **state)
+{
+    (void)state;
+    struct lock_table *t = locks_create();
+    struct lock_owner a = {0}, b = {0};
+    char tok[4][PROTO_TOKEN_LEN + 1];
+    struct lock *l[4];
+    for (int i = 0; i < 4; i++) {
+        locks_new_token(tok[i]);
+        l[i] = locks_add(t, tok[i], "x", 1, i < 3 ? &a : &b, 100, 0);
+    }
+    assert_int_equal(a.count, 3);
+    assert_int_equal(b.count, 1);
+    locks_remove(t, l[1]); /* middle of a's list */
+    assert_int_equal(a.count, 2);
+    int seen = 0;
+    for (struct lock *p = a.head; p != NULL; p = p->own_next) {
+        assert_ptr_equal(p->owner, &a);
+        seen++;
+    }
+    assert_int_equal(seen, 2);
+    while (a.head != NULL) {
+        locks_remove(t, a.head);
+    }
+    assert_int_equal(a.count, 0);
+    assert_int_equal(locks_count(t), 1);
+    locks_destroy(t);
+}
+
+static void test_deadline_heap(void **state)
+{
+    (void)state;
+    struct lock_table *t = locks_create();
+    enum { N = 300 };
+    struct lock *l[N];
+    srand(7);
+    for (int i = 0; i < N; i++) {
+        char tok[PROTO_TOKEN_LEN + 1];
+        locks_new_token(tok);
+        l[i] = locks_add(t, tok, "r", 1, NULL, 100, 0);
+        locks_set_deadline(t, l[i], (uint64_t)(rand() % 100000));
+    }
+    /* move some, remove some */
+    for (int i = 0; i < N; i += 3) {
+        locks_set_deadline(t, l[i], (uint64_t)(rand() % 100000));
+    }
+    for (int i = 1; i < N; i += 7) {
+        locks_remove(t, l[i]);
+    }
+    uint64_t prev = 0, due;
+    size_t popped = 0;
+    struct lock *p;
+    while ((p = locks_peek_due(t, &due)) != NULL) {
+        assert_true(due >= prev);
+        prev = due;
+        locks_remove(t, p);
+        popped++;
+    }
+    assert_int_equal(popped, N - (N + 5) / 7);
+    assert_int_equal(locks_count(t), 0);
+    locks_destroy(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_token_shape_and_uniqueness),
+        cmocka_unit_test(test_version_bits_are_random),
+        cmocka_unit_test(test_add_find_remove_many),
+        cmocka_unit_test(test_owner_list),
+        cmocka_unit_test(test_deadline_heap),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,237 @@
+/* test_redlock.c: the pure Redlock decisions: validity arithmetic, quorum,
+ * early decisions, failure codes, rollback sets, back-off. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "redlock.h"
+
+#define MS 1000ULL
+
+static void test_quorum(void **state)
+{
+    (void)state;
+    assert_int_equal(redlock_quorum(1), 1);
+    assert_int_equal(redlock_quorum(2), 2);
+    assert_int_equal(redlock_quorum(3), 2);
+    assert_int_equal(redlock_quorum(4), 3);
+    assert_int_equal(redlock_quorum(5), 3);
+    assert_int_equal(redlock_quorum(7), 4);
+}
+
+static void test_validity(void **state)
+{
+    (void)state;
+    /* 30000 - 0 - (300 + 2) */
+    assert_int_equal(redlock_validity_ms(30000, 0.01, 0), 29698);
+    /* elapsed rounds up: 1 us counts as 1 ms */
+    assert_int_equal(redlock_validity_ms(30000, 0.01, 1), 29697);
+    assert_int_equal(redlock_validity_ms(30000, 0.01, 1000), 29697);
+    assert_int_equal(redlock_validity_ms(30000, 0.01, 1001), 29696);
+    /* drift rounds up: 10 * 0.01 = 0.1 -> 1 ms, + 2 */
+    assert_int_equal(redlock_validity_ms(10, 0.01, 0), 7);
+    assert_int_equal(redlock_validity_ms(10, 0.01, 7 * MS), 0);
+    assert_true(redlock_validity_ms(10, 0.01, 8 * MS) < 0);
+    assert_int_equal(redlock_validity_ms(1000, 0.0, 0), 998);
+    assert_int_equal(redlock_validity_ms(86400000, 0.5, 0),
+                     86400000 - 43200000 - 2);
+}
+
+static void test_win_early(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    redlock_round_start(&r, 5, 30000, 0.01, 100 * MS, 0);
+    assert_int_equal(r.quorum, 3);
+    assert_int_equal(redlock_round_answer(&r, 0, RL_OK, 7, -1, 101 * MS),
+                     RL_UNDECIDED);
+    assert_int_equal(redlock_round_answer(&r, 3, RL_OK, 9, -1, 102 * MS),
+                     RL_UNDECIDED);
+    /* third ok decides without waiting for nodes 1, 2, 4 */
+    assert_int_equal(redlock_round_answer(&r, 4, RL_OK, 8, -1, 103 * MS),
+                     RL_WON);
+    assert_int_equal(r.validity_ms, 30000 - 3 - 302);
+    assert_int_equal(r.fence_max, 9);
+    assert_int_equal(redlock_ok_set(&r), (1u << 0) | (1u << 3) | (1u << 4));
+    /* late answers are recorded but do not change the outcome */
+    assert_int_equal(redlock_round_answer(&r, 1, RL_BUSY, 0, 50, 104 * MS),
+                     RL_WON);
+    assert_int_equal(r.n_busy, 1);
+}
+
+static void test_lose_early_busy(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    redlock_round_answer(&r, 0, RL_BUSY, 0, 800, 10);
+    redlock_round_answer(&r, 1, RL_BUSY, 0, 700, 20);
+    /* two ok + two pending could still make 3 */
+    assert_int_equal(redlock_round_answer(&r, 2, RL_OK, 0, -1, 30),
+                     RL_UNDECIDED);
+    /* 1 ok + 1 pending < 3: certain now */
+    assert_int_equal(redlock_round_answer(&r, 3, RL_BUSY, 0, 900, 40),
+                     RL_LOST_BUSY);
+    assert_int_equal(r.pttl_min, 700);
+    /* rollback: node 2 (ok) and node 4 (pending), not the busy ones */
+    assert_int_equal(redlock_rollback_set(&r), (1u << 2) | (1u << 4));
+}
+
+static void test_lose_noquorum_on_timeouts(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    redlock_round_answer(&r, 0, RL_OK, 0, -1, 10);
+    redlock_round_answer(&r, 1, RL_OK, 0, -1, 10);
+    redlock_round_answer(&r, 2, RL_FAILED, 0, -1, 100 * MS);
+    /* 2 ok + 1 pending could still make 3 */
+    assert_int_equal(redlock_round_answer(&r, 3, RL_FAILED, 0, -1, 100 * MS),
+                     RL_UNDECIDED);
+    assert_int_equal(redlock_round_answer(&r, 4, RL_FAILED, 0, -1, 100 * MS),
+                     RL_LOST_NOQUORUM);
+    /* every node that may hold the key: the oks and the timeouts */
+    assert_int_equal(redlock_rollback_set(&r), 0x1fu);
+
+    /* decided with one node still pending: it is rolled back too */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    redlock_round_answer(&r, 0, RL_OK, 0, -1, 10);
+    redlock_round_answer(&r, 1, RL_FAILED, 0, -1, 10);
+    redlock_round_answer(&r, 2, RL_BUSY, 0, 5, 10);
+    assert_int_equal(redlock_round_answer(&r, 3, RL_FAILED, 0, -1, 10),
+                     RL_LOST_BUSY);
+    assert_int_equal(redlock_rollback_set(&r), 0x1bu);
+}
+
+static void test_done_wins_over_busy(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    redlock_round_answer(&r, 0, RL_DONE, 0, -1, 1);
+    redlock_round_answer(&r, 1, RL_DONE, 0, -1, 1);
+    assert_int_equal(redlock_round_answer(&r, 2, RL_BUSY, 0, 5, 1),
+                     RL_LOST_DONE);
+    assert_int_equal(redlock_rollback_set(&r), (1u << 3) | (1u << 4));
+}
+
+static void test_busy_needs_reachable_quorum(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    /* nodes 2,3,4 down (skipped): one busy answer is not evidence enough */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0x1cu);
+    assert_int_equal(redlock_round_outcome(&r), RL_LOST_NOQUORUM);
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0x18u);
+    assert_int_equal(redlock_round_answer(&r, 0, RL_BUSY, 0, 10, 1),
+                     RL_LOST_BUSY);
+}
+
+static void test_all_skipped_decides_at_start(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    redlock_round_start(&r, 3, 1000, 0.01, 0, 0x7u);
+    assert_int_equal(redlock_round_outcome(&r), RL_LOST_NOQUORUM);
+    assert_int_equal(redlock_rollback_set(&r), 0);
+}
+
+static void test_quorum_too_late(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    redlock_round_start(&r, 3, 100, 0.01, 0, 0);
+    redlock_round_answer(&r, 0, RL_OK, 0, -1, 50 * MS);
+    /* 100 - 97 - 3 = 0: not valid */
+    assert_int_equal(redlock_round_answer(&r, 1, RL_OK, 0, -1, 97 * MS),
+                     RL_LOST_NOQUORUM);
+    assert_int_equal(redlock_rollback_set(&r), 0x7u);
+}
+
+static void test_single_node(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    redlock_round_start(&r, 1, 1000, 0.01, 0, 0);
+    assert_int_equal(redlock_round_answer(&r, 0, RL_OK, 1, -1, 1),
+                     RL_WON);
+}
+
+static void test_even_nodes(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    redlock_round_start(&r, 4, 1000, 0.01, 0, 0);
+    redlock_round_answer(&r, 0, RL_OK, 0, -1, 1);
+    redlock_round_answer(&r, 1, RL_OK, 0, -1, 1);
+    assert_int_equal(redlock_round_answer(&r, 2, RL_BUSY, 0, 3, 1),
+                     RL_UNDECIDED);
+    assert_int_equal(redlock_round_answer(&r, 3, RL_BUSY, 0, 3, 1),
+                     RL_LOST_BUSY);
+}
+
+static void test_duplicate_answer_ignored(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    redlock_round_start(&r, 3, 1000, 0.01, 0, 0);
+    redlock_round_answer(&r, 0, RL_OK, 0, -1, 1);
+    /* a second answer for the same node must not count twice */
+    assert_int_equal(redlock_round_answer(&r, 0, RL_OK, 0, -1, 1),
+                     RL_UNDECIDED);
+    assert_int_equal(r.n_ok, 1);
+    assert_int_equal(redlock_round_answer(&r, 7, RL_OK, 0, -1, 1),
+                     RL_UNDECIDED);
+}
+
+static void test_backoff(void **state)
+{
+    (void)state;
+    assert_int_equal(redlock_backoff_ms(0, 100, 5000, 0.0), 50);
+    assert_int_equal(redlock_backoff_ms(0, 100, 5000, 0.999), 99);
+    assert_int_equal(redlock_backoff_ms(3, 100, 5000, 0.0), 400);
+    assert_int_equal(redlock_backoff_ms(30, 100, 5000, 0.0), 2500);
+    assert_true(redlock_backoff_ms(30, 100, 5000, 0.99) <= 5000);
+    assert_true(redlock_backoff_ms(0, 1, 5000, 0.0) >= 1);
+    for (unsigned a = 0; a < 40; a++) {
+        uint32_t v = redlock_backoff_ms(a, 100, 5000, 0.5);
+        assert_true(v >= 1 && v <= 5000);
+    }
+}
+
+static void test_retry_delay(void **state)
+{
+    (void)state;
+    assert_int_equal(redlock_retry_delay_ms(0, -1, 0, 0.5), 0);
+    /* never past the remaining wait */
+    assert_int_equal(redlock_retry_delay_ms(10, -1, 3, 0.5), 3);
+    /* never before the holder's PTTL */
+    assert_int_equal(redlock_retry_delay_ms(0, 200, 10000, 0.0), 201);
+    assert_int_equal(redlock_retry_delay_ms(0, 200, 100, 0.0), 100);
+    uint32_t d = redlock_retry_delay_ms(0, -1, 10000, 0.0);
+    assert_true(d >= 1 && d <= 5);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quorum),
+        cmocka_unit_test(test_validity),
+        cmocka_unit_test(test_win_early),
+        cmocka_unit_test(test_lose_early_busy),
+        cmocka_unit_test(test_lose_noquorum_on_timeouts),
+        cmocka_unit_test(test_done_wins_over_busy),
+        cmocka_unit_test(test_busy_needs_reachable_quorum),
+        cmocka_unit_test(test_all_skipped_decides_at_start),
+        cmocka_unit_test(test_quorum_too_late),
+        cmocka_unit_test(test_single_node),
+        cmocka_unit_test(test_even_nodes),
+        cmocka_unit_test(test_duplicate_answer_ignored),
+        cmocka_unit_test(test_backoff),
+        cmocka_unit_test(test_retry_delay),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
