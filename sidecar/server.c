@@ -63,6 +63,7 @@ struct client {
     bool peer_eof;             /* peer shut its side: answer, then close */
     bool http_busy;            /* an HTTP request is being answered */
     bool http_continue_sent;   /* 100 Continue sent for the current head */
+    bool metrics_only;         /* from --metrics-listen: no lock routes */
     struct client *prev, *next;
     char subject[32];
 };
@@ -72,6 +73,7 @@ struct server {
     const struct config *cfg;  /* borrowed */
     struct ops *ops;           /* borrowed */
     struct evconnlistener *listener; /* owned */
+    struct evconnlistener *metrics_listener; /* owned, NULL when off */
     char *socket_path;         /* owned copy, for unlink */
     struct client *clients;
     int n_clients;
@@ -538,6 +540,23 @@ static void http_next(struct client *cl)
             }
             continue;
         }
+        if (cl->metrics_only && call->req.op != OP_HEALTH &&
+            call->req.op != OP_METRICS) {
+            /* Prometheus' port is reachable by more peers than the lock
+             * socket: it never serves lock operations. */
+            call_unlink(cl, call);
+            call_free(s, call);
+            write_http_error(cl, 404, ERR_BAD_REQUEST,
+                             "only /metrics and /v1/health are served on "
+                             "the metrics listener",
+                             keep_alive, NULL);
+            evbuffer_drain(in, h.consumed);
+            if (!keep_alive) {
+                client_close_after_flush(cl);
+                return;
+            }
+            continue;
+        }
         if (call->req.op == OP_HEALTH || call->req.op == OP_METRICS) {
             http_serve_local(cl, &h, &call->req);
             call_unlink(cl, call);
@@ -587,7 +606,8 @@ static void client_read_cb(struct bufferevent *bev, void *arg)
             }
             return;
         }
-        cl->framing = p[i] == '{' ? FRAMING_NDJSON : FRAMING_HTTP;
+        cl->framing = p[i] == '{' && !cl->metrics_only ? FRAMING_NDJSON
+                                                         : FRAMING_HTTP;
         if (cl->framing == FRAMING_HTTP) {
             evbuffer_drain(in, i);
         }
@@ -601,13 +621,9 @@ static void client_read_cb(struct bufferevent *bev, void *arg)
 
 /* ---- listener ------------------------------------------------------------- */
 
-static void accept_cb(struct evconnlistener *lst, evutil_socket_t fd,
-                      struct sockaddr *addr, int socklen, void *arg)
+static void client_accept(struct server *s, evutil_socket_t fd,
+                          bool metrics_only)
 {
-    (void)lst;
-    (void)addr;
-    (void)socklen;
-    struct server *s = arg;
     if (s->n_clients >= s->cfg->max_connections) {
         static const char msg[] =
             "{\"ok\":false,\"error\":{\"code\":\"limit\",\"message\":"
@@ -632,6 +648,7 @@ static void accept_cb(struct evconnlistener *lst, evutil_socket_t fd,
         return;
     }
     cl->srv = s;
+    cl->metrics_only = metrics_only;
     cl->id = ++s->next_id;
     cl->session.client = cl;
     snprintf(cl->subject, sizeof(cl->subject), "client %llu",
@@ -649,6 +666,67 @@ static void accept_cb(struct evconnlistener *lst, evutil_socket_t fd,
     bufferevent_setwatermark(cl->bev, EV_WRITE, OUT_LOW, 0);
     bufferevent_enable(cl->bev, EV_READ | EV_WRITE);
     log_debug(cl->subject, "connected");
+}
+
+static void accept_cb(struct evconnlistener *lst, evutil_socket_t fd,
+                      struct sockaddr *addr, int socklen, void *arg)
+{
+    (void)lst;
+    (void)addr;
+    (void)socklen;
+    client_accept(arg, fd, false);
+}
+
+static void metrics_accept_cb(struct evconnlistener *lst, evutil_socket_t fd,
+                              struct sockaddr *addr, int socklen, void *arg)
+{
+    (void)lst;
+    (void)addr;
+    (void)socklen;
+    client_accept(arg, fd, true);
+}
+
+/* Opens the --metrics-listen TCP listener on HOST:PORT ([v6]:PORT too). */
+static int metrics_listen(struct server *s, const char *spec, char *err,
+                          size_t errlen)
+{
+    char host[256];
+    const char *colon = strrchr(spec, ':');
+    if (colon == NULL || (size_t)(colon - spec) >= sizeof(host)) {
+        snprintf(err, errlen, "--metrics-listen %s: want HOST:PORT", spec);
+        return -1;
+    }
+    const char *h = spec;
+    size_t hl = (size_t)(colon - spec);
+    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
+        h++;
+        hl -= 2;
+    }
+    memcpy(host, h, hl);
+    host[hl] = '\0';
+    struct evutil_addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = EVUTIL_AI_PASSIVE;
+    int gai = evutil_getaddrinfo(host, colon + 1, &hints, &res);
+    if (gai != 0 || res == NULL) {
+        snprintf(err, errlen, "--metrics-listen %s: %s", spec,
+                 evutil_gai_strerror(gai));
+        return -1;
+    }
+    s->metrics_listener = evconnlistener_new_bind(
+        s->base, metrics_accept_cb, s,
+        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 128,
+        res->ai_addr, (int)res->ai_addrlen);
+    evutil_freeaddrinfo(res);
+    if (s->metrics_listener == NULL) {
+        snprintf(err, errlen, "--metrics-listen %s: %s", spec,
+                 strerror(errno));
+        return -1;
+    }
+    log_info(NULL, "metrics on http://%s/metrics", spec);
+    return 0;
 }
 
 static void accept_error_cb(struct evconnlistener *lst, void *arg)
@@ -755,6 +833,14 @@ struct server *server_create(struct event_base *base, const struct config *cfg,
         return NULL;
     }
     evconnlistener_set_error_cb(s->listener, accept_error_cb);
+    if (cfg->metrics_listen != NULL &&
+        metrics_listen(s, cfg->metrics_listen, err, errlen) != 0) {
+        evconnlistener_free(s->listener);
+        unlink(cfg->socket_path);
+        free(s->socket_path);
+        free(s);
+        return NULL;
+    }
     the_server = s;
     return s;
 }
@@ -765,6 +851,10 @@ void server_stop_accepting(struct server *s)
         evconnlistener_free(s->listener);
         s->listener = NULL;
         unlink(s->socket_path);
+    }
+    if (s->metrics_listener != NULL) {
+        evconnlistener_free(s->metrics_listener);
+        s->metrics_listener = NULL;
     }
 }
 
