@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include <event2/event.h>
 #include <hiredis/hiredis.h>
 
 #include "config.h"
@@ -57,6 +58,19 @@ struct cluster_op {
     struct cluster_op *next_free;
 };
 
+/* One fence-counter repair of a restarted node: read the counter from
+ * enough other nodes, then raise the restarted node's to their maximum.
+ * Owned by its node callbacks; freed when the last one has run. */
+struct repair {
+    struct cluster *c;
+    int target;       /* the restarted node */
+    int generation;   /* stale rounds are ignored */
+    int answered;     /* nodes whose counter we read */
+    int outstanding;  /* node callbacks still due */
+    int64_t max;
+    bool raising;     /* the read is done; the raise is in flight */
+};
+
 struct cluster {
     struct event_base *base;    /* borrowed */
     const struct config *cfg;   /* borrowed */
@@ -71,6 +85,15 @@ struct cluster {
     int fire_inflight;          /* fire-and-forget commands */
     struct cluster_op *free_ops;
     int free_count;
+    /* Restart quarantine (see README, "Fencing and restarts"). */
+    bool quarantined[REDLOCK_MAX_NODES];
+    struct event *quarantine_ev[REDLOCK_MAX_NODES]; /* owned */
+    int repair_generation[REDLOCK_MAX_NODES];
+    struct qarg {
+        struct cluster *c;
+        int i;
+    } qargs[REDLOCK_MAX_NODES]; /* quarantine timer arguments */
+    uint32_t max_ttl_seen;  /* largest TTL granted: the default quarantine */
 };
 
 uint64_t cluster_now_us(void)
@@ -430,6 +453,9 @@ static void op_send_main(struct cluster_op *op, enum node_script script,
                          int argc, const char **argv, const size_t *lens,
                          uint32_t ttl_ms)
 {
+    if (ttl_ms > op->c->max_ttl_seen && ttl_ms != PROTO_TTL_MAX) {
+        op->c->max_ttl_seen = ttl_ms;
+    }
     struct cluster *c = op->c;
     uint64_t now = cluster_now_us();
     redlock_round_start(&op->round, c->n, ttl_ms, c->cfg->drift_factor, now,
@@ -440,7 +466,10 @@ static void op_send_main(struct cluster_op *op, enum node_script script,
     for (int i = 0; i < c->n; i++) {
         /* Once the skipped nodes alone decide the round, asking the rest
          * would only create keys to roll back. */
-        if (op->round.outcome == RL_UNDECIDED &&
+        /* A quarantined node may have lost keys it once held: it must
+         * not help form a new quarantine-free quorum. */
+        bool skip = op->kind == OPK_ACQUIRE && c->quarantined[i];
+        if (op->round.outcome == RL_UNDECIDED && !skip &&
             node_script(c->nodes[i], script, argc, argv, lens, op_main_cb,
                         op) == 0) {
             op->outstanding++;
@@ -536,10 +565,188 @@ int cluster_complete(struct cluster *c, const char *resource, size_t len,
 
 /* ---- nodes ------------------------------------------------------------ */
 
+static void repair_start(struct cluster *c, int target);
+
+static void repair_finish(struct cluster *c, int target, int64_t value)
+{
+    c->quarantined[target] = false;
+    log_info(NULL, "node %d: fence counter repaired to >= %lld; counts "
+                   "toward quorums again",
+             target + 1, (long long)value);
+}
+
+static void repair_retry_later(struct cluster *c, int target)
+{
+    struct timeval tv = {1, 0};
+    evtimer_add(c->quarantine_ev[target], &tv);
+}
+
+static void repair_release(struct repair *r)
+{
+    if (r->outstanding == 0) {
+        free(r);
+    }
+}
+
+static void repair_raise_cb(struct node *node, struct redisReply *reply,
+                            enum node_status status, void *privdata)
+{
+    (void)node;
+    struct repair *r = privdata;
+    struct cluster *c = r->c;
+    r->outstanding--;
+    if (r->generation == c->repair_generation[r->target]) {
+        if (status == NODE_REPLY && reply->type == REDIS_REPLY_INTEGER &&
+            reply->integer >= r->max) {
+            repair_finish(c, r->target, reply->integer);
+        } else {
+            log_warn(NULL, "node %d: fence repair failed; retrying",
+                     r->target + 1);
+            repair_retry_later(c, r->target);
+        }
+    }
+    repair_release(r);
+}
+
+static void repair_read_cb(struct node *node, struct redisReply *reply,
+                           enum node_status status, void *privdata)
+{
+    (void)node;
+    struct repair *r = privdata;
+    struct cluster *c = r->c;
+    r->outstanding--;
+    if (r->generation != c->repair_generation[r->target] || r->raising) {
+        repair_release(r);
+        return;
+    }
+    if (status == NODE_REPLY && (reply->type == REDIS_REPLY_NIL ||
+                                 reply->type == REDIS_REPLY_STRING)) {
+        int64_t v = reply->type == REDIS_REPLY_STRING
+                        ? strtoll(reply->str, NULL, 10)
+                        : 0;
+        if (v > r->max) {
+            r->max = v;
+        }
+        r->answered++;
+    }
+    /* Any N - quorum + 1 nodes meet every earlier write-back quorum in a
+     * node other than the target, so their maximum covers every fence
+     * handed out. */
+    int need = c->n - c->quorum + 1;
+    if (r->answered >= need) {
+        r->raising = true;
+        char val[24];
+        int vl = snprintf(val, sizeof(val), "%lld", (long long)r->max);
+        const char *argv[2] = {c->fence_key, val};
+        size_t lens[2] = {c->fence_key_len, (size_t)vl};
+        if (node_script(c->nodes[r->target], SCRIPT_FENCE_REPAIR, 2, argv,
+                        lens, repair_raise_cb, r) == 0) {
+            r->outstanding++;
+        } else {
+            repair_retry_later(c, r->target);
+        }
+    } else if (r->outstanding == 0) {
+        log_warn(NULL, "node %d: fence repair read %d of %d counters; "
+                       "retrying",
+                 r->target + 1, r->answered, need);
+        repair_retry_later(c, r->target);
+    }
+    repair_release(r);
+}
+
+static void repair_start(struct cluster *c, int target)
+{
+    if (c->cfg->unsafe_no_fence_repair) {
+        c->quarantined[target] = false;
+        log_warn(NULL, "node %d: counts again WITHOUT fence repair "
+                       "(--unsafe-no-fence-repair)",
+                 target + 1);
+        return;
+    }
+    struct repair *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        repair_retry_later(c, target);
+        return;
+    }
+    r->c = c;
+    r->target = target;
+    r->generation = ++c->repair_generation[target];
+    r->outstanding = 1; /* held while sending */
+    for (int i = 0; i < c->n; i++) {
+        if (i == target || c->quarantined[i]) {
+            continue;
+        }
+        const char *argv[2] = {"GET", c->fence_key};
+        size_t lens[2] = {3, c->fence_key_len};
+        if (node_command(c->nodes[i], 2, argv, lens, repair_read_cb, r) ==
+            0) {
+            r->outstanding++;
+        }
+    }
+    r->outstanding--;
+    if (r->outstanding == 0) {
+        log_warn(NULL, "node %d: no node to read fence counters from; "
+                       "retrying",
+                 target + 1);
+        repair_retry_later(c, target);
+        free(r);
+    }
+}
+
+static void quarantine_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct qarg *qa = arg;
+    struct cluster *c = qa->c;
+    int i = qa->i;
+    struct node *node = c->nodes[i];
+    if (!c->quarantined[i]) {
+        return;
+    }
+    if (!node_is_up(node)) {
+        repair_retry_later(c, i);
+        return;
+    }
+    repair_start(c, i);
+}
+
+static void quarantine_begin(struct cluster *c, int i)
+{
+    uint32_t q = c->cfg->quarantine_ms > 0 ? (uint32_t)c->cfg->quarantine_ms
+                                           : c->max_ttl_seen;
+    if (q < PROTO_TTL_DEFAULT && c->cfg->quarantine_ms == 0) {
+        q = PROTO_TTL_DEFAULT;
+    }
+    c->quarantined[i] = true;
+    c->repair_generation[i]++;
+    log_warn(NULL, "node %d: restarted (new run_id) without persistence: "
+                   "quarantined for %u ms, then its fence counter is "
+                   "repaired",
+             i + 1, q);
+    struct timeval tv = {(time_t)(q / 1000), (suseconds_t)(q % 1000) * 1000};
+    evtimer_add(c->quarantine_ev[i], &tv);
+}
+
 static void cluster_node_state_cb(struct node *node, enum node_state state,
                                   void *priv)
 {
     struct cluster *c = priv;
+    int i = node_index(node);
+    if (state == NODE_UP && node_restarted(node) &&
+        !node_is_persistent(node)) {
+        if (!c->cfg->unsafe_no_quarantine) {
+            quarantine_begin(c, i);
+        } else {
+            log_warn(NULL, "node %d: restarted; counted at once "
+                           "(--unsafe-no-quarantine)",
+                     i + 1);
+            if (!c->cfg->unsafe_no_fence_repair) {
+                c->quarantined[i] = true; /* only until the repair */
+                repair_start(c, i);
+            }
+        }
+    }
     if (c->node_cb != NULL && (state == NODE_UP || state == NODE_DOWN)) {
         c->node_cb(node, state == NODE_UP, c->node_priv);
     }
@@ -583,7 +790,10 @@ struct cluster *cluster_create(struct event_base *base,
     for (int i = 0; i < c->n; i++) {
         c->nodes[i] = node_create(base, i, &cfg->nodes[i], &opts,
                                   cluster_node_state_cb, c);
-        if (c->nodes[i] == NULL) {
+        c->qargs[i].c = c;
+        c->qargs[i].i = i;
+        c->quarantine_ev[i] = evtimer_new(base, quarantine_cb, &c->qargs[i]);
+        if (c->nodes[i] == NULL || c->quarantine_ev[i] == NULL) {
             log_error(NULL, "cluster: cannot create node %d", i + 1);
             cluster_destroy(c);
             return NULL;
@@ -598,6 +808,9 @@ void cluster_destroy(struct cluster *c)
         return;
     }
     for (int i = 0; i < c->n; i++) {
+        if (c->quarantine_ev[i] != NULL) {
+            event_free(c->quarantine_ev[i]);
+        }
         node_destroy(c->nodes[i]);
         c->nodes[i] = NULL;
     }
@@ -631,6 +844,11 @@ int cluster_up_count(const struct cluster *c)
 struct node *cluster_node(const struct cluster *c, int i)
 {
     return (i >= 0 && i < c->n) ? c->nodes[i] : NULL;
+}
+
+bool cluster_node_quarantined(const struct cluster *c, int i)
+{
+    return i >= 0 && i < c->n && c->quarantined[i];
 }
 
 int cluster_inflight(const struct cluster *c)

@@ -78,6 +78,10 @@ int cluster_size(const struct cluster *c);
 int cluster_up_count(const struct cluster *c);
 struct node *cluster_node(const struct cluster *c, int i);
 
+/* cluster_node_quarantined: node i restarted without persistence and does
+ * not count toward acquisitions yet. */
+bool cluster_node_quarantined(const struct cluster *c, int i);
+
 /* cluster_inflight: operations still waiting for node answers (including
  * rollbacks after a decision); shutdown waits for it to reach zero. */
 int cluster_inflight(const struct cluster *c);

@@ -88,6 +88,7 @@ static bool check_socket(const char *s);
 static bool check_prefix(const char *s);
 static bool check_nonempty(const char *s);
 static bool check_listen(const char *s);
+static bool check_id_list(const char *s);
 
 /* The settings. Adding --redis-password-file, say, is one row:
  *   {"redis-password-file", 0, "redis_password_file", NULL, OPT_STRING,
@@ -160,6 +161,34 @@ static const struct option_def options[] = {
     {"redis-server", 0, "redis_server", NULL, OPT_STRING,
      FIELD(redis_server, char *), "redis-server", 0, 0, check_nonempty,
      "a non-empty path", "PATH", "redis-server binary that --dev runs"},
+    {"redis-password-file", 0, "redis_password_file", NULL, OPT_STRING,
+     FIELD(redis_password_file, char *), NULL, 0, 0, check_nonempty,
+     "a file path", "FILE",
+     "Redis password for every node whose URI carries none, read from the "
+     "first line of FILE (or env REDLOCKD_REDIS_PASSWORD), so it never "
+     "shows in argv"},
+    {"allow-uid", 0, "allow_uid", NULL, OPT_STRING, FIELD(allow_uid, char *),
+     NULL, 0, 0, check_id_list, "a comma separated list of numeric ids",
+     "UID[,UID]",
+     "only peers running as one of these uids may connect (SO_PEERCRED); "
+     "root is not implied"},
+    {"allow-gid", 0, "allow_gid", NULL, OPT_STRING, FIELD(allow_gid, char *),
+     NULL, 0, 0, check_id_list, "a comma separated list of numeric ids",
+     "GID[,GID]",
+     "only peers whose primary gid is one of these may connect; with "
+     "--allow-uid, either match suffices"},
+    {"quarantine-ms", 0, "quarantine_ms", NULL, OPT_INT,
+     FIELD(quarantine_ms, int), "0", 0, 86400000, NULL, NULL, "N",
+     "a node seen to restart (new run_id) without ?persistent=1 counts "
+     "toward no quorum for N ms; 0 means the largest TTL granted so far, "
+     "at least 30000"},
+    {"unsafe-no-quarantine", 0, "unsafe_no_quarantine", NULL, OPT_BOOL,
+     FIELD(unsafe_no_quarantine, bool), NULL, 0, 0, NULL, NULL, NULL,
+     "testing only: count restarted nodes at once (shows what the "
+     "quarantine prevents)"},
+    {"unsafe-no-fence-repair", 0, "unsafe_no_fence_repair", NULL, OPT_BOOL,
+     FIELD(unsafe_no_fence_repair, bool), NULL, 0, 0, NULL, NULL, NULL,
+     "testing only: do not raise a restarted node's fence counter"},
     {"help", 'h', NULL, NULL, OPT_HELP, 0, NULL, 0, 0, NULL, NULL, NULL,
      "print this help and exit"},
     {"version", 'V', NULL, NULL, OPT_VERSION, 0, NULL, 0, 0, NULL, NULL, NULL,
@@ -347,6 +376,94 @@ static bool check_prefix(const char *s)
 }
 
 /* check_listen: "host:port" or "[v6]:port". */
+/* "1000" or "1000,1001": at most 16 numeric ids. */
+static bool check_id_list(const char *s)
+{
+    int n = 0;
+    while (*s) {
+        if (!isdigit((unsigned char)*s)) {
+            return false;
+        }
+        char *end;
+        errno = 0;
+        unsigned long v = strtoul(s, &end, 10);
+        if (errno != 0 || v > 4294967294UL || ++n > 16) {
+            return false;
+        }
+        s = end;
+        if (*s == ',') {
+            s++;
+            if (*s == '\0') {
+                return false;
+            }
+        } else if (*s != '\0') {
+            return false;
+        }
+    }
+    return n > 0;
+}
+
+static int parse_id_list(const char *s, unsigned *out)
+{
+    int n = 0;
+    while (s != NULL && *s && n < 16) {
+        char *end;
+        out[n++] = (unsigned)strtoul(s, &end, 10);
+        s = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+/* The Redis password from --redis-password-file or REDLOCKD_REDIS_PASSWORD,
+ * given to every node whose URI has none. */
+static int apply_redis_password(struct config *cfg, char *err, size_t errlen)
+{
+    char *pw = NULL;
+    if (cfg->redis_password_file != NULL) {
+        FILE *f = fopen(cfg->redis_password_file, "r");
+        if (f == NULL) {
+            set_err(err, errlen, "--redis-password-file %s: cannot read: %s",
+                    cfg->redis_password_file, strerror(errno));
+            return -1;
+        }
+        char line[1024];
+        if (fgets(line, sizeof line, f) == NULL) {
+            line[0] = '\0';
+        }
+        fclose(f);
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] == '\0') {
+            set_err(err, errlen, "--redis-password-file %s: empty first line",
+                    cfg->redis_password_file);
+            return -1;
+        }
+        pw = strdup(line);
+        memset(line, 0, sizeof line);
+    } else {
+        const char *env = getenv("REDLOCKD_REDIS_PASSWORD");
+        if (env != NULL && env[0] != '\0') {
+            pw = strdup(env);
+        }
+    }
+    if (pw == NULL) {
+        return 0;
+    }
+    int rc = 0;
+    for (int i = 0; i < cfg->n_nodes; i++) {
+        if (cfg->nodes[i].password == NULL) {
+            cfg->nodes[i].password = strdup(pw);
+            if (cfg->nodes[i].password == NULL) {
+                set_err(err, errlen, "out of memory");
+                rc = -1;
+                break;
+            }
+        }
+    }
+    memset(pw, 0, strlen(pw));
+    free(pw);
+    return rc;
+}
+
 static bool check_listen(const char *s)
 {
     const char *colon;
@@ -1564,6 +1681,11 @@ enum config_result config_load(struct config *cfg, int argc, char **argv,
                 "REDLOCKD_NODES, or --dev)");
         return CONFIG_ERROR;
     }
+    if (apply_redis_password(cfg, err, errlen) != 0) {
+        return CONFIG_ERROR;
+    }
+    cfg->n_allow_uids = parse_id_list(cfg->allow_uid, cfg->allow_uids);
+    cfg->n_allow_gids = parse_id_list(cfg->allow_gid, cfg->allow_gids);
     log_init(cfg->log_level, cfg->log_format);
     if (!cfg->dev && cfg->n_nodes % 2 == 0) {
         log_warn(NULL,

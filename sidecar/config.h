@@ -56,6 +56,17 @@ struct config {
     char *metrics_listen;  /* "host:port" TCP for /metrics, NULL when off */
     bool dev;              /* --dev: embedded 5-node cluster */
     char *redis_server;    /* --dev: redis-server binary, "redis-server" */
+    char *redis_password_file; /* password for nodes whose URI has none */
+    char *allow_uid;       /* "1000,1001": peers allowed (SO_PEERCRED) */
+    char *allow_gid;       /* "100": peer groups allowed */
+    unsigned allow_uids[16];
+    int n_allow_uids;      /* 0: any uid */
+    unsigned allow_gids[16];
+    int n_allow_gids;      /* 0: any gid */
+    int quarantine_ms;     /* restart quarantine; 0: the largest TTL seen,
+                              at least the default TTL */
+    bool unsafe_no_quarantine;  /* testing only: count restarted nodes */
+    bool unsafe_no_fence_repair; /* testing only: no counter repair */
 };
 
 enum config_result {
@@ -65,8 +76,9 @@ enum config_result {
 };
 
 /* config_load: fills cfg from defaults, then the JSON file named by --config
- * (if any), then the environment (REDLOCKD_NODES, REDLOCKD_SOCKET), then the
- * flags in argv. Prints --help/--version text to stdout. On CONFIG_ERROR, err
+ * (if any), then the environment (REDLOCKD_NODES, REDLOCKD_SOCKET,
+ * REDLOCKD_PREFIX, REDLOCKD_LOG_LEVEL, REDLOCKD_LOG_FORMAT,
+ * REDLOCKD_REDIS_PASSWORD), then the flags in argv. Prints --help/--version text to stdout. On CONFIG_ERROR, err
  * holds a message such as "--drift-factor: must be a number in 0..0.5, got
  * 'x'". The caller must config_free() cfg in every case. */
 enum config_result config_load(struct config *cfg, int argc, char **argv,

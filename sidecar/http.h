@@ -49,7 +49,7 @@ struct http_request {
                              sent "Expect: 100-continue": answer 100 once */
     bool has_length;      /* a Content-Length header was present */
     size_t consumed;      /* bytes of this request, head and body */
-    int error_status; /* on HTTP_ERROR: 400, 411, 413, 414, 417, 431, 505 */
+    int error_status;     /* on HTTP_ERROR: 400, 411, 413, 414, 417, 431, 505 */
     const char *error_message; /* on HTTP_ERROR: static text */
 };
 

@@ -35,7 +35,8 @@
  *   acquire:     {1, fence}   set (fence 0 unless asked)
  *                {0, pttl}    held by another token
  *                {2, pttl}    done mark present
- *   release, extend, complete, fence raise: 1 applied, 0 not held. */
+ *   release, extend, complete, fence raise: 1 applied, 0 not held.
+ *   fence repair: the counter after raising it to at least ARGV[1]. */
 static const char *const script_source[SCRIPT__COUNT] = {
     [SCRIPT_ACQUIRE] =
         "local v = redis.call('GET', KEYS[1])\n"
@@ -76,14 +77,20 @@ static const char *const script_source[SCRIPT__COUNT] = {
         "  return 1\n"
         "end\n"
         "return 0\n",
+    [SCRIPT_FENCE_REPAIR] =
+        "local c = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
+        "local t = tonumber(ARGV[1])\n"
+        "if c < t then redis.call('SET', KEYS[1], ARGV[1]) return t end\n"
+        "return c\n",
 };
 
 static const int script_numkeys[SCRIPT__COUNT] = {
     [SCRIPT_ACQUIRE] = 2,     [SCRIPT_RELEASE] = 1,
     [SCRIPT_EXTEND] = 1,      [SCRIPT_COMPLETE] = 1,
-    [SCRIPT_FENCE_RAISE] = 2,
+    [SCRIPT_FENCE_RAISE] = 2, [SCRIPT_FENCE_REPAIR] = 1,
 };
 
+#define HANDSHAKE_INFO (-2) /* handshake_cb tag of INFO server */
 #define CMD_INLINE 384 /* covers EVALSHA args for resources of ~250 bytes */
 #define SHA_LEN 40
 
@@ -127,6 +134,8 @@ struct node {
     double rtt_ms;
     uint64_t reconnects;
     bool was_up;                  /* has been up at least once */
+    char run_id[48];              /* INFO server run_id of this connection */
+    char prev_run_id[48];         /* run_id of the previous connection */
     char subject[48];             /* "node 2" for log lines */
 };
 
@@ -617,7 +626,24 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         }
         return;
     }
-    if (script >= 0 && script < SCRIPT__COUNT) {
+    if (script == HANDSHAKE_INFO) {
+        /* The server's run_id: a new one means the node restarted and may
+         * have lost every key (restart quarantine, in cluster.c). */
+        const char *p = reply->type == REDIS_REPLY_STRING
+                            ? strstr(reply->str, "run_id:")
+                            : NULL;
+        memcpy(node->prev_run_id, node->run_id, sizeof(node->run_id));
+        node->run_id[0] = '\0';
+        if (p != NULL) {
+            p += 7;
+            size_t n = strcspn(p, "\r\n");
+            if (n >= sizeof(node->run_id)) {
+                n = sizeof(node->run_id) - 1;
+            }
+            memcpy(node->run_id, p, n);
+            node->run_id[n] = '\0';
+        }
+    } else if (script >= 0 && script < SCRIPT__COUNT) {
         if (reply->type != REDIS_REPLY_STRING || reply->len != SHA_LEN) {
             node->handshake_failed = true;
             node_set_error(node, "SCRIPT LOAD: unexpected reply%s", "");
@@ -683,6 +709,9 @@ static void node_connect_cb(const redisAsyncContext *ac, int status)
         argv[1] = db;
         handshake_send(node, 2, argv, lens, -1);
     }
+    argv[0] = "INFO";
+    argv[1] = "server";
+    handshake_send(node, 2, argv, lens, HANDSHAKE_INFO);
     for (int s = 0; s < SCRIPT__COUNT; s++) {
         argv[0] = "SCRIPT";
         argv[1] = "LOAD";
@@ -882,6 +911,22 @@ const char *node_last_error(const struct node *node)
 double node_rtt_ms(const struct node *node)
 {
     return node->rtt_ms;
+}
+
+const char *node_run_id(const struct node *node)
+{
+    return node->run_id;
+}
+
+bool node_restarted(const struct node *node)
+{
+    return node->prev_run_id[0] != '\0' && node->run_id[0] != '\0' &&
+           strcmp(node->prev_run_id, node->run_id) != 0;
+}
+
+bool node_is_persistent(const struct node *node)
+{
+    return node->addr->persistent;
 }
 
 uint64_t node_reconnects(const struct node *node)

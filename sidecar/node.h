@@ -44,6 +44,7 @@ enum node_script {
     SCRIPT_EXTEND,      /* KEYS lock; ARGV token, ttl -> 1/0 */
     SCRIPT_COMPLETE,    /* KEYS lock; ARGV token, keep_ms, channel -> 1/0 */
     SCRIPT_FENCE_RAISE, /* KEYS lock, fence; ARGV token, value -> 1/0 */
+    SCRIPT_FENCE_REPAIR, /* KEYS fence; ARGV value -> counter after */
     SCRIPT__COUNT
 };
 
@@ -95,5 +96,12 @@ const char *node_state_name(enum node_state state);
 const char *node_last_error(const struct node *node); /* "" when none */
 double node_rtt_ms(const struct node *node);          /* < 0 unknown */
 uint64_t node_reconnects(const struct node *node);
+
+/* node_run_id: the server's INFO run_id, "" before the first handshake.
+ * node_restarted: the current connection found a different run_id than the
+ * previous one (checked when the node comes up). */
+const char *node_run_id(const struct node *node);
+bool node_restarted(const struct node *node);
+bool node_is_persistent(const struct node *node);
 
 #endif

@@ -954,9 +954,13 @@ char *ops_health_json(struct ops *o, const char *id, size_t id_len,
         const char *e = node_last_error(nd);
         nodes[i].last_error = e[0] ? e : NULL;
         nodes[i].rtt_ms = node_rtt_ms(nd);
-        nodes[i].quarantined = false;
+        nodes[i].quarantined = cluster_node_quarantined(o->cluster, i);
     }
-    *quorum_ok = cluster_up_count(o->cluster) >= cluster_quorum(o->cluster);
+    int usable = 0;
+    for (int i = 0; i < n; i++) {
+        usable += nodes[i].up && !nodes[i].quarantined;
+    }
+    *quorum_ok = usable >= cluster_quorum(o->cluster);
     return proto_encode_health(id, id_len, *quorum_ok,
                                cluster_quorum(o->cluster), nodes, n, len);
 }

@@ -621,9 +621,55 @@ static void client_read_cb(struct bufferevent *bev, void *arg)
 
 /* ---- listener ------------------------------------------------------------- */
 
+/* Whether the peer on a unix connection may use the daemon: with
+ * --allow-uid/--allow-gid, its uid or primary gid must be listed. */
+static bool peer_allowed(const struct config *cfg, evutil_socket_t fd,
+                         char *who, size_t wholen)
+{
+    if (cfg->n_allow_uids == 0 && cfg->n_allow_gids == 0) {
+        return true;
+    }
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+        snprintf(who, wholen, "unknown peer (%s)", strerror(errno));
+        return false;
+    }
+    snprintf(who, wholen, "pid %d uid %u gid %u", (int)cred.pid,
+             (unsigned)cred.uid, (unsigned)cred.gid);
+    for (int i = 0; i < cfg->n_allow_uids; i++) {
+        if (cfg->allow_uids[i] == (unsigned)cred.uid) {
+            return true;
+        }
+    }
+    for (int i = 0; i < cfg->n_allow_gids; i++) {
+        if (cfg->allow_gids[i] == (unsigned)cred.gid) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void reject(evutil_socket_t fd, const char *line, size_t len)
+{
+    ssize_t w = write(fd, line, len);
+    (void)w;
+    evutil_closesocket(fd);
+}
+
 static void client_accept(struct server *s, evutil_socket_t fd,
                           bool metrics_only)
 {
+    char who[96];
+    if (!metrics_only && !peer_allowed(s->cfg, fd, who, sizeof(who))) {
+        static const char msg[] =
+            "{\"ok\":false,\"error\":{\"code\":\"bad_request\",\"message\":"
+            "\"peer not allowed (--allow-uid/--allow-gid)\"}}\n";
+        METRIC_INC(clients_rejected);
+        log_warn(NULL, "connection refused: %s not allowed", who);
+        reject(fd, msg, sizeof(msg) - 1);
+        return;
+    }
     if (s->n_clients >= s->cfg->max_connections) {
         static const char msg[] =
             "{\"ok\":false,\"error\":{\"code\":\"limit\",\"message\":"
@@ -631,9 +677,7 @@ static void client_accept(struct server *s, evutil_socket_t fd,
         METRIC_INC(clients_rejected);
         log_warn(NULL, "connection refused: %d connections open (limit)",
                  s->n_clients);
-        ssize_t w = write(fd, msg, sizeof(msg) - 1);
-        (void)w;
-        evutil_closesocket(fd);
+        reject(fd, msg, sizeof(msg) - 1);
         return;
     }
     struct client *cl = calloc(1, sizeof(*cl));

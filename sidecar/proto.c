@@ -1,0 +1,1244 @@
+/* proto.c: the wire contract; bytes to struct request, struct response to
+ * bytes. Pure: no I/O, no state but constant tables.
+ *
+ * Decoding takes the grammar and the unescaping of strings from cJSON, plus
+ * one strict lexical pass of our own (scan_*) over what cJSON 1.7.15 lets
+ * through: "\u0000" and malformed \u escapes (which cJSON turns into a NUL
+ * that silently cuts the decoded string short: "a\u0000b" would lock "a"),
+ * raw control characters inside strings, and numbers such as 01 or 1. that
+ * JSON does not allow. That pass also keeps each top-level member's raw
+ * text, so a numeric id is echoed byte for byte (cJSON would round 2^64).
+ * cJSON reports errors through a global, so decoding is for one thread.
+ *
+ * Encoding appends by hand into the caller's buffer: no allocation and no
+ * printf, except proto_encode_health, which is not on the hot path. */
+#include "proto.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#define NAME_CLIP 32 /* bytes of a client-chosen name quoted in a message */
+#define MEMBERS_INLINE 16 /* top-level members described without malloc */
+#define INT_EXACT_MAX 9007199254740992.0 /* 2^53: doubles stay exact */
+
+/* ---- UTF-8 ------------------------------------------------------------ */
+
+static bool is_cont(unsigned char c)
+{
+    return (c & 0xc0) == 0x80;
+}
+
+/* utf8_len: the length (1..4) of the well-formed UTF-8 sequence at u, which
+ * holds n >= 1 bytes, or 0 when it is malformed: a stray continuation byte,
+ * an overlong form, a surrogate, a code point above U+10FFFF or a sequence
+ * cut short. */
+static size_t utf8_len(const unsigned char *u, size_t n)
+{
+    unsigned char c = u[0];
+
+    if (c < 0x80) {
+        return 1;
+    }
+    if (c < 0xc2) { /* continuation byte, or C0/C1: overlong */
+        return 0;
+    }
+    if (c < 0xe0) {
+        return n >= 2 && is_cont(u[1]) ? 2 : 0;
+    }
+    if (c < 0xf0) {
+        if (n < 3 || !is_cont(u[1]) || !is_cont(u[2])) {
+            return 0;
+        }
+        if ((c == 0xe0 && u[1] < 0xa0) || (c == 0xed && u[1] >= 0xa0)) {
+            return 0; /* overlong, or a UTF-16 surrogate */
+        }
+        return 3;
+    }
+    if (c < 0xf5) {
+        if (n < 4 || !is_cont(u[1]) || !is_cont(u[2]) || !is_cont(u[3])) {
+            return 0;
+        }
+        if ((c == 0xf0 && u[1] < 0x90) || (c == 0xf4 && u[1] >= 0x90)) {
+            return 0; /* overlong, or above U+10FFFF */
+        }
+        return 4;
+    }
+    return 0;
+}
+
+static bool utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+
+    while (i < n) {
+        size_t k = utf8_len(u + i, n - i);
+        if (k == 0) {
+            return false;
+        }
+        i += k;
+    }
+    return true;
+}
+
+/* utf8_clip: the largest length <= max that does not split a sequence of
+ * s[0..n). */
+static size_t utf8_clip(const char *s, size_t n, size_t max)
+{
+    const unsigned char *u = (const unsigned char *)s;
+
+    if (n <= max) {
+        return n;
+    }
+    while (max > 0 && is_cont(u[max])) {
+        max--;
+    }
+    return max;
+}
+
+/* ---- output buffer ---------------------------------------------------- */
+
+struct out {
+    char *p;
+    size_t len;
+    size_t cap;
+    bool full; /* something did not fit: the result is void */
+};
+
+static void out_mem(struct out *o, const char *s, size_t n)
+{
+    if (o->full || n > o->cap - o->len) {
+        o->full = true;
+        return;
+    }
+    memcpy(o->p + o->len, s, n);
+    o->len += n;
+}
+
+/* out_lit: a string literal only (the "" s "" refuses anything else). */
+#define out_lit(o, s) out_mem((o), "" s "", sizeof(s) - 1)
+
+static void out_str(struct out *o, const char *s)
+{
+    out_mem(o, s, strlen(s));
+}
+
+static void out_i64(struct out *o, int64_t v)
+{
+    char buf[24];
+    size_t i = sizeof(buf);
+    /* Negate in unsigned arithmetic so INT64_MIN does not overflow. */
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+
+    do {
+        buf[--i] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    if (v < 0) {
+        buf[--i] = '-';
+    }
+    out_mem(o, buf + i, sizeof(buf) - i);
+}
+
+static const char hex_digits[] = "0123456789abcdef";
+
+/* out_esc: s[0..n) as the body of a JSON string. Quote, backslash and the
+ * C0 controls are escaped; well-formed UTF-8 passes through untouched; each
+ * byte of a malformed sequence becomes \ufffd so the output stays valid. */
+static void out_esc(struct out *o, const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t start = 0;
+    size_t i = 0;
+
+    while (i < n) {
+        unsigned char c = u[i];
+        char e[6];
+        size_t elen = 2;
+
+        if (c >= 0x20 && c != '"' && c != '\\' && c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0x80) {
+            size_t k = utf8_len(u + i, n - i);
+            if (k > 0) {
+                i += k;
+                continue;
+            }
+        }
+        out_mem(o, s + start, i - start);
+        e[0] = '\\';
+        switch (c) {
+        case '"':
+        case '\\':
+            e[1] = (char)c;
+            break;
+        case '\b':
+            e[1] = 'b';
+            break;
+        case '\f':
+            e[1] = 'f';
+            break;
+        case '\n':
+            e[1] = 'n';
+            break;
+        case '\r':
+            e[1] = 'r';
+            break;
+        case '\t':
+            e[1] = 't';
+            break;
+        default:
+            if (c >= 0x80) {
+                memcpy(e, "\\ufffd", 6);
+            } else {
+                memcpy(e, "\\u00", 4);
+                e[4] = hex_digits[c >> 4];
+                e[5] = hex_digits[c & 0xf];
+            }
+            elen = 6;
+            break;
+        }
+        out_mem(o, e, elen);
+        i++;
+        start = i;
+    }
+    out_mem(o, s + start, n - start);
+}
+
+/* out_qesc: s[0..n) as a quoted JSON string. */
+static void out_qesc(struct out *o, const char *s, size_t n)
+{
+    out_lit(o, "\"");
+    out_esc(o, s, n);
+    out_lit(o, "\"");
+}
+
+/* out_end: NUL-terminates; returns the length, or 0 if anything (the NUL
+ * included) did not fit. */
+static size_t out_end(struct out *o)
+{
+    if (o->full || o->len >= o->cap) {
+        return 0;
+    }
+    o->p[o->len] = '\0';
+    return o->len;
+}
+
+/* ---- tables ----------------------------------------------------------- */
+
+static const struct {
+    const char *code;
+    int status;
+    const char *message; /* when the caller gives none */
+} err_table[ERR__COUNT] = {
+    [ERR_NONE] = {"ok", 200, "ok"},
+    [ERR_BAD_REQUEST] = {"bad_request", 400, "bad request"},
+    [ERR_NOT_HELD] = {"not_held", 404, "lock not held"},
+    [ERR_BUSY] = {"busy", 409, "resource is locked by another owner"},
+    [ERR_DONE] = {"done", 409, "resource is marked done"},
+    [ERR_TOO_LARGE] = {"too_large", 413, "request too large"},
+    [ERR_LIMIT] = {"limit", 429, "limit reached"},
+    [ERR_NO_QUORUM] = {"no_quorum", 503, "no quorum of nodes answered"},
+    [ERR_SHUTTING_DOWN] = {"shutting_down", 503, "daemon is shutting down"},
+    [ERR_INTERNAL] = {"internal", 500, "internal error"},
+};
+
+static const char *const op_names[] = {
+    [OP_NONE] = NULL,           [OP_ACQUIRE] = "acquire",
+    [OP_RELEASE] = "release",   [OP_EXTEND] = "extend",
+    [OP_COMPLETE] = "complete", [OP_PING] = "ping",
+    [OP_HEALTH] = "health",     [OP_METRICS] = "metrics",
+};
+
+#define OP__COUNT (sizeof(op_names) / sizeof(op_names[0]))
+
+/*
+ * proto_err_code: the wire name of err ("bad_request", ...), "ok" for
+ * ERR_NONE and "internal" for a value out of range.
+ */
+const char *proto_err_code(enum proto_err err)
+{
+    if ((unsigned)err >= ERR__COUNT) {
+        return err_table[ERR_INTERNAL].code;
+    }
+    return err_table[err].code;
+}
+
+/*
+ * proto_err_status: the HTTP status for err; 200 for ERR_NONE, 500 for a
+ * value out of range.
+ */
+int proto_err_status(enum proto_err err)
+{
+    if ((unsigned)err >= ERR__COUNT) {
+        return err_table[ERR_INTERNAL].status;
+    }
+    return err_table[err].status;
+}
+
+/*
+ * proto_op_name: the wire name of op; NULL for OP_NONE or out of range.
+ */
+const char *proto_op_name(enum proto_op op)
+{
+    if ((unsigned)op >= OP__COUNT) {
+        return NULL;
+    }
+    return op_names[op];
+}
+
+/* op_from_name: the op a request may name in "op"; metrics is HTTP only
+ * (GET /metrics) and so not one of them. */
+static enum proto_op op_from_name(const char *s)
+{
+    for (unsigned i = OP_ACQUIRE; i < OP__COUNT; i++) {
+        if (i != OP_METRICS && strcmp(s, op_names[i]) == 0) {
+            return (enum proto_op)i;
+        }
+    }
+    return OP_NONE;
+}
+
+/* ---- validation ------------------------------------------------------- */
+
+/* fail: formats a message into err (when there is one); returns -1. */
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (err != NULL && errlen > 0) {
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+/*
+ * proto_validate_resource: s[0..len) must be 1..PROTO_RESOURCE_MAX bytes of
+ * well-formed UTF-8 without control characters (C0, DEL and the C1 range
+ * U+0080..U+009F). Returns 0, or -1 with a message that names "resource" in
+ * err (which may be NULL).
+ */
+int proto_validate_resource(const char *s, size_t len, char *err, size_t errlen)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+
+    if (len == 0 || len > PROTO_RESOURCE_MAX) {
+        return fail(err, errlen, "resource: must be 1..%d bytes",
+                    PROTO_RESOURCE_MAX);
+    }
+    while (i < len) {
+        size_t k = utf8_len(u + i, len - i);
+
+        if (k == 0) {
+            return fail(err, errlen, "resource: must be valid UTF-8");
+        }
+        if ((k == 1 && (u[i] < 0x20 || u[i] == 0x7f)) ||
+            (k == 2 && u[i] == 0xc2 && u[i + 1] < 0xa0)) {
+            return fail(err, errlen,
+                        "resource: must not contain control characters");
+        }
+        i += k;
+    }
+    return 0;
+}
+
+/*
+ * proto_validate_token: whether s[0..len) is PROTO_TOKEN_LEN lowercase hex
+ * characters. Returns 0 or -1.
+ */
+int proto_validate_token(const char *s, size_t len)
+{
+    if (s == NULL || len != PROTO_TOKEN_LEN) {
+        return -1;
+    }
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* ---- strict lexical pass ---------------------------------------------- */
+
+/* One member of the top-level object, in document order, matching the
+ * order of cJSON's children. */
+struct member {
+    const char *key; /* raw key text between the quotes */
+    size_t key_len;
+    const char *val; /* raw text of a scalar value; NULL for {} and [] */
+    size_t val_len;
+    bool key_nul; /* the key holds \u0000: cJSON's copy is cut short */
+    bool val_nul; /* the string value holds \u0000: likewise */
+};
+
+struct scan {
+    struct member *m; /* room for cap members */
+    size_t cap;
+    size_t n;      /* members seen */
+    size_t err_at; /* on failure: byte offset */
+    const char *err_what;
+};
+
+/* scan_fail: records where and what; returns 0, never a valid end. */
+static size_t scan_fail(struct scan *sc, size_t at, const char *what)
+{
+    sc->err_at = at;
+    sc->err_what = what;
+    return 0;
+}
+
+static int hex_value(unsigned char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
+/* scan_string: d[i] is an opening quote. Returns the index just past the
+ * closing quote, or 0 on error; sets *nul when an escape decodes to NUL. */
+static size_t scan_string(struct scan *sc, const char *d, size_t len, size_t i,
+                          bool *nul)
+{
+    const unsigned char *u = (const unsigned char *)d;
+
+    for (i++; i < len; i++) {
+        unsigned char c = u[i];
+        unsigned v = 0;
+
+        if (c == '"') {
+            return i + 1;
+        }
+        if (c < 0x20) {
+            return scan_fail(sc, i, "control character in string");
+        }
+        if (c != '\\') {
+            continue;
+        }
+        if (i + 1 >= len) {
+            break;
+        }
+        switch (u[i + 1]) {
+        case '"':
+        case '\\':
+        case '/':
+        case 'b':
+        case 'f':
+        case 'n':
+        case 'r':
+        case 't':
+            i++;
+            break;
+        case 'u':
+            if (len - i < 6) {
+                return scan_fail(sc, i, "bad \\u escape");
+            }
+            for (size_t k = 2; k < 6; k++) {
+                int h = hex_value(u[i + k]);
+                if (h < 0) {
+                    return scan_fail(sc, i, "bad \\u escape");
+                }
+                v = (v << 4) | (unsigned)h;
+            }
+            if (v == 0) {
+                *nul = true;
+            }
+            i += 5;
+            break;
+        default:
+            return scan_fail(sc, i, "bad escape");
+        }
+    }
+    return scan_fail(sc, len, "unterminated string");
+}
+
+static bool is_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/* scan_number: RFC 8259 number grammar from d[i]; returns its end, or 0. */
+static size_t scan_number(struct scan *sc, const char *d, size_t len, size_t i)
+{
+    const unsigned char *u = (const unsigned char *)d;
+    size_t start = i;
+
+    if (u[i] == '-') {
+        i++;
+    }
+    if (i < len && u[i] == '0') {
+        i++;
+    } else if (i < len && is_digit(u[i])) {
+        while (i < len && is_digit(u[i])) {
+            i++;
+        }
+    } else {
+        return scan_fail(sc, start, "bad number");
+    }
+    if (i < len && u[i] == '.') {
+        if (++i >= len || !is_digit(u[i])) {
+            return scan_fail(sc, start, "bad number");
+        }
+        while (i < len && is_digit(u[i])) {
+            i++;
+        }
+    }
+    if (i < len && (u[i] == 'e' || u[i] == 'E')) {
+        i++;
+        if (i < len && (u[i] == '+' || u[i] == '-')) {
+            i++;
+        }
+        if (i >= len || !is_digit(u[i])) {
+            return scan_fail(sc, start, "bad number");
+        }
+        while (i < len && is_digit(u[i])) {
+            i++;
+        }
+    }
+    if (i < len && (is_digit(u[i]) || u[i] == '.' || u[i] == 'e' ||
+                    u[i] == 'E' || u[i] == '+' || u[i] == '-')) {
+        return scan_fail(sc, start, "bad number"); /* e.g. 01 */
+    }
+    return i;
+}
+
+/* scan_json: the strict pass over d[0..len), text cJSON has accepted as one
+ * object. Fills sc->m with the top-level members. Returns 0 or -1. */
+static int scan_json(struct scan *sc, const char *d, size_t len)
+{
+    const unsigned char *u = (const unsigned char *)d;
+    struct member *cur = NULL;
+    size_t depth = 0;
+    bool want_key = false; /* at depth 1, the next string is a key */
+    size_t i = 0;
+
+    while (i < len) {
+        unsigned char c = u[i];
+        size_t end;
+        bool nul = false;
+
+        switch (c) {
+        case ' ':
+        case '\t':
+        case '\n':
+        case '\r':
+        case ':':
+            i++;
+            continue;
+        case ',':
+            want_key = depth == 1;
+            i++;
+            continue;
+        case '{':
+        case '[':
+            if (depth == 1 && cur != NULL) {
+                cur->val = NULL;
+            }
+            depth++;
+            want_key = depth == 1 && c == '{';
+            i++;
+            continue;
+        case '}':
+        case ']':
+            if (depth == 0) {
+                scan_fail(sc, i, "unbalanced");
+                return -1;
+            }
+            depth--;
+            i++;
+            continue;
+        case '"':
+            end = scan_string(sc, d, len, i, &nul);
+            if (end == 0) {
+                return -1;
+            }
+            if (depth == 1 && want_key) {
+                cur = sc->n < sc->cap ? &sc->m[sc->n] : NULL;
+                sc->n++;
+                if (cur != NULL) {
+                    memset(cur, 0, sizeof(*cur));
+                    cur->key = d + i + 1;
+                    cur->key_len = end - i - 2;
+                    cur->key_nul = nul;
+                }
+                want_key = false;
+            } else if (depth == 1 && cur != NULL) {
+                cur->val = d + i;
+                cur->val_len = end - i;
+                cur->val_nul = nul;
+            }
+            i = end;
+            continue;
+        default:
+            break;
+        }
+        if (c == '-' || is_digit(c)) {
+            end = scan_number(sc, d, len, i);
+            if (end == 0) {
+                return -1;
+            }
+        } else if (c >= 'a' && c <= 'z') {
+            end = i;
+            while (end < len && u[end] >= 'a' && u[end] <= 'z') {
+                end++;
+            }
+        } else {
+            scan_fail(sc, i, "unexpected byte");
+            return -1;
+        }
+        if (depth == 1 && cur != NULL) {
+            cur->val = d + i;
+            cur->val_len = end - i;
+        }
+        i = end;
+    }
+    return 0;
+}
+
+/* ---- decoding --------------------------------------------------------- */
+
+enum field {
+    F_OP,
+    F_ID,
+    F_RESOURCE,
+    F_LOCK,
+    F_TTL,
+    F_WAIT,
+    F_RENEW,
+    F_FENCE,
+    F_KEEP,
+    F_RENEW_MAX,
+    F__COUNT
+};
+
+static const char *const field_names[F__COUNT] = {
+    [F_OP] = "op",
+    [F_ID] = "id",
+    [F_RESOURCE] = "resource",
+    [F_LOCK] = "lock",
+    [F_TTL] = "ttl_ms",
+    [F_WAIT] = "wait_ms",
+    [F_RENEW] = "renew",
+    [F_FENCE] = "fence",
+    [F_KEEP] = "keep_ms",
+    [F_RENEW_MAX] = "renew_max_ms",
+};
+
+static int field_from_name(const char *s)
+{
+    for (int f = 0; f < F__COUNT; f++) {
+        if (strcmp(s, field_names[f]) == 0) {
+            return f;
+        }
+    }
+    return -1;
+}
+
+/* clip_name: a client-chosen name for a message: at most NAME_CLIP bytes
+ * cut on a UTF-8 boundary, "..." when cut. buf holds NAME_CLIP + 4. */
+static const char *clip_name(const char *s, size_t n, char *buf)
+{
+    size_t k = utf8_clip(s, n, NAME_CLIP);
+
+    memcpy(buf, s, k);
+    if (k < n) {
+        memcpy(buf + k, "...", 3);
+        k += 3;
+    }
+    buf[k] = '\0';
+    return buf;
+}
+
+/* member_name: the decoded name of m (c is its cJSON item), or its raw text
+ * when it holds a NUL that cut cJSON's copy short. */
+static const char *member_name(const struct member *m, const cJSON *c,
+                               char *buf)
+{
+    if (m->key_nul) {
+        return clip_name(m->key, m->key_len, buf);
+    }
+    return clip_name(c->string, strlen(c->string), buf);
+}
+
+/* decode_id: the id's compact JSON text into req->id. Strings are decoded
+ * and escaped again (one canonical form), numbers are copied as sent. */
+static int decode_id(const cJSON *c, const struct member *m,
+                     struct request *req, char *err, size_t errlen)
+{
+    struct out o = {req->id, 0, PROTO_ID_MAX, false};
+
+    req->id_len = 0;
+    req->id[0] = '\0';
+    if (cJSON_IsString(c)) {
+        size_t n = strlen(c->valuestring);
+        if (m->val_nul) {
+            return fail(err, errlen, "id: must not contain \\u0000");
+        }
+        if (!utf8_valid(c->valuestring, n)) {
+            return fail(err, errlen, "id: must be valid UTF-8");
+        }
+        out_qesc(&o, c->valuestring, n);
+    } else if (cJSON_IsNumber(c) && m->val != NULL) {
+        out_mem(&o, m->val, m->val_len);
+    } else if (cJSON_IsTrue(c)) {
+        out_lit(&o, "true");
+    } else if (cJSON_IsFalse(c)) {
+        out_lit(&o, "false");
+    } else if (cJSON_IsNull(c)) {
+        out_lit(&o, "null");
+    } else {
+        return fail(err, errlen, "id: must be a JSON scalar");
+    }
+    if (o.full) {
+        return fail(err, errlen, "id: too long (max %d bytes of JSON)",
+                    PROTO_ID_MAX);
+    }
+    req->id[o.len] = '\0';
+    req->id_len = o.len;
+    return 0;
+}
+
+/* get_uint: an integral JSON number in min..max into *v. */
+static int get_uint(const cJSON *c, const char *name, uint64_t min,
+                    uint64_t max, uint64_t *v, char *err, size_t errlen)
+{
+    if (cJSON_IsNumber(c)) {
+        double d = c->valuedouble;
+
+        /* The comparisons also refuse NaN and the infinities. */
+        if (d >= (double)min && d <= (double)max && d <= INT_EXACT_MAX) {
+            uint64_t u = (uint64_t)d;
+            if ((double)u == d) {
+                *v = u;
+                return 0;
+            }
+        }
+    }
+    return fail(err, errlen, "%s: must be an integer in %llu..%llu", name,
+                (unsigned long long)min, (unsigned long long)max);
+}
+
+static int get_bool(const cJSON *c, const char *name, bool *v, char *err,
+                    size_t errlen)
+{
+    if (!cJSON_IsBool(c)) {
+        return fail(err, errlen, "%s: must be true or false", name);
+    }
+    *v = cJSON_IsTrue(c);
+    return 0;
+}
+
+/* decode_member: one known member f (first of its name) into req. op is the
+ * op implied by the HTTP route, OP_NONE over NDJSON. */
+static int decode_member(int f, const cJSON *c, const struct member *m,
+                         enum proto_op op, struct request *req, char *err,
+                         size_t errlen)
+{
+    char name[NAME_CLIP + 4];
+    uint64_t v = 0;
+    enum proto_op named;
+    size_t n;
+
+    switch (f) {
+    case F_OP:
+        if (!cJSON_IsString(c)) {
+            return fail(err, errlen, "op: must be a string");
+        }
+        named = m->val_nul ? OP_NONE : op_from_name(c->valuestring);
+        if (named == OP_NONE) {
+            const char *s = m->val_nul ? m->val + 1 : c->valuestring;
+            n = m->val_nul ? m->val_len - 2 : strlen(s);
+            clip_name(s, n, name);
+            if (!m->val_nul && strcmp(s, "metrics") == 0) {
+                return fail(err, errlen,
+                            "op: unknown operation 'metrics' (HTTP only: "
+                            "GET /metrics)");
+            }
+            return fail(err, errlen, "op: unknown operation '%s'", name);
+        }
+        if (op != OP_NONE && named != op) {
+            return fail(err, errlen, "op: '%s' does not match the route (%s)",
+                        op_names[named], proto_op_name(op));
+        }
+        req->op = named;
+        return 0;
+    case F_RESOURCE:
+        if (!cJSON_IsString(c)) {
+            return fail(err, errlen, "resource: must be a string");
+        }
+        if (m->val_nul) {
+            return fail(err, errlen,
+                        "resource: must not contain control characters");
+        }
+        n = strlen(c->valuestring);
+        if (proto_validate_resource(c->valuestring, n, err, errlen) < 0) {
+            return -1;
+        }
+        memcpy(req->resource, c->valuestring, n);
+        req->resource[n] = '\0';
+        req->resource_len = n;
+        return 0;
+    case F_LOCK:
+        if (!cJSON_IsString(c) || m->val_nul ||
+            proto_validate_token(c->valuestring, strlen(c->valuestring)) < 0) {
+            return fail(err, errlen, "lock: must be a %d-character hex token",
+                        PROTO_TOKEN_LEN);
+        }
+        memcpy(req->lock, c->valuestring, PROTO_TOKEN_LEN + 1);
+        req->has_lock = true;
+        return 0;
+    case F_TTL:
+        if (get_uint(c, "ttl_ms", PROTO_TTL_MIN, PROTO_TTL_MAX, &v, err,
+                     errlen) < 0) {
+            return -1;
+        }
+        req->ttl_ms = (uint32_t)v;
+        req->has_ttl = true;
+        return 0;
+    case F_WAIT:
+        if (get_uint(c, "wait_ms", 0, PROTO_WAIT_MAX, &v, err, errlen) < 0) {
+            return -1;
+        }
+        req->wait_ms = (uint32_t)v;
+        return 0;
+    case F_RENEW:
+        if (get_bool(c, "renew", &req->renew, err, errlen) < 0) {
+            return -1;
+        }
+        /* Renewal lives as long as an NDJSON connection; an HTTP lock
+         * would silently expire, so say so instead. */
+        if (req->renew && op != OP_NONE) {
+            return fail(err, errlen, "renew: only available over NDJSON");
+        }
+        return 0;
+    case F_FENCE:
+        return get_bool(c, "fence", &req->fence, err, errlen);
+    case F_KEEP:
+        return get_uint(c, "keep_ms", PROTO_KEEP_MIN, PROTO_KEEP_MAX,
+                        &req->keep_ms, err, errlen);
+    case F_RENEW_MAX:
+        return get_uint(c, "renew_max_ms", 0, PROTO_RENEW_MAX_MAX,
+                        &req->renew_max_ms, err, errlen);
+    default:
+        return fail(err, errlen, "internal: field %d", f);
+    }
+}
+
+/* decode_object: every member of root (mem[i] describes its i-th child).
+ * The id goes first, so that an error found on any member can echo it;
+ * then members in document order, the first bad one reported. */
+static int decode_object(const cJSON *root, const struct member *mem,
+                         enum proto_op op, struct request *req, char *err,
+                         size_t errlen)
+{
+    const cJSON *c;
+    const cJSON *id = NULL;
+    const struct member *id_m = NULL;
+    unsigned ids = 0;
+    unsigned seen = 0;
+    char name[NAME_CLIP + 4];
+    size_t i;
+
+    for (c = root->child, i = 0; c != NULL; c = c->next, i++) {
+        if (!mem[i].key_nul && strcmp(c->string, "id") == 0) {
+            id = c;
+            id_m = &mem[i];
+            ids++;
+        }
+    }
+    if (ids == 1) {
+        /* An unreadable id is reported in document order below. */
+        (void)decode_id(id, id_m, req, NULL, 0);
+    }
+
+    for (c = root->child, i = 0; c != NULL; c = c->next, i++) {
+        const struct member *m = &mem[i];
+        int f = m->key_nul ? -1 : field_from_name(c->string);
+
+        if (f < 0) {
+            return fail(err, errlen, "unknown field '%s'",
+                        member_name(m, c, name));
+        }
+        if (seen & (1u << f)) {
+            return fail(err, errlen, "duplicate field '%s'", field_names[f]);
+        }
+        seen |= 1u << f;
+        if (f == F_ID) {
+            /* Filled ahead; decoded again only to report why not. Two
+             * ids are ambiguous: neither is echoed. */
+            if (ids == 1 && req->id_len == 0 &&
+                decode_id(c, m, req, err, errlen) < 0) {
+                return -1;
+            }
+            continue;
+        }
+        if (decode_member(f, c, m, op, req, err, errlen) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* check_required: what each op cannot do without. Over HTTP the lock comes
+ * from the path, so only NDJSON needs it in the object. */
+static int check_required(enum proto_op op, struct request *req, char *err,
+                          size_t errlen)
+{
+    switch (req->op) {
+    case OP_NONE:
+        return fail(err, errlen, "op: required");
+    case OP_ACQUIRE:
+        if (req->resource_len == 0) {
+            return fail(err, errlen, "resource: required");
+        }
+        return 0;
+    case OP_RELEASE:
+    case OP_EXTEND:
+    case OP_COMPLETE:
+        if (op == OP_NONE && !req->has_lock) {
+            return fail(err, errlen, "lock: required");
+        }
+        return 0;
+    default:
+        return 0;
+    }
+}
+
+static bool is_ws(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/*
+ * proto_request_init: resets every field of req to its default.
+ */
+void proto_request_init(struct request *req)
+{
+    memset(req, 0, sizeof(*req));
+    req->op = OP_NONE;
+    req->ttl_ms = PROTO_TTL_DEFAULT;
+    req->keep_ms = PROTO_KEEP_DEFAULT;
+}
+
+/*
+ * proto_decode: one request object data[0..len) (need not be NUL-terminated)
+ * into req, which is reset first. op is the op implied by an HTTP route, or
+ * OP_NONE for an NDJSON line. For an implied op an empty or all-whitespace
+ * body counts as {}, and renew is refused (it needs a connection). Errors
+ * are reported for the first bad member in document order, then for what
+ * the op requires. Returns 0, or -1 with a message naming the field in err;
+ * on error only req->op (when read) and req->id (when readable) are
+ * meaningful.
+ */
+int proto_decode(const char *data, size_t len, enum proto_op op,
+                 struct request *req, char *err, size_t errlen)
+{
+    struct member inline_mem[MEMBERS_INLINE];
+    struct scan sc = {inline_mem, MEMBERS_INLINE, 0, 0, NULL};
+    const char *end = NULL;
+    cJSON *root = NULL;
+    const cJSON *c;
+    size_t count = 0;
+    size_t i = 0;
+    int rc = -1;
+
+    proto_request_init(req);
+    req->op = op;
+    if (err != NULL && errlen > 0) {
+        err[0] = '\0';
+    }
+    while (i < len && is_ws(data[i])) {
+        i++;
+    }
+    if (i == len) {
+        if (op == OP_NONE) {
+            return fail(err, errlen, "empty request");
+        }
+        return check_required(op, req, err, errlen);
+    }
+
+    root = cJSON_ParseWithLengthOpts(data, len, &end, 0);
+    if (root == NULL) {
+        const char *at = cJSON_GetErrorPtr();
+        size_t off = at != NULL && at >= data && at <= data + len
+                         ? (size_t)(at - data)
+                         : len;
+        return fail(err, errlen, "invalid JSON at byte %zu", off);
+    }
+    for (i = (size_t)(end - data); i < len; i++) {
+        if (!is_ws(data[i])) {
+            fail(err, errlen, "invalid JSON: trailing data at byte %zu", i);
+            goto error;
+        }
+    }
+    if (!cJSON_IsObject(root)) {
+        fail(err, errlen, "request must be a JSON object");
+        goto error;
+    }
+
+    for (c = root->child; c != NULL; c = c->next) {
+        count++;
+    }
+    if (count > MEMBERS_INLINE) {
+        sc.m = malloc(count * sizeof(*sc.m));
+        if (sc.m == NULL) {
+            fail(err, errlen, "out of memory");
+            goto error;
+        }
+        sc.cap = count;
+    }
+    if (scan_json(&sc, data, (size_t)(end - data)) < 0) {
+        fail(err, errlen, "invalid JSON: %s at byte %zu", sc.err_what,
+             sc.err_at);
+        goto error;
+    }
+    if (sc.n != count) {
+        fail(err, errlen, "invalid JSON: %zu members, expected %zu", sc.n,
+             count);
+        goto error;
+    }
+    if (decode_object(root, sc.m, op, req, err, errlen) < 0) {
+        goto error;
+    }
+    rc = check_required(op, req, err, errlen);
+
+error:
+    if (sc.m != inline_mem) {
+        free(sc.m);
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* ---- encoding --------------------------------------------------------- */
+
+/*
+ * proto_json_escape: appends s[0..len) as the body of a JSON string (no
+ * quotes, no NUL) to out, which holds cap bytes. Quote, backslash and C0
+ * controls are escaped, well-formed UTF-8 is copied, and each byte of a
+ * malformed sequence becomes \ufffd. Returns the bytes written, or 0 when
+ * they did not fit (an empty s also gives 0).
+ */
+size_t proto_json_escape(const char *s, size_t len, char *out, size_t cap)
+{
+    struct out o = {out, 0, cap, false};
+
+    out_esc(&o, s, len);
+    return o.full ? 0 : o.len;
+}
+
+/* out_message: the error message, at most PROTO_MSG_MAX bytes of it, so
+ * that any response fits in PROTO_RESPONSE_MAX. */
+static void out_message(struct out *o, enum proto_err err, const char *msg)
+{
+    size_t n = 0;
+
+    if (msg == NULL || msg[0] == '\0') {
+        msg = err_table[err].message;
+    }
+    while (n <= PROTO_MSG_MAX && msg[n] != '\0') {
+        n++;
+    }
+    out_esc(o, msg, utf8_clip(msg, n, PROTO_MSG_MAX));
+}
+
+/*
+ * proto_encode_response: rsp as one JSON object into out (cap bytes),
+ * NUL-terminated, no newline:
+ *   {"id":..,"ok":true,"lock":..,"resource":..,"validity_ms":N,"fence":N}
+ *   {"id":..,"ok":false,"error":{"code":..,"message":..}}
+ * "id" only when id_len > 0; lock, resource (when non-empty) and
+ * validity_ms only when lock != NULL; fence only when has_fence. A missing
+ * message gets the code's default; a longer one is cut at PROTO_MSG_MAX
+ * bytes. Returns the length, or 0 when it (and its NUL) did not fit.
+ */
+size_t proto_encode_response(const struct response *rsp, char *out, size_t cap)
+{
+    struct out o = {out, 0, cap, false};
+    enum proto_err err = rsp->err;
+
+    out_lit(&o, "{");
+    if (rsp->id != NULL && rsp->id_len > 0) {
+        out_lit(&o, "\"id\":");
+        out_mem(&o, rsp->id, rsp->id_len);
+        out_lit(&o, ",");
+    }
+    if (err == ERR_NONE) {
+        out_lit(&o, "\"ok\":true");
+        if (rsp->lock != NULL) {
+            out_lit(&o, ",\"lock\":");
+            out_qesc(&o, rsp->lock, strlen(rsp->lock));
+            if (rsp->resource != NULL && rsp->resource_len > 0) {
+                out_lit(&o, ",\"resource\":");
+                out_qesc(&o, rsp->resource, rsp->resource_len);
+            }
+            out_lit(&o, ",\"validity_ms\":");
+            out_i64(&o, rsp->validity_ms);
+        }
+        if (rsp->has_fence) {
+            out_lit(&o, ",\"fence\":");
+            out_i64(&o, rsp->fence);
+        }
+    } else {
+        if ((unsigned)err >= ERR__COUNT) {
+            err = ERR_INTERNAL;
+        }
+        out_lit(&o, "\"ok\":false,\"error\":{\"code\":\"");
+        out_str(&o, err_table[err].code);
+        out_lit(&o, "\",\"message\":\"");
+        out_message(&o, err, rsp->message);
+        out_lit(&o, "\"}");
+    }
+    out_lit(&o, "}");
+    return out_end(&o);
+}
+
+/*
+ * proto_encode_event: {"event":..,"lock":..,"resource":..} into out (cap
+ * bytes), NUL-terminated; lock is left out when NULL, resource when NULL
+ * or empty. Returns the length, or 0 when it did not fit or event is NULL.
+ */
+size_t proto_encode_event(const char *event, const char *lock,
+                          const char *resource, size_t resource_len, char *out,
+                          size_t cap)
+{
+    struct out o = {out, 0, cap, false};
+
+    if (event == NULL) {
+        return 0;
+    }
+    out_lit(&o, "{\"event\":");
+    out_qesc(&o, event, strlen(event));
+    if (lock != NULL) {
+        out_lit(&o, ",\"lock\":");
+        out_qesc(&o, lock, strlen(lock));
+    }
+    if (resource != NULL && resource_len > 0) {
+        out_lit(&o, ",\"resource\":");
+        out_qesc(&o, resource, resource_len);
+    }
+    out_lit(&o, "}");
+    return out_end(&o);
+}
+
+/* esc_bound: bytes s can take once quoted and escaped (NULL: "null"). */
+static size_t esc_bound(const char *s)
+{
+    return s == NULL ? 4 : strlen(s) * 6 + 2;
+}
+
+/*
+ * proto_encode_health: the health object as a malloc'd, NUL-terminated
+ * string owned by the caller, its length in *len (when len != NULL):
+ *   {"id":..,"ok":true,"quorum":Q,"nodes":[{"addr":..,"up":..,"state":..,
+ *    "last_error":..|null,"rtt_ms":N|null,"quarantined":..},..]}
+ * When ok is false, "error":{"code":"no_quorum","message":..} follows
+ * "ok", so generic clients see the usual failure shape. A NULL state is
+ * written as "up" or "down". Returns NULL only when malloc fails.
+ */
+char *proto_encode_health(const char *id, size_t id_len, bool ok, int quorum,
+                          const struct proto_node_health *nodes, int n_nodes,
+                          size_t *len)
+{
+    struct out o = {NULL, 0, 256, false};
+    int n_up = 0;
+    char num[64];
+
+    if (nodes == NULL || n_nodes < 0) {
+        n_nodes = 0;
+    }
+    if (id == NULL) {
+        id_len = 0;
+    }
+    o.cap += id_len;
+    for (int i = 0; i < n_nodes; i++) {
+        o.cap += 160 + esc_bound(nodes[i].addr) + esc_bound(nodes[i].state) +
+                 esc_bound(nodes[i].last_error);
+        n_up += nodes[i].up ? 1 : 0;
+    }
+    o.p = malloc(o.cap);
+    if (o.p == NULL) {
+        return NULL;
+    }
+
+    out_lit(&o, "{");
+    if (id_len > 0) {
+        out_lit(&o, "\"id\":");
+        out_mem(&o, id, id_len);
+        out_lit(&o, ",");
+    }
+    if (ok) {
+        out_lit(&o, "\"ok\":true");
+    } else {
+        int n = snprintf(num, sizeof(num), "%d of %d nodes up, quorum is %d",
+                         n_up, n_nodes, quorum);
+        out_lit(&o, "\"ok\":false,\"error\":{\"code\":\"no_quorum\","
+                    "\"message\":\"");
+        out_mem(&o, num, n > 0 ? (size_t)n : 0);
+        out_lit(&o, "\"}");
+    }
+    out_lit(&o, ",\"quorum\":");
+    out_i64(&o, quorum);
+    out_lit(&o, ",\"nodes\":[");
+    for (int i = 0; i < n_nodes; i++) {
+        const struct proto_node_health *nd = &nodes[i];
+        const char *addr = nd->addr != NULL ? nd->addr : "";
+        const char *state = nd->state;
+        double rtt = nd->rtt_ms;
+
+        if (state == NULL) {
+            state = nd->up ? "up" : "down";
+        }
+        out_str(&o, i == 0 ? "{\"addr\":" : ",{\"addr\":");
+        out_qesc(&o, addr, strlen(addr));
+        out_str(&o, nd->up ? ",\"up\":true" : ",\"up\":false");
+        out_lit(&o, ",\"state\":");
+        out_qesc(&o, state, strlen(state));
+        out_lit(&o, ",\"last_error\":");
+        if (nd->last_error != NULL) {
+            out_qesc(&o, nd->last_error, strlen(nd->last_error));
+        } else {
+            out_lit(&o, "null");
+        }
+        out_lit(&o, ",\"rtt_ms\":");
+        /* Unknown (< 0), NaN and absurd values have no JSON number. */
+        if (rtt >= 0 && rtt < 1e12) {
+            int n = snprintf(num, sizeof(num), "%.3f", rtt);
+            out_mem(&o, num, n > 0 ? (size_t)n : 0);
+        } else {
+            out_lit(&o, "null");
+        }
+        out_str(&o, nd->quarantined ? ",\"quarantined\":true}"
+                                    : ",\"quarantined\":false}");
+    }
+    out_lit(&o, "]}");
+    if (out_end(&o) == 0) {
+        /* The bound above is generous; this would be a bug. */
+        free(o.p);
+        return NULL;
+    }
+    if (len != NULL) {
+        *len = o.len;
+    }
+    return o.p;
+}
