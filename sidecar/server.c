@@ -509,8 +509,9 @@ static void http_next(struct client *cl)
         }
         if (pr == HTTP_ERROR) {
             METRIC_INC(requests_bad);
-            enum proto_err e = h.error_status == 413 ? ERR_TOO_LARGE
-                                                     : ERR_BAD_REQUEST;
+            bool big = h.error_status == 413 || h.error_status == 414 ||
+                       h.error_status == 431;
+            enum proto_err e = big ? ERR_TOO_LARGE : ERR_BAD_REQUEST;
             write_http_error(cl, h.error_status, e,
                              h.error_message ? h.error_message
                                              : "bad request",
