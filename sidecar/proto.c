@@ -946,9 +946,10 @@ void proto_request_init(struct request *req)
  * OP_NONE for an NDJSON line. For an implied op an empty or all-whitespace
  * body counts as {}, and renew is refused (it needs a connection). Errors
  * are reported for the first bad member in document order, then for what
- * the op requires. Returns 0, or -1 with a message naming the field in err;
- * on error only req->op (when read) and req->id (when readable) are
- * meaningful.
+ * the op requires. Returns 0; PROTO_NOT_JSON (-2) when data is not strict
+ * JSON; or -1 for anything else wrong; both with a message in err that
+ * names the field when there is one. On error only req->op (when read) and
+ * req->id (when readable) are meaningful.
  */
 int proto_decode(const char *data, size_t len, enum proto_op op,
                  struct request *req, char *err, size_t errlen)
@@ -983,11 +984,13 @@ int proto_decode(const char *data, size_t len, enum proto_op op,
         size_t off = at != NULL && at >= data && at <= data + len
                          ? (size_t)(at - data)
                          : len;
-        return fail(err, errlen, "invalid JSON at byte %zu", off);
+        fail(err, errlen, "invalid JSON at byte %zu", off);
+        return PROTO_NOT_JSON;
     }
     for (i = (size_t)(end - data); i < len; i++) {
         if (!is_ws(data[i])) {
             fail(err, errlen, "invalid JSON: trailing data at byte %zu", i);
+            rc = PROTO_NOT_JSON;
             goto error;
         }
     }
@@ -1010,11 +1013,13 @@ int proto_decode(const char *data, size_t len, enum proto_op op,
     if (scan_json(&sc, data, (size_t)(end - data)) < 0) {
         fail(err, errlen, "invalid JSON: %s at byte %zu", sc.err_what,
              sc.err_at);
+        rc = PROTO_NOT_JSON;
         goto error;
     }
     if (sc.n != count) {
         fail(err, errlen, "invalid JSON: %zu members, expected %zu", sc.n,
              count);
+        rc = PROTO_NOT_JSON;
         goto error;
     }
     if (decode_object(root, sc.m, op, req, err, errlen) < 0) {
@@ -1161,8 +1166,8 @@ char *proto_encode_health(const char *id, size_t id_len, bool ok, int quorum,
                           size_t *len)
 {
     struct out o = {NULL, 0, 256, false};
-    int n_up = 0;
-    char num[64];
+    int n_usable = 0;
+    char num[128];
 
     if (nodes == NULL || n_nodes < 0) {
         n_nodes = 0;
@@ -1174,7 +1179,8 @@ char *proto_encode_health(const char *id, size_t id_len, bool ok, int quorum,
     for (int i = 0; i < n_nodes; i++) {
         o.cap += 160 + esc_bound(nodes[i].addr) + esc_bound(nodes[i].state) +
                  esc_bound(nodes[i].last_error);
-        n_up += nodes[i].up ? 1 : 0;
+        /* A quarantined node is up but does not count towards quorum. */
+        n_usable += nodes[i].up && !nodes[i].quarantined ? 1 : 0;
     }
     o.p = malloc(o.cap);
     if (o.p == NULL) {
@@ -1190,11 +1196,13 @@ char *proto_encode_health(const char *id, size_t id_len, bool ok, int quorum,
     if (ok) {
         out_lit(&o, "\"ok\":true");
     } else {
-        int n = snprintf(num, sizeof(num), "%d of %d nodes up, quorum is %d",
-                         n_up, n_nodes, quorum);
+        int n = snprintf(num, sizeof(num),
+                         "%d of %d nodes usable (up, not quarantined), "
+                         "quorum is %d",
+                         n_usable, n_nodes, quorum);
         out_lit(&o, "\"ok\":false,\"error\":{\"code\":\"no_quorum\","
                     "\"message\":\"");
-        out_mem(&o, num, n > 0 ? (size_t)n : 0);
+        out_mem(&o, num, n > 0 && (size_t)n < sizeof(num) ? (size_t)n : 0);
         out_lit(&o, "\"}");
     }
     out_lit(&o, ",\"quorum\":");
@@ -1224,7 +1232,7 @@ char *proto_encode_health(const char *id, size_t id_len, bool ok, int quorum,
         /* Unknown (< 0), NaN and absurd values have no JSON number. */
         if (rtt >= 0 && rtt < 1e12) {
             int n = snprintf(num, sizeof(num), "%.3f", rtt);
-            out_mem(&o, num, n > 0 ? (size_t)n : 0);
+            out_mem(&o, num, n > 0 && (size_t)n < sizeof(num) ? (size_t)n : 0);
         } else {
             out_lit(&o, "null");
         }

@@ -82,6 +82,11 @@ void proto_request_init(struct request *req);
 int proto_decode(const char *data, size_t len, enum proto_op op,
                  struct request *req, char *err, size_t errlen);
 
+/* What proto_decode returns instead of -1 when the input is not JSON at all
+ * (a syntax error, or bytes after the object): over NDJSON the stream
+ * cannot be trusted past such a line, so the server answers and closes. */
+#define PROTO_NOT_JSON (-2)
+
 /* proto_validate_resource: 1..512 bytes of valid UTF-8 without control
  * characters; returns 0 or -1 with a reason in err. */
 int proto_validate_resource(const char *s, size_t len, char *err,
