@@ -143,7 +143,10 @@ struct dev_cluster *dev_start(struct config *cfg, int n, char *err,
             return NULL;
         }
         if (pid == 0) {
-            /* The node must not outlive the daemon, however it ends. */
+            /* The node must not outlive the daemon, however it ends; and a
+             * Ctrl-C in the terminal is for the daemon alone, which still
+             * needs the nodes to release its locks. */
+            setpgid(0, 0);
             prctl(PR_SET_PDEATHSIG, SIGTERM);
             if (getppid() != parent) {
                 _exit(1);

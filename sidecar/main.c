@@ -137,6 +137,16 @@ int main(int argc, char **argv)
     rc = 0;
 
 out:
+    /* From here on a further SIGTERM/SIGINT must not kill us half-way
+     * (freeing the signal events restores the default action): block them
+     * until exit, so --dev's children and temp dir are always cleaned. */
+    {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGTERM);
+        sigaddset(&set, SIGINT);
+        sigprocmask(SIG_BLOCK, &set, NULL);
+    }
     /* Teardown in reverse order of start-up. */
     if (d.drain_ev != NULL) {
         event_free(d.drain_ev);

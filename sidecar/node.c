@@ -121,6 +121,8 @@ struct node {
     void *state_priv;
     struct event *conn_timer;     /* reconnect delay / connect deadline */
     struct event *cmd_timer;      /* deadline of the oldest live command */
+    struct event *ping_timer;     /* heartbeat while idle */
+    uint64_t last_send_us;        /* when a command was last written */
     unsigned attempt;             /* failed connects in a row */
     int handshake_left;           /* replies still expected before UP */
     bool handshake_failed;
@@ -403,6 +405,7 @@ static int node_write(struct node *node, struct node_cmd *cmd, const char *buf,
                       size_t len, int timeout_ms)
 {
     uint64_t now = now_us();
+    node->last_send_us = now;
     cmd->sent_us = now;
     cmd->deadline_us = now + (uint64_t)timeout_ms * 1000u;
     fifo_push(node, cmd);
@@ -590,6 +593,35 @@ int node_command(struct node *node, int argc, const char **argv,
     }
     return node_send_argv(node, argc, argv, argvlen, cb, privdata,
                           node->opts.timeout_ms);
+}
+
+/* ---- heartbeat ----------------------------------------------------------- */
+
+#define PING_INTERVAL_MS 1000
+
+static void ping_cb(struct node *node, struct redisReply *reply,
+                    enum node_status status, void *privdata)
+{
+    (void)node;
+    (void)reply;
+    (void)status;
+    (void)privdata;
+}
+
+/* An idle node gets a PING every second, so a frozen or half-dead server is
+ * noticed (timeouts, then the stall rule) without waiting for traffic, and
+ * health shows a fresh round trip. */
+static void ping_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct node *node = arg;
+    if (node->state == NODE_UP &&
+        now_us() - node->last_send_us >= PING_INTERVAL_MS * 1000u) {
+        const char *argv[1] = {"PING"};
+        size_t lens[1] = {4};
+        (void)node_command(node, 1, argv, lens, ping_cb, NULL);
+    }
 }
 
 /* ---- connection lifecycle ---------------------------------------------- */
@@ -842,10 +874,15 @@ struct node *node_create(struct event_base *base, int index,
     snprintf(node->subject, sizeof(node->subject), "node %d", index + 1);
     node->conn_timer = evtimer_new(base, conn_timer_cb, node);
     node->cmd_timer = evtimer_new(base, cmd_timer_cb, node);
-    if (node->conn_timer == NULL || node->cmd_timer == NULL) {
+    node->ping_timer = event_new(base, -1, EV_PERSIST, ping_timer_cb, node);
+    if (node->conn_timer == NULL || node->cmd_timer == NULL ||
+        node->ping_timer == NULL) {
         node_destroy(node);
         return NULL;
     }
+    struct timeval every = {PING_INTERVAL_MS / 1000,
+                            (PING_INTERVAL_MS % 1000) * 1000};
+    event_add(node->ping_timer, &every);
     node_connect(node);
     return node;
 }
@@ -869,6 +906,9 @@ void node_destroy(struct node *node)
     }
     if (node->cmd_timer != NULL) {
         event_free(node->cmd_timer);
+    }
+    if (node->ping_timer != NULL) {
+        event_free(node->ping_timer);
     }
     while (node->free_cmds != NULL) {
         struct node_cmd *c = node->free_cmds;
