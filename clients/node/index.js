@@ -1,0 +1,20 @@
+// redlockd Node.js client. Zero runtime dependencies.
+export { RedlockClient, Lock, parseResponse } from './lib/client.js';
+export {
+  RedlockError,
+  BusyError,
+  DoneError,
+  NotHeldError,
+  NoQuorumError,
+  BadRequestError,
+  TooLargeError,
+  LimitError,
+  ShuttingDownError,
+  InternalError,
+  ConnectionLostError,
+  RequestTimeoutError,
+  ClientClosedError,
+  LostError,
+  errorFromCode,
+} from './lib/errors.js';
+export { createDedup } from './dedup.js';

@@ -1,0 +1,652 @@
+// redlockd client: NDJSON over the daemon's unix socket, promises, no
+// runtime dependencies. See ../README.md and /work/shared/PROTOCOL.md.
+
+import { EventEmitter } from 'node:events';
+import net from 'node:net';
+import { Buffer } from 'node:buffer';
+
+import {
+  BadRequestError,
+  ClientClosedError,
+  ConnectionLostError,
+  LostError,
+  NotHeldError,
+  RedlockError,
+  RequestTimeoutError,
+  TooLargeError,
+  errorFromCode,
+} from './errors.js';
+
+const DEFAULT_TIMEOUT_MS = 10_000;
+const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
+const DEFAULT_MAX_LINE_BYTES = 65_536;
+const MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
+const TOKEN_RE = /^[0-9a-f]{32}$/;
+// C0 controls, DEL and C1 controls: the daemon refuses them in a resource.
+// eslint-disable-next-line no-control-regex
+const CONTROL_RE = /[\u0000-\u001f\u007f-\u009f]/;
+
+const kConn = Symbol('redlock.connection');
+const kController = Symbol('redlock.controller');
+const kClient = Symbol('redlock.client');
+
+/**
+ * A held lock. `signal` aborts, with a LostError as its reason, when the
+ * daemon reports the lock lost or the connection it was taken on closes.
+ */
+export class Lock {
+  constructor(client, conn, msg, renew) {
+    /** 32 lowercase hex characters, unique per acquisition. */
+    this.token = msg.lock;
+    this.resource = msg.resource;
+    /** Validity left when the daemon answered, in ms. */
+    this.validityMs = msg.validity_ms;
+    /** Fencing token (bigint) when acquired with `fence: true`. */
+    this.fence = msg.fence;
+    this.renew = renew;
+    /** Date.now() by which the lock expires unless extended or renewed. */
+    this.expiresAt = Date.now() + (msg.validity_ms ?? 0);
+    const controller = new AbortController();
+    this.signal = controller.signal;
+    Object.defineProperty(this, kController, { value: controller });
+    Object.defineProperty(this, kClient, { value: client });
+    Object.defineProperty(this, kConn, { value: conn, writable: true });
+  }
+
+  /** True once the lock is known lost (same as `signal.aborted`). */
+  get lost() {
+    return this.signal.aborted;
+  }
+
+  release() {
+    return this[kClient].release(this);
+  }
+
+  extend(ttlMs) {
+    return this[kClient].extend(this, ttlMs);
+  }
+
+  complete(options) {
+    return this[kClient].complete(this, options);
+  }
+
+  toJSON() {
+    const o = { token: this.token, resource: this.resource, validityMs: this.validityMs };
+    if (this.fence !== undefined) o.fence = String(this.fence);
+    return o;
+  }
+
+  _lose(err) {
+    if (!this.signal.aborted) this[kController].abort(err);
+  }
+}
+
+if (typeof Symbol.asyncDispose === 'symbol') {
+  // `await using lock = await client.acquire(..)` (TypeScript 5.2+).
+  Lock.prototype[Symbol.asyncDispose] = async function dispose() {
+    if (this.lost) return;
+    try {
+      await this.release();
+    } catch (e) {
+      if (!(e instanceof NotHeldError)) throw e;
+    }
+  };
+}
+
+/** Parse one response line. `fence` becomes a bigint, exactly, even beyond
+ * 2^53 (the counter is a 64-bit integer). */
+export function parseResponse(line) {
+  const msg = JSON.parse(line);
+  if (msg === null || typeof msg !== 'object' || Array.isArray(msg)) {
+    throw new SyntaxError('response is not a JSON object');
+  }
+  if (typeof msg.fence === 'number') {
+    if (Number.isSafeInteger(msg.fence)) {
+      msg.fence = BigInt(msg.fence);
+    } else {
+      // Inside a JSON string every '"' is escaped, so `[,{]"fence":` only
+      // matches a member of the top-level object.
+      const all = [...line.matchAll(/[,{]"fence":(-?\d+)(?=[,}\s])/g)];
+      msg.fence = all.length ? BigInt(all[all.length - 1][1]) : BigInt(Math.trunc(msg.fence));
+    }
+  }
+  return msg;
+}
+
+function checkResource(resource) {
+  if (typeof resource !== 'string') throw new BadRequestError('resource: must be a string');
+  if (!resource.isWellFormed()) {
+    // JSON.stringify would send a lone surrogate as \udXXX, which the
+    // daemon treats as unparseable and closes the connection (and with it
+    // every session lock on it).
+    throw new BadRequestError('resource: must be valid UTF-8 (lone surrogate)');
+  }
+  const n = Buffer.byteLength(resource, 'utf8');
+  if (n < 1 || n > 512) throw new BadRequestError('resource: must be 1..512 bytes');
+  if (CONTROL_RE.test(resource)) {
+    throw new BadRequestError('resource: must not contain control characters');
+  }
+}
+
+function lockRef(lock) {
+  if (lock === null || typeof lock !== 'object') {
+    throw new BadRequestError('lock: expected a Lock (or {token, resource})');
+  }
+  const token = lock.token;
+  if (typeof token !== 'string' || !TOKEN_RE.test(token)) {
+    throw new BadRequestError('lock: must be 32 lowercase hex characters');
+  }
+  checkResource(lock.resource);
+  return { token, resource: lock.resource };
+}
+
+function abortReason(signal) {
+  return signal.reason ?? new DOMException('This operation was aborted', 'AbortError');
+}
+
+/**
+ * One connection to the daemon: its in-flight requests and the locks taken
+ * on it (the daemon releases those when it closes).
+ */
+class Connection {
+  constructor(client, path, connectTimeoutMs) {
+    this.client = client;
+    this.pending = new Map(); // id -> entry
+    this.active = 0; // entries whose caller still waits
+    this.locks = new Map(); // token -> Lock
+    this.open = true;
+    this.retired = false; // the daemon is closing it: no new requests
+    this.closeReason = null; // Error given to in-flight requests on close
+    this.orphanError = null; // an error response the daemon sent without id
+    this.buf = '';
+    this.socket = net.createConnection({ path });
+    this.socket.setEncoding('utf8');
+    this.socket.unref();
+    this.connectTimer = setTimeout(() => {
+      this.destroy(new ConnectionLostError(`connect to ${path} timed out after ${connectTimeoutMs} ms`));
+    }, connectTimeoutMs);
+    this.connectTimer.unref();
+    this.socket.once('connect', () => {
+      clearTimeout(this.connectTimer);
+      client.emit('connect');
+    });
+    this.socket.on('data', (chunk) => this.onData(chunk));
+    this.socket.on('error', (err) => {
+      if (!this.closeReason) {
+        this.closeReason = new ConnectionLostError(`redlockd connection (${path}): ${err.message}`, {
+          cause: err,
+        });
+      }
+    });
+    this.socket.on('close', () => this.onClose());
+  }
+
+  destroy(reason) {
+    if (!this.closeReason) this.closeReason = reason;
+    this.socket.destroy();
+  }
+
+  refresh() {
+    // Keep the process alive only while someone waits for an answer.
+    if (!this.open) return;
+    if (this.active > 0) this.socket.ref();
+    else this.socket.unref();
+  }
+
+  send(payload, entry) {
+    const id = this.client._nextId();
+    const line = JSON.stringify({ ...payload, id }) + '\n';
+    if (Buffer.byteLength(line, 'utf8') > this.client.maxLineBytes) {
+      // The daemon would answer too_large and close the connection, dropping
+      // every session lock on it; refuse here instead.
+      throw new TooLargeError(`request line over ${this.client.maxLineBytes} bytes`);
+    }
+    if (entry) {
+      this.pending.set(id, entry);
+      if (!entry.abandoned) {
+        this.active++;
+        this.refresh();
+      }
+    }
+    this.socket.write(line);
+    return id;
+  }
+
+  /** Send without waiting for the answer (best effort). */
+  fire(payload) {
+    if (!this.open) return;
+    try {
+      this.send(payload, { abandoned: true, settle() {}, onLate() {} });
+    } catch {
+      /* nothing to do */
+    }
+  }
+
+  settled(entry) {
+    if (!entry.abandoned) {
+      entry.abandoned = true;
+      this.active--;
+      this.refresh();
+      if (this.retired && this.active === 0) this.socket.end();
+    }
+  }
+
+  /** Take no new requests; close once the ones in flight are answered. */
+  retire() {
+    this.retired = true;
+    if (this.active === 0) this.socket.end();
+  }
+
+  onData(chunk) {
+    this.buf += chunk;
+    let nl;
+    while (this.open && (nl = this.buf.indexOf('\n')) >= 0) {
+      const line = this.buf.slice(0, nl);
+      this.buf = this.buf.slice(nl + 1);
+      if (line.trim() === '') continue;
+      let msg;
+      try {
+        msg = parseResponse(line);
+      } catch (e) {
+        this.destroy(new ConnectionLostError(`unparseable response from redlockd: ${e.message}`, { cause: e }));
+        return;
+      }
+      this.onMessage(msg);
+    }
+    if (this.buf.length > MAX_RESPONSE_BYTES) {
+      this.destroy(new ConnectionLostError('response line from redlockd too long'));
+    }
+  }
+
+  onMessage(msg) {
+    if (msg.event !== undefined && msg.id === undefined) {
+      this.onEvent(msg);
+      return;
+    }
+    if (msg.id === undefined || msg.id === null) {
+      // An answer to a line the daemon could not attribute (too_large, or
+      // a line it could not parse): if only one request waits, it is that
+      // one's; otherwise keep it as the cause for the close that follows.
+      if (msg.ok === false && msg.error) {
+        const err = errorFromCode(msg.error.code, msg.error.message);
+        this.orphanError = err;
+        // The daemon closes such a connection: send nothing more on it, and
+        // close it once nothing waits on it any more.
+        this.retire();
+        const waiting = [...this.pending].filter(([, e]) => !e.abandoned);
+        if (waiting.length === 1) {
+          const [id, entry] = waiting[0];
+          this.pending.delete(id);
+          this.settled(entry);
+          entry.settle(err, null);
+        }
+      }
+      return;
+    }
+    const entry = this.pending.get(msg.id);
+    if (!entry) return;
+    this.pending.delete(msg.id);
+    if (entry.abandoned) {
+      entry.onLate(msg, this);
+      return;
+    }
+    this.settled(entry);
+    if (msg.ok === false && !(entry.acceptError && entry.acceptError(msg))) {
+      const e = msg.error || {};
+      entry.settle(errorFromCode(e.code, e.message), msg);
+    } else {
+      entry.settle(null, msg);
+    }
+  }
+
+  onEvent(msg) {
+    if (msg.event === 'lost') {
+      const lock = this.locks.get(msg.lock);
+      if (!lock) return;
+      this.locks.delete(msg.lock);
+      const err = new LostError(
+        `lock on '${lock.resource}' lost: the daemon could not keep a quorum`,
+        lock,
+      );
+      lock._lose(err);
+      this.client.emit('lost', lock, err);
+    }
+    this.client.emit('event', msg);
+  }
+
+  onClose() {
+    if (!this.open) return;
+    this.open = false;
+    clearTimeout(this.connectTimer);
+    let reason = this.closeReason;
+    if (this.orphanError && !(reason instanceof ClientClosedError)) {
+      // The daemon said why it closed (too_large, unparseable line, limit).
+      reason = new ConnectionLostError(`redlockd closed the connection: ${this.orphanError.message}`, {
+        cause: this.orphanError,
+      });
+    }
+    reason ??= new ConnectionLostError('redlockd closed the connection');
+    const pending = [...this.pending.values()];
+    this.pending.clear();
+    this.active = 0;
+    for (const entry of pending) {
+      if (!entry.abandoned) {
+        entry.abandoned = true;
+        entry.settle(reason, null);
+      }
+    }
+    const locks = [...this.locks.values()];
+    this.locks.clear();
+    for (const lock of locks) {
+      const err = new LostError(
+        `lock on '${lock.resource}' lost: its connection to redlockd closed` +
+          ' (the daemon releases session locks on close)',
+        lock,
+        { cause: reason },
+      );
+      lock._lose(err);
+      this.client.emit('lost', lock, err);
+    }
+    this.client._connectionClosed(this, reason);
+  }
+}
+
+/**
+ * Client for redlockd. One lazily opened connection, pipelined requests,
+ * reconnect on the next call after a drop.
+ */
+export class RedlockClient extends EventEmitter {
+  #conn = null;
+  #closed = false;
+  #id = 0;
+
+  /**
+   * @param {object} [options]
+   * @param {string} [options.path] unix socket; default env REDLOCKD_SOCKET, else ./redlockd.sock
+   * @param {number} [options.timeoutMs] per-request timeout (acquire adds its waitMs), default 10000
+   * @param {number} [options.connectTimeoutMs] default 5000
+   * @param {number} [options.maxLineBytes] the daemon's --max-line-bytes, default 65536
+   */
+  constructor(options = {}) {
+    super();
+    this.path = options.path ?? process.env.REDLOCKD_SOCKET ?? './redlockd.sock';
+    this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
+    this.maxLineBytes = options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES;
+  }
+
+  /** True while a connection is open (or opening). */
+  get connected() {
+    return this.#conn !== null && this.#conn.open && !this.#conn.retired;
+  }
+
+  _nextId() {
+    this.#id = this.#id >= Number.MAX_SAFE_INTEGER ? 1 : this.#id + 1;
+    return this.#id;
+  }
+
+  _connectionClosed(conn, reason) {
+    if (this.#conn === conn) this.#conn = null;
+    this.emit('disconnect', reason);
+  }
+
+  #connection() {
+    if (this.#closed) throw new ClientClosedError('the client is closed');
+    if (!this.#conn || !this.#conn.open || this.#conn.retired) {
+      this.#conn = new Connection(this, this.path, this.connectTimeoutMs);
+    }
+    return this.#conn;
+  }
+
+  /**
+   * Send one request object (without `id`) and resolve with the daemon's
+   * answer, or reject with the Error for its code. Low level: prefer the
+   * methods below.
+   * @param {object} payload
+   * @param {{timeoutMs?: number, signal?: AbortSignal}} [options]
+   */
+  request(payload, options = {}) {
+    return this.#call(payload, options, (msg) => msg);
+  }
+
+  #call(payload, { timeoutMs, signal, onLate, acceptError } = {}, onOk) {
+    return new Promise((resolve, reject) => {
+      if (signal?.aborted) {
+        reject(abortReason(signal));
+        return;
+      }
+      let conn;
+      try {
+        conn = this.#connection();
+      } catch (e) {
+        reject(e);
+        return;
+      }
+      let timer = null;
+      let onAbort = null;
+      const cleanup = () => {
+        if (timer) clearTimeout(timer);
+        if (onAbort) signal.removeEventListener('abort', onAbort);
+      };
+      const entry = {
+        abandoned: false,
+        acceptError,
+        settle: (err, msg) => {
+          cleanup();
+          if (err) {
+            reject(err);
+            return;
+          }
+          try {
+            resolve(onOk(msg, conn));
+          } catch (e) {
+            reject(e);
+          }
+        },
+        onLate: (msg, c) => {
+          if (onLate) onLate(msg, c);
+        },
+      };
+      let id;
+      try {
+        id = conn.send(payload, entry);
+      } catch (e) {
+        cleanup();
+        reject(e);
+        return;
+      }
+      const giveUp = (err) => {
+        if (entry.abandoned) return;
+        conn.settled(entry); // stays in pending: a late answer goes to onLate
+        cleanup();
+        reject(err);
+      };
+      const ms = timeoutMs ?? this.timeoutMs;
+      if (Number.isFinite(ms) && ms > 0) {
+        timer = setTimeout(
+          () => giveUp(new RequestTimeoutError(`${payload.op} (id ${id}): no answer from redlockd within ${ms} ms`)),
+          ms,
+        );
+      }
+      if (signal) {
+        onAbort = () => giveUp(abortReason(signal));
+        signal.addEventListener('abort', onAbort, { once: true });
+      }
+    });
+  }
+
+  /**
+   * Take a lock on `resource`.
+   * @returns {Promise<Lock>}
+   */
+  acquire(resource, options = {}) {
+    try {
+      checkResource(resource);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    const { ttlMs, waitMs, renew, fence, renewMaxMs, signal, timeoutMs } = options;
+    const payload = { op: 'acquire', resource };
+    if (ttlMs !== undefined) payload.ttl_ms = ttlMs;
+    if (waitMs !== undefined) payload.wait_ms = waitMs;
+    if (renew !== undefined) payload.renew = renew;
+    if (fence !== undefined) payload.fence = fence;
+    if (renewMaxMs !== undefined) payload.renew_max_ms = renewMaxMs;
+    // The client-wide timeout is for the answer after the wait; an explicit
+    // per-call timeoutMs is the whole time allowed.
+    const wait = typeof waitMs === 'number' && waitMs > 0 ? waitMs : 0;
+    return this.#call(
+      payload,
+      {
+        timeoutMs: timeoutMs ?? this.timeoutMs + wait,
+        signal,
+        // Given up on (timeout or abort) but granted after all: let it go.
+        onLate: (msg, conn) => {
+          if (msg.ok && typeof msg.lock === 'string') {
+            conn.fire({ op: 'release', lock: msg.lock, resource: msg.resource ?? resource });
+          }
+        },
+      },
+      (msg, conn) => {
+        const lock = new Lock(this, conn, msg, renew === true);
+        if (conn.open) conn.locks.set(lock.token, lock);
+        else lock._lose(new LostError(`lock on '${lock.resource}' lost: connection closed`, lock));
+        return lock;
+      },
+    );
+  }
+
+  #forget(lock) {
+    const conn = lock[kConn];
+    if (conn && conn.locks.get(lock.token) === lock) conn.locks.delete(lock.token);
+  }
+
+  /** Release a lock. Rejects with NotHeldError if it had already expired. */
+  async release(lock, options = {}) {
+    const ref = lockRef(lock);
+    try {
+      await this.#call({ op: 'release', lock: ref.token, resource: ref.resource }, options, () => undefined);
+    } catch (e) {
+      if (e instanceof NotHeldError && lock instanceof Lock) this.#forget(lock);
+      throw e;
+    }
+    if (lock instanceof Lock) this.#forget(lock);
+  }
+
+  /**
+   * Push the lock's expiry out to `ttlMs` from now (default: its own TTL).
+   * Resolves with the same Lock, its validityMs updated. NotHeldError means
+   * the lock is gone; its signal aborts then.
+   */
+  async extend(lock, ttlMs, options = {}) {
+    const ref = lockRef(lock);
+    const payload = { op: 'extend', lock: ref.token, resource: ref.resource };
+    if (ttlMs !== undefined && ttlMs !== null) payload.ttl_ms = ttlMs;
+    let msg;
+    try {
+      msg = await this.#call(payload, options, (m) => m);
+    } catch (e) {
+      if (e instanceof NotHeldError && lock instanceof Lock) {
+        this.#forget(lock);
+        lock._lose(new LostError(`lock on '${lock.resource}' lost: not held at extend`, lock, { cause: e }));
+      }
+      throw e;
+    }
+    if (lock instanceof Lock) {
+      lock.validityMs = msg.validity_ms;
+      lock.expiresAt = Date.now() + msg.validity_ms;
+      return lock;
+    }
+    return { token: ref.token, resource: ref.resource, validityMs: msg.validity_ms };
+  }
+
+  /**
+   * Mark the resource done for `keepMs` (default: the daemon's, 24 h) and
+   * drop the lock: later acquires get DoneError.
+   */
+  async complete(lock, options = {}) {
+    const ref = lockRef(lock);
+    const { keepMs, ...rest } = options ?? {};
+    const payload = { op: 'complete', lock: ref.token, resource: ref.resource };
+    if (keepMs !== undefined) payload.keep_ms = keepMs;
+    try {
+      await this.#call(payload, rest, () => undefined);
+    } catch (e) {
+      if (e instanceof NotHeldError && lock instanceof Lock) this.#forget(lock);
+      throw e;
+    }
+    if (lock instanceof Lock) this.#forget(lock);
+  }
+
+  /** Liveness check; resolves with the round trip in ms. */
+  async ping(options = {}) {
+    const t0 = performance.now();
+    await this.#call({ op: 'ping' }, options, () => undefined);
+    return performance.now() - t0;
+  }
+
+  /**
+   * Per-node state: `{ok, quorum, nodes: [{addr, up, ...}]}`. Resolves
+   * without a quorum too, then with `ok: false` and
+   * `error: {code: 'no_quorum', message}`: check `ok`.
+   */
+  health(options = {}) {
+    const acceptError = (msg) => Array.isArray(msg.nodes);
+    return this.#call({ op: 'health' }, { ...options, acceptError }, (msg) => {
+      const { id: _id, ...rest } = msg;
+      return rest;
+    });
+  }
+
+  /**
+   * Acquire, run `fn(signal, lock)`, release in finally. Renews by default
+   * (`renew: true`): `signal` aborts if the lock is lost meanwhile.
+   */
+  async using(resource, options, fn) {
+    if (typeof options === 'function') {
+      fn = options;
+      options = {};
+    }
+    if (typeof fn !== 'function') throw new TypeError('using(resource, [options], fn): fn must be a function');
+    const lock = await this.acquire(resource, { ...options, renew: options?.renew ?? true });
+    let done = false;
+    let result;
+    try {
+      result = await fn(lock.signal, lock);
+      done = true;
+    } finally {
+      if (!lock.lost) {
+        try {
+          await this.release(lock);
+        } catch (e) {
+          // Never hide the routine's own error; after a routine that
+          // finished, a failed release (e.g. expired meanwhile) is reported.
+          if (done && !lock.lost) throw e;
+        }
+      }
+    }
+    return result;
+  }
+
+  /**
+   * Close the connection. In-flight requests reject with ClientClosedError;
+   * the daemon releases every lock taken through this client. Final: later
+   * calls reject with ClientClosedError.
+   */
+  async close() {
+    this.#closed = true;
+    const conn = this.#conn;
+    if (!conn || !conn.open) return;
+    conn.closeReason ??= new ClientClosedError('the client was closed');
+    await new Promise((resolve) => {
+      const t = setTimeout(() => conn.socket.destroy(), 1000);
+      conn.socket.once('close', () => {
+        clearTimeout(t);
+        resolve();
+      });
+      conn.socket.end();
+    });
+  }
+}
+
+export { RedlockError };

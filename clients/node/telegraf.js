@@ -1,0 +1,20 @@
+// Telegraf middleware: skip duplicate deliveries of the same update.
+//
+//   import { Telegraf } from 'telegraf';
+//   import { RedlockClient } from 'redlockd-client';
+//   import { dedupMiddleware } from 'redlockd-client/telegraf';
+//   bot.use(dedupMiddleware(new RedlockClient(), { ttlMs: 60_000 }));
+//
+// Telegraf is not a dependency: the middleware is a plain (ctx, next) function.
+
+import { createDedup, defaultKey } from './dedup.js';
+
+export { defaultKey };
+
+/** Telegraf middleware: acquire `tg:update:<update_id>`, skip busy/done, run
+ * the rest of the chain, complete on success, release and rethrow on error. */
+export function dedupMiddleware(client, options = {}) {
+  return createDedup(client, options);
+}
+
+export default dedupMiddleware;
