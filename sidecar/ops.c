@@ -345,9 +345,25 @@ static void waiter_try(struct ops *o, struct call *call)
     acquire_start(o, call);
 }
 
+/* When a renewing lock is given up: early enough that the lost event
+ * reaches its owner before the validity ends, with room for one more node
+ * round trip and the event's own delivery. */
+static uint64_t lock_give_up_us(const struct ops *o, const struct lock *l)
+{
+    if (!l->renew) {
+        return l->valid_until_us;
+    }
+    uint64_t guard = (uint64_t)o->cfg->node_timeout_ms * 1000u + 20000u;
+    uint64_t quarter = (uint64_t)l->ttl_ms * 1000u / 4u;
+    if (guard > quarter) {
+        guard = quarter;
+    }
+    return l->valid_until_us > guard ? l->valid_until_us - guard : 0;
+}
+
 static void lock_schedule(struct ops *o, struct lock *l, uint64_t now)
 {
-    uint64_t due = l->valid_until_us;
+    uint64_t due = lock_give_up_us(o, l);
     if (l->renew) {
         /* About every ttl/3, with up to 10% jitter so that locks taken
          * together do not renew in the same tick. */
@@ -698,16 +714,17 @@ static void renew_done_cb(const struct cluster_result *res, void *priv)
         return;
     }
     METRIC_INC(renew_failed);
-    if (res->err == ERR_NOT_HELD || now >= l->valid_until_us) {
+    uint64_t give_up = lock_give_up_us(o, l);
+    if (res->err == ERR_NOT_HELD || now >= give_up) {
         lock_lost(o, l, res->err == ERR_NOT_HELD ? "no longer held by a quorum"
                                                  : "renewal failed");
         return;
     }
     /* Still valid: try again soon, well before the validity ends. */
-    uint64_t left = l->valid_until_us - now;
+    uint64_t left = give_up - now;
     uint64_t again = left / 4 < 10000 ? left / 4 : 10000;
-    locks_set_deadline(o->locks, l, now + again);
     l->next_renew_us = now + again;
+    locks_set_deadline(o->locks, l, l->next_renew_us);
     lock_timer_rearm(o);
 }
 
@@ -722,8 +739,8 @@ static void lock_renew(struct ops *o, struct lock *l)
     ctx->ops = o;
     memcpy(ctx->token, l->token, sizeof(ctx->token));
     l->renewing = true;
-    /* Until the renewal answers, the next event is the end of validity. */
-    locks_set_deadline(o->locks, l, l->valid_until_us);
+    /* Until the renewal answers, the next event is giving up on it. */
+    locks_set_deadline(o->locks, l, lock_give_up_us(o, l));
     if (cluster_extend(o->cluster, l->resource, l->resource_len, l->token,
                        l->ttl_ms, renew_done_cb, ctx) != 0) {
         free(ctx);
@@ -745,11 +762,13 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
         if (l == NULL || due > now) {
             break;
         }
-        if (now >= l->valid_until_us) {
+        if (now >= lock_give_up_us(o, l)) {
             if (l->renew && !l->renewing) {
-                lock_lost(o, l, "validity ended before a renewal succeeded");
+                lock_lost(o, l, "no renewal succeeded before the validity "
+                                "ran short");
             } else if (l->renew) {
-                lock_lost(o, l, "renewal did not answer within validity");
+                lock_lost(o, l, "renewal did not answer before the validity "
+                                "ran short");
             } else {
                 /* Expired by design (no renewal): forget it quietly. */
                 lock_drop(o, l);
@@ -765,7 +784,7 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
             lock_renew(o, l);
             continue;
         }
-        locks_set_deadline(o->locks, l, l->valid_until_us);
+        locks_set_deadline(o->locks, l, lock_give_up_us(o, l));
     }
     lock_timer_rearm(o);
 }

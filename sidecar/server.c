@@ -17,6 +17,7 @@
 #include "server.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,12 +184,24 @@ static void client_close_after_flush(struct client *cl)
     }
 }
 
+/* After EOF: whether the peer closed both directions (it can read nothing
+ * more) rather than just its writing side. A unix socket whose peer is gone
+ * polls POLLHUP; a half-closed one does not. */
+static bool peer_gone(struct client *cl)
+{
+    struct pollfd p = {bufferevent_getfd(cl->bev), POLLOUT, 0};
+    if (poll(&p, 1, 0) < 0) {
+        return true;
+    }
+    return (p.revents & (POLLHUP | POLLERR)) != 0;
+}
+
 static void client_event_cb(struct bufferevent *bev, short events, void *arg)
 {
     (void)bev;
     struct client *cl = arg;
     if ((events & BEV_EVENT_EOF) && !(events & BEV_EVENT_ERROR) &&
-        !(events & BEV_EVENT_WRITING)) {
+        !(events & BEV_EVENT_WRITING) && !peer_gone(cl)) {
         /* A half-close (socat, `printf .. | nc -U`): still answer what was
          * asked, then close; session locks go with the close. */
         cl->peer_eof = true;
