@@ -68,6 +68,7 @@ struct repair {
     int answered;     /* nodes whose counter we read */
     int outstanding;  /* node callbacks still due */
     int64_t max;
+    int need;         /* answers needed before raising */
     bool raising;     /* the read is done; the raise is in flight */
 };
 
@@ -94,6 +95,7 @@ struct cluster {
         int i;
     } qargs[REDLOCK_MAX_NODES]; /* quarantine timer arguments */
     uint32_t max_ttl_seen;  /* largest TTL granted: the default quarantine */
+    int64_t fence_max_seen; /* largest fence this daemon handed out */
 };
 
 uint64_t cluster_now_us(void)
@@ -404,6 +406,9 @@ static void op_fence_cb(struct node *node, struct redisReply *reply,
             r.validity_ms = v;
             r.valid_until_us = cluster_now_us() + (uint64_t)v * 1000u;
             r.fence = op->round.fence_max;
+            if (r.fence > op->c->fence_max_seen) {
+                op->c->fence_max_seen = r.fence;
+            }
             op_answer(op, &r);
         } else {
             r.err = ERR_NO_QUORUM;
@@ -632,7 +637,7 @@ static void repair_read_cb(struct node *node, struct redisReply *reply,
     /* Any N - quorum + 1 nodes meet every earlier write-back quorum in a
      * node other than the target, so their maximum covers every fence
      * handed out. */
-    int need = c->n - c->quorum + 1;
+    int need = r->need;
     if (r->answered >= need) {
         r->raising = true;
         char val[24];
@@ -672,8 +677,30 @@ static void repair_start(struct cluster *c, int target)
     r->target = target;
     r->generation = ++c->repair_generation[target];
     r->outstanding = 1; /* held while sending */
+    r->max = c->fence_max_seen; /* a floor we know of ourselves */
+    r->need = c->n - c->quorum + 1;
+    int sound = 0;
     for (int i = 0; i < c->n; i++) {
-        if (i == target || c->quarantined[i]) {
+        sound += i != target && !c->quarantined[i] && node_is_up(c->nodes[i]);
+    }
+    /* With a majority restarted empty, no sound read exists: the counters
+     * that saw the last write-backs may all be gone. Availability then
+     * wins, loudly: read every node that is up. */
+    bool best_effort = sound < r->need;
+    if (best_effort) {
+        int up = 0;
+        for (int i = 0; i < c->n; i++) {
+            up += i != target && node_is_up(c->nodes[i]);
+        }
+        r->need = up > 0 ? up : 1;
+        log_error(NULL, "node %d: only %d unquarantined node(s) to read "
+                        "fence counters from (%d needed): repairing from "
+                        "every node up; fences may repeat across daemons "
+                        "after this majority restart without persistence",
+                  target + 1, sound, c->n - c->quorum + 1);
+    }
+    for (int i = 0; i < c->n; i++) {
+        if (i == target || (c->quarantined[i] && !best_effort)) {
             continue;
         }
         const char *argv[2] = {"GET", c->fence_key};
