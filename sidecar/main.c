@@ -36,7 +36,7 @@ static void drain_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct daemon *d = arg;
-    if (ops_idle(d->ops)) {
+    if (ops_idle(d->ops) && server_flushed(d->server)) {
         log_info(NULL, "shutdown: all releases answered");
         event_base_loopexit(d->base, NULL);
         return;

@@ -880,8 +880,10 @@ struct server *server_create(struct event_base *base, const struct config *cfg,
         free(s);
         return NULL;
     }
+    /* Backlog 0: the socket already listens with 1024; -1 would shrink it
+     * to libevent's default of 128. */
     s->listener = evconnlistener_new(base, accept_cb, s,
-                                      LEV_OPT_CLOSE_ON_FREE, -1, fd);
+                                      LEV_OPT_CLOSE_ON_FREE, 0, fd);
     if (s->listener == NULL) {
         snprintf(err, errlen, "cannot listen on %s", cfg->socket_path);
         close(fd);
@@ -935,6 +937,16 @@ void server_destroy(struct server *s)
         the_server = NULL;
     }
     free(s);
+}
+
+bool server_flushed(const struct server *s)
+{
+    for (const struct client *cl = s->clients; cl != NULL; cl = cl->next) {
+        if (evbuffer_get_length(bufferevent_get_output(cl->bev)) > 0) {
+            return false;
+        }
+    }
+    return true;
 }
 
 int server_client_count(const struct server *s)

@@ -30,4 +30,8 @@ void server_destroy(struct server *s);
 
 int server_client_count(const struct server *s);
 
+/* server_flushed: every answer queued for a client has been written (or
+ * its client is gone); shutdown waits for it so final answers arrive. */
+bool server_flushed(const struct server *s);
+
 #endif

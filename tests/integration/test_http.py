@@ -1,0 +1,355 @@
+"""Issue 4: the HTTP/1.1 framing, driven with curl --unix-socket (and raw
+sockets where curl cannot show it): every route, every HTTP-level error
+status, keep-alive, pipelining, Expect: 100-continue, HTTP locks not tied
+to the connection."""
+
+import json
+import time
+
+from extra import HttpConn, curl, curl1, metric, scrape
+from rl import (SLOW, TOKEN_RE, assert_error, assert_ok, lock_key,
+                poll_until, rname)
+
+U = "http://localhost"
+
+
+def _post(sock, path, body=None, *extra):
+    args = ["-X", "POST", U + path, "-H", "Content-Type: application/json"]
+    if body is not None:
+        args += ["--data-binary", body if isinstance(body, str)
+                 else json.dumps(body)]
+    return curl1(sock, *(list(extra) + args))
+
+
+def _acquire(sock, res, **fields):
+    r = _post(sock, "/v1/locks", dict(resource=res, **fields))
+    assert r.status == 200, r
+    body = r.json()
+    assert_ok(body, "HTTP acquire")
+    assert TOKEN_RE.match(body["lock"]), body
+    return body
+
+
+# -- every route -----------------------------------------------------------
+
+
+def test_routes_acquire_extend_release(cluster_mod, daemon_mod):
+    sock = daemon_mod.socket
+    res = rname("hroute")
+    key = lock_key(res)
+    r = _post(sock, "/v1/locks", {"resource": res, "ttl_ms": 10000,
+                                  "fence": True})
+    print("POST /v1/locks -> %d %r" % (r.status, r.body))
+    assert r.status == 200, r
+    assert r.headers.get("content-type", "").startswith("application/json")
+    b = r.json()
+    assert_ok(b)
+    assert b["resource"] == res and 0 < b["validity_ms"] <= 10000, b
+    assert isinstance(b.get("fence"), int), b
+    tok = b["lock"]
+    assert cluster_mod.get_all(key) == [tok.encode()] * 5
+
+    r = _post(sock, "/v1/locks/%s/extend" % tok, {"ttl_ms": 20000})
+    assert r.status == 200, r
+    e = r.json()
+    assert_ok(e, "extend")
+    assert e["lock"] == tok and 10000 < e["validity_ms"] <= 20000, e
+    pttls = cluster_mod.pttl_all(key)
+    assert all(isinstance(p, int) and 10000 < p <= 20000 for p in pttls), \
+        pttls
+
+    # extend with no body at all (Content-Length: 0): the lock's own ttl
+    r = curl1(sock, "-X", "POST", U + "/v1/locks/%s/extend" % tok)
+    assert r.status == 200, r
+
+    r = curl1(sock, "-X", "DELETE",
+              U + "/v1/locks/%s?resource=%s" % (tok, res))
+    print("DELETE -> %d %r" % (r.status, r.body))
+    assert r.status == 200, r
+    assert_ok(r.json(), "release")
+    assert cluster_mod.get_all(key) == [None] * 5
+
+    # again: not_held is 404
+    r = curl1(sock, "-X", "DELETE",
+              U + "/v1/locks/%s?resource=%s" % (tok, res))
+    assert r.status == 404, r
+    assert_error(r.json(), "not_held")
+    r = _post(sock, "/v1/locks/%s/extend" % tok, {"resource": res})
+    assert r.status == 404, r
+    assert_error(r.json(), "not_held")
+
+
+def test_route_complete_then_done_409(cluster_mod, daemon_mod):
+    sock = daemon_mod.socket
+    res = rname("hdone")
+    b = _acquire(sock, res, ttl_ms=10000)
+    r = _post(sock, "/v1/locks/%s/complete" % b["lock"],
+              {"keep_ms": 60000, "resource": res})
+    print("complete -> %d %r" % (r.status, r.body))
+    assert r.status == 200, r
+    assert_ok(r.json(), "complete")
+    assert cluster_mod.get_all(lock_key(res)) == \
+        [b"done:" + b["lock"].encode()] * 5
+    r = _post(sock, "/v1/locks", {"resource": res})
+    assert r.status == 409, r
+    assert_error(r.json(), "done")
+    r = _post(sock, "/v1/locks/%s/complete" % b["lock"], None)
+    assert r.status == 404, r
+    assert_error(r.json(), "not_held")
+
+
+def test_route_busy_409(daemon_mod):
+    sock = daemon_mod.socket
+    res = rname("hbusy")
+    b = _acquire(sock, res, ttl_ms=10000)
+    r = _post(sock, "/v1/locks", {"resource": res, "ttl_ms": 1000})
+    assert r.status == 409, r
+    assert_error(r.json(), "busy")
+    r = curl1(sock, "-X", "DELETE", U + "/v1/locks/" + b["lock"])
+    assert r.status == 200, r
+
+
+def test_route_ping_health_metrics(daemon_mod):
+    sock = daemon_mod.socket
+    r = curl1(sock, U + "/v1/ping")
+    assert r.status == 200 and r.json() == {"ok": True}, r
+    r = curl1(sock, U + "/v1/health")
+    assert r.status == 200, r
+    h = r.json()
+    assert h["ok"] is True and h["quorum"] == 3 and len(h["nodes"]) == 5, h
+    r = curl1(sock, U + "/metrics")
+    assert r.status == 200, r
+    assert r.headers.get("content-type", "").startswith("text/plain"), r
+    assert b"redlockd_acquisitions_total" in r.body
+    # HEAD is allowed on GET routes
+    p = __import__("subprocess").run(
+        ["curl", "-s", "-I", "--max-time", "10", "--unix-socket", str(sock),
+         U + "/v1/ping"], capture_output=True, timeout=15)
+    assert p.stdout.startswith(b"HTTP/1.1 200"), p.stdout
+    assert b"content-length: 11" in p.stdout.lower(), p.stdout
+
+
+def test_http_lock_outlives_connection(cluster_mod, daemon_mod):
+    sock = daemon_mod.socket
+    res = rname("hkeep")
+    key = lock_key(res)
+    b = _acquire(sock, res, ttl_ms=10000)  # curl has exited
+    time.sleep(0.5)
+    vals = cluster_mod.get_all(key)
+    print("0.5 s after curl exited the key holds %r" % vals[:1])
+    assert vals == [b["lock"].encode()] * 5, vals
+    # The lock is still known to the daemon without ?resource= too.
+    r = curl1(sock, "-X", "DELETE", U + "/v1/locks/" + b["lock"])
+    assert r.status == 200, r
+    assert cluster_mod.get_all(key) == [None] * 5
+
+
+# -- error statuses --------------------------------------------------------
+
+
+def test_400_bad_json_and_bad_field(daemon_mod):
+    sock = daemon_mod.socket
+    r = _post(sock, "/v1/locks", '{"resource": "x",')
+    assert r.status == 400, r
+    assert_error(r.json(), "bad_request")
+    r = _post(sock, "/v1/locks", {"resource": rname("h400"), "ttl_ms": 5})
+    assert r.status == 400, r
+    assert_error(r.json(), "bad_request", "ttl_ms")
+    r = _post(sock, "/v1/locks", {"resource": rname("h400"), "bogus": 1})
+    assert r.status == 400, r
+    assert_error(r.json(), "bad_request", "bogus")
+    r = _post(sock, "/v1/locks", {"op": "release", "resource": "x"})
+    assert r.status == 400, r
+    assert_error(r.json(), "bad_request", "op")
+    r = curl1(sock, "-X", "DELETE", U + "/v1/locks/NOTAHEXTOKEN")
+    assert r.status == 400, r
+    assert_error(r.json(), "bad_request", "lock")
+
+
+def test_404_unknown_path(daemon_mod):
+    for path in ("/nope", "/v1/lock", "/v1/locks/%s/frob" % ("a" * 32),
+                 "/v2/ping", "/v1/pingx"):
+        r = curl1(daemon_mod.socket, U + path)
+        print("GET %s -> %d" % (path, r.status))
+        assert r.status == 404, (path, r)
+        assert r.json()["ok"] is False, r
+
+
+def test_405_wrong_method_with_allow(daemon_mod):
+    cases = [("PUT", "/v1/locks", "POST"), ("GET", "/v1/locks", "POST"),
+             ("POST", "/v1/ping", "GET"), ("DELETE", "/metrics", "GET"),
+             ("GET", "/v1/locks/%s/extend" % ("a" * 32), "POST"),
+             ("POST", "/v1/locks/%s" % ("a" * 32), "DELETE")]
+    for method, path, allowed in cases:
+        r = curl1(daemon_mod.socket, "-X", method, U + path)
+        print("%s %s -> %d Allow: %r" % (method, path, r.status,
+                                         r.headers.get("allow")))
+        assert r.status == 405, (method, path, r)
+        allow = [a.strip() for a in r.headers.get("allow", "").split(",")]
+        assert allowed in allow, (method, path, r.headers)
+
+
+def test_411_chunked(daemon_mod):
+    r = curl1(daemon_mod.socket, "-X", "POST", U + "/v1/locks",
+              "-H", "Transfer-Encoding: chunked",
+              "--data-binary", '{"resource":"%s"}' % rname("h411"))
+    assert r.status == 411, r
+
+
+def test_413_body_over_limit(daemon_mod):
+    body = '{"resource":"%s","ttl_ms":1000%s}' % (rname("h413"),
+                                                   " " * 70000)
+    r = _post(daemon_mod.socket, "/v1/locks", body)
+    assert r.status == 413, r
+    assert_error(r.json(), "too_large")
+
+
+def test_413_custom_max_line_bytes(cluster, daemon_factory):
+    d = daemon_factory.start(cluster, name="ml",
+                             extra=["--max-line-bytes", "2048"])
+    ok = '{"resource":"%s"%s}' % (rname("ok"), " " * 1500)
+    r = _post(d.socket, "/v1/locks", ok)
+    assert r.status == 200, r
+    big = '{"resource":"%s"%s}' % (rname("big"), " " * 2100)
+    r = _post(d.socket, "/v1/locks", big)
+    assert r.status == 413, r
+
+
+def test_431_huge_headers(daemon_mod):
+    r = curl1(daemon_mod.socket, "-H", "X-Huge: " + "h" * 70000,
+              U + "/v1/ping")
+    assert r.status == 431, r
+    many = []
+    for i in range(3000):
+        many += ["-H", "X-H%d: %s" % (i, "v" * 30)]
+    r = curl1(daemon_mod.socket, *(many + [U + "/v1/ping"]))
+    print("3000 headers -> %d" % r.status)
+    assert r.status == 431, r
+
+
+def test_503_no_quorum(cluster, daemon):
+    res = rname("h503")
+    for nd in cluster.nodes[:3]:
+        nd.pause()
+    t0 = time.monotonic()
+    r = _post(daemon.socket, "/v1/locks", {"resource": res, "ttl_ms": 5000})
+    dt = time.monotonic() - t0
+    print("acquire with 3 of 5 paused: %d %r after %.0f ms" % (
+        r.status, r.body, dt * 1000))
+    assert r.status == 503, r
+    assert_error(r.json(), "no_quorum")
+    cluster.resume_all()
+    # Rolled back: nothing is left on the nodes that answered.
+    vals, _ = poll_until(
+        lambda: all(v is None for v in cluster.get_all(lock_key(res))),
+        3.0 * SLOW)
+    assert vals, cluster.get_all(lock_key(res))
+
+
+# -- connection handling ---------------------------------------------------
+
+
+def test_keep_alive_two_urls_one_connection(daemon_mod):
+    sock = daemon_mod.socket
+    before = metric(scrape(sock), "redlockd_client_connections_total")
+    rs, p = curl(sock, U + "/v1/ping", U + "/v1/health", verbose=True)
+    after = metric(scrape(sock), "redlockd_client_connections_total")
+    err = p.stderr.decode(errors="replace")
+    assert [r.status for r in rs] == [200, 200], rs
+    assert "Re-using existing connection" in err, err[-1500:]
+    # one connection for curl, one for the second scrape
+    assert after - before == 2, (before, after)
+
+
+def test_pipelined_raw_requests_in_order(cluster_mod, daemon_mod):
+    res = rname("hpipe")
+    body = json.dumps({"resource": res, "ttl_ms": 10000}).encode()
+    reqs = [HttpConn.build("GET", "/v1/ping"),
+            HttpConn.build("GET", "/nope"),
+            HttpConn.build("POST", "/v1/locks", body),
+            HttpConn.build("POST", "/v1/locks", body),
+            HttpConn.build("GET", "/v1/health"),
+            HttpConn.build("PUT", "/v1/ping", b"{}"),
+            HttpConn.build("GET", "/v1/ping")]
+    with HttpConn(daemon_mod.socket) as h:
+        h.send_raw(b"".join(hd + bd for hd, bd in reqs))
+        rs = [h.read_response(5.0) for _ in reqs]
+        statuses = [r.status for r in rs]
+        print("pipelined statuses: %r" % statuses)
+        assert statuses == [200, 404, 200, 409, 200, 405, 200], rs
+        assert rs[0].json() == {"ok": True}
+        assert rs[2].json()["resource"] == res
+        assert_error(rs[3].json(), "busy")
+        assert "nodes" in rs[4].json()
+        tok = rs[2].json()["lock"]
+        r = h.request("DELETE", "/v1/locks/" + tok)
+        assert r.status == 200, r
+    assert cluster_mod.get_all(lock_key(res)) == [None] * 5
+
+
+def test_expect_100_continue_curl(daemon_mod):
+    res = rname("h100")
+    body = '{"resource":"%s","ttl_ms":5000%s}' % (res, " " * 4000)
+    t0 = time.monotonic()
+    rs, p = curl(daemon_mod.socket, "-X", "POST", U + "/v1/locks",
+                 "-H", "Expect: 100-continue",
+                 "-H", "Content-Type: application/json",
+                 "--data-binary", body)
+    dt = time.monotonic() - t0
+    print("curl with Expect: 100-continue: %r in %.0f ms" % (
+        [r.status for r in rs], dt * 1000))
+    assert [r.status for r in rs] == [100, 200], rs
+    # curl waits 1 s for the 100 when the server stays silent
+    assert dt < 0.9, dt
+    tok = rs[-1].json()["lock"]
+    r = curl1(daemon_mod.socket, "-X", "DELETE", U + "/v1/locks/" + tok)
+    assert r.status == 200, r
+
+
+def test_expect_100_continue_raw(daemon_mod):
+    """The client waits for the 100 before it sends the body."""
+    res = rname("h100raw")
+    body = json.dumps({"resource": res, "ttl_ms": 5000}).encode()
+    head, _ = HttpConn.build("POST", "/v1/locks", body,
+                             {"Expect": "100-continue"})
+    with HttpConn(daemon_mod.socket) as h:
+        h.send_raw(head)
+        cont = h.read_response(2.0)
+        assert cont.status == 100, cont
+        h.send_raw(body)
+        r = h.read_response(5.0)
+        assert r.status == 200, r
+        assert_ok(r.json())
+        # keep-alive goes on afterwards
+        r2 = h.request("DELETE", "/v1/locks/" + r.json()["lock"])
+        assert r2.status == 200, r2
+        # A bad route: either the 404 at once, or a 100 and the 404 once
+        # the body is in (both are allowed by RFC 9110).
+        head, _ = HttpConn.build("POST", "/v1/nope", body,
+                                 {"Expect": "100-continue"})
+        h.send_raw(head)
+        r3 = h.read_response(2.0)
+        print("Expect: 100-continue on an unknown route: first answer %d"
+              % r3.status)
+        if r3.status == 100:
+            h.send_raw(body)
+            r3 = h.read_response(2.0)
+        assert r3.status == 404, r3
+
+
+def test_http_after_error_connection_usable(daemon_mod):
+    """400/404/405/409 keep the connection; 411/413/431 close it."""
+    with HttpConn(daemon_mod.socket) as h:
+        for method, path, body, want in [
+                ("POST", "/v1/locks", b"{oops", 400),
+                ("GET", "/zzz", None, 404),
+                ("PUT", "/v1/locks", None, 405),
+                ("GET", "/v1/ping", None, 200)]:
+            r = h.request(method, path, body)
+            assert r.status == want, (method, path, r)
+    with HttpConn(daemon_mod.socket) as h:
+        h.send_raw(b"POST /v1/locks HTTP/1.1\r\nHost: x\r\n"
+                   b"Transfer-Encoding: chunked\r\n\r\n5\r\n{...}\r\n0\r\n\r\n")
+        r = h.read_response(2.0)
+        assert r.status == 411, r
+        assert h.is_closed(2.0), "still open after 411"
