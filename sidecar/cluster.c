@@ -4,8 +4,9 @@
  * the same loop turn, so hiredis writes them all in one write per node, and
  * feeds the answers to a redlock_round. The caller hears back once, as soon
  * as the round is decided; the op itself lives until every node it was sent
- * to has answered or timed out. Rollbacks and fire-and-forget releases are
- * counted in c->fire_inflight so shutdown can wait for them. */
+ * to has answered or timed out, rollbacks included. Each script is
+ * formatted once per operation (struct node_prep) and the same bytes go to
+ * every node. */
 #include "cluster.h"
 
 #include <stdio.h>
@@ -55,6 +56,9 @@ struct cluster_op {
     size_t key_len;
     char channel[KEY_INLINE + 8]; /* <prefix>wake:<resource> */
     size_t channel_len;
+    struct node_prep prep_main;     /* the op's script, for every node */
+    struct node_prep prep_fence;    /* fence write-back */
+    struct node_prep prep_rollback; /* compare-and-delete after a loss */
     struct cluster_op *next_free;
 };
 
@@ -83,7 +87,6 @@ struct cluster {
     cluster_node_fn *node_cb;
     void *node_priv;
     int ops_inflight;           /* ops not yet freed */
-    int fire_inflight;          /* fire-and-forget commands */
     struct cluster_op *free_ops;
     int free_count;
     /* Restart quarantine (see README, "Fencing and restarts"). */
@@ -146,6 +149,7 @@ static struct cluster_op *op_new(struct cluster *c, enum op_kind kind,
     memcpy(op->channel + plen, "wake:", 5);
     memcpy(op->channel + plen + 5, resource, len);
     op->channel_len = plen + 5 + len;
+    op->prep_main.buf = op->prep_fence.buf = op->prep_rollback.buf = NULL;
     c->ops_inflight++;
     return op;
 }
@@ -157,6 +161,9 @@ static void op_release_if_finished(struct cluster_op *op)
     }
     struct cluster *c = op->c;
     c->ops_inflight--;
+    node_prep_free(&op->prep_main);
+    node_prep_free(&op->prep_fence);
+    node_prep_free(&op->prep_rollback);
     if (c->free_count < 1024) {
         op->next_free = c->free_ops;
         c->free_ops = op;
@@ -185,11 +192,13 @@ static void result_init(struct cluster_result *res)
 
 /* ---- fire-and-forget commands ---------------------------------------- */
 
-static void fire_cb(struct node *node, struct redisReply *reply,
-                    enum node_status status, void *privdata)
+static void op_release_if_finished(struct cluster_op *op);
+
+static void rollback_cb(struct node *node, struct redisReply *reply,
+                        enum node_status status, void *privdata)
 {
-    struct cluster *c = privdata;
-    c->fire_inflight--;
+    struct cluster_op *op = privdata;
+    op->outstanding--;
     if (status != NODE_REPLY) {
         log_debug(NULL, "node %d: cleanup command %s", node_index(node) + 1,
                   status == NODE_TIMEOUT ? "timed out" : "dropped");
@@ -197,6 +206,7 @@ static void fire_cb(struct node *node, struct redisReply *reply,
         log_warn(NULL, "node %d: cleanup command failed: %s",
                  node_index(node) + 1, reply->str);
     }
+    op_release_if_finished(op);
 }
 
 /* Compare-and-delete the op's key on the nodes in mask (no publish: the
@@ -206,15 +216,19 @@ static void op_remove_keys(struct cluster_op *op, uint32_t mask)
     struct cluster *c = op->c;
     const char *argv[3] = {op->key, op->token, ""};
     size_t lens[3] = {op->key_len, PROTO_TOKEN_LEN, 0};
+    if (op->prep_rollback.buf != NULL ||
+        node_prepare(&op->prep_rollback, SCRIPT_RELEASE, 3, argv, lens) != 0) {
+        return; /* no node ever loaded the scripts: nothing was set */
+    }
     for (int i = 0; i < c->n; i++) {
         if (!(mask & (1u << i))) {
             continue;
         }
         /* A node that is down now lost the connection the SET went on;
          * whatever it applied expires with the TTL. */
-        if (node_script(c->nodes[i], SCRIPT_RELEASE, 3, argv, lens, fire_cb,
-                        c) == 0) {
-            c->fire_inflight++;
+        if (node_send_prepared(c->nodes[i], &op->prep_rollback, rollback_cb,
+                               op) == 0) {
+            op->outstanding++;
         }
     }
 }
@@ -432,9 +446,11 @@ static void op_send_fence(struct cluster_op *op)
     op->phase = PHASE_FENCE;
     redlock_round_start(&op->fence_round, c->n, op->ttl_ms,
                         op->round.drift_factor, op->round.start_us, 0);
+    bool prepared = node_prepare(&op->prep_fence, SCRIPT_FENCE_RAISE, 4, argv,
+                                 lens) == 0;
     for (int i = 0; i < c->n; i++) {
-        if (node_script(c->nodes[i], SCRIPT_FENCE_RAISE, 4, argv, lens,
-                        op_fence_cb, op) == 0) {
+        if (prepared && node_send_prepared(c->nodes[i], &op->prep_fence,
+                                           op_fence_cb, op) == 0) {
             op->outstanding++;
         } else {
             redlock_round_answer(&op->fence_round, i, RL_SKIPPED, 0, -1,
@@ -468,15 +484,16 @@ static void op_send_main(struct cluster_op *op, enum node_script script,
     /* Hold a reference so a synchronous decision cannot free the op while
      * we are still sending. */
     op->outstanding++;
+    bool prepared = node_prepare(&op->prep_main, script, argc, argv, lens) == 0;
     for (int i = 0; i < c->n; i++) {
         /* Once the skipped nodes alone decide the round, asking the rest
          * would only create keys to roll back. */
         /* A quarantined node may have lost keys it once held: it must
          * not help form a new quarantine-free quorum. */
         bool skip = op->kind == OPK_ACQUIRE && c->quarantined[i];
-        if (op->round.outcome == RL_UNDECIDED && !skip &&
-            node_script(c->nodes[i], script, argc, argv, lens, op_main_cb,
-                        op) == 0) {
+        if (op->round.outcome == RL_UNDECIDED && !skip && prepared &&
+            node_send_prepared(c->nodes[i], &op->prep_main, op_main_cb,
+                               op) == 0) {
             op->outstanding++;
         } else {
             redlock_round_answer(&op->round, i, RL_SKIPPED, 0, -1, now);
@@ -880,5 +897,5 @@ bool cluster_node_quarantined(const struct cluster *c, int i)
 
 int cluster_inflight(const struct cluster *c)
 {
-    return c->ops_inflight + c->fire_inflight;
+    return c->ops_inflight;
 }

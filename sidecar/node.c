@@ -91,7 +91,6 @@ static const int script_numkeys[SCRIPT__COUNT] = {
 };
 
 #define HANDSHAKE_INFO (-2) /* handshake_cb tag of INFO server */
-#define CMD_INLINE 384 /* covers EVALSHA args for resources of ~250 bytes */
 #define SHA_LEN 40
 
 /* One command in flight. Owned by its node: taken from the node's free list
@@ -104,11 +103,15 @@ struct node_cmd {
     uint64_t deadline_us;
     bool done;             /* the user callback already ran (timeout) */
     int script;            /* enum node_script, or -1 */
-    char *rest;            /* script: RESP of numkeys+args for EVAL retry */
-    size_t rest_len;
-    char inline_rest[CMD_INLINE];
+    const struct node_prep *prep; /* borrowed: the script command, kept
+                                     for an EVAL retry on NOSCRIPT */
+    struct node_prep *owned_prep; /* node_script(): ours to free */
     struct node_cmd *prev, *next; /* the node's FIFO or free list */
 };
+
+/* The SHA1 of each script as the first node reported it; every node
+ * computes the same, so one prepared EVALSHA serves them all. */
+static char known_sha[SCRIPT__COUNT][SHA_LEN + 1];
 
 struct node {
     int index;
@@ -225,18 +228,20 @@ static struct node_cmd *cmd_get(struct node *node)
     cmd->privdata = NULL;
     cmd->done = false;
     cmd->script = -1;
-    cmd->rest = NULL;
-    cmd->rest_len = 0;
+    cmd->prep = NULL;
+    cmd->owned_prep = NULL;
     cmd->prev = cmd->next = NULL;
     return cmd;
 }
 
 static void cmd_put(struct node *node, struct node_cmd *cmd)
 {
-    if (cmd->rest != NULL && cmd->rest != cmd->inline_rest) {
-        free(cmd->rest);
+    if (cmd->owned_prep != NULL) {
+        node_prep_free(cmd->owned_prep);
+        free(cmd->owned_prep);
+        cmd->owned_prep = NULL;
     }
-    cmd->rest = NULL;
+    cmd->prep = NULL;
     /* Keep a bounded pool: enough for a busy node, not a leak after a
      * burst. */
     if (node->free_count >= 4096 || node->state == NODE_CLOSED) {
@@ -343,21 +348,19 @@ static void node_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
     redisReply *reply = r;
     uint64_t now = now_us();
 
-    if (reply != NULL && cmd->script >= 0 && reply->type == REDIS_REPLY_ERROR &&
+    if (reply != NULL && cmd->prep != NULL && reply->type == REDIS_REPLY_ERROR &&
         strncmp(reply->str, "NOSCRIPT", 8) == 0 && !cmd->done &&
         node->ac != NULL) {
         /* The server lost its script cache (SCRIPT FLUSH): send the same
          * arguments with the script body, keeping the caller's callback. */
+        const struct node_prep *pp = cmd->prep;
         const char *src = script_source[cmd->script];
         size_t src_len = strlen(src);
         char head[64];
-        int argc = 0;
-        /* rest starts with "*<argc>\r\n": recover argc for the new header */
-        argc = atoi(cmd->rest + 1);
-        const char *rest_body = strchr(cmd->rest, '\n') + 1;
-        size_t rest_body_len = cmd->rest_len - (size_t)(rest_body - cmd->rest);
         int hl = snprintf(head, sizeof(head), "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n",
-                          argc + 2, src_len);
+                          pp->argc + 3, src_len);
+        const char *rest_body = pp->buf + pp->rest_off;
+        size_t rest_body_len = pp->len - pp->rest_off;
         size_t total = (size_t)hl + src_len + 2 + rest_body_len;
         char *buf = malloc(total);
         if (buf != NULL) {
@@ -421,56 +424,70 @@ static int node_write(struct node *node, struct node_cmd *cmd, const char *buf,
 
 /* ---- RESP formatting --------------------------------------------------- */
 
+/* A growable byte buffer that starts on the stack (or in a prep). */
 struct resp {
     char *buf;
     size_t len, cap;
-    char stack[1024];
+    char *stack;    /* the initial buffer, not to be freed */
     bool failed;
 };
 
-static void resp_init(struct resp *r)
+static void resp_init(struct resp *r, char *stack, size_t cap)
 {
-    r->buf = r->stack;
+    r->buf = r->stack = stack;
     r->len = 0;
-    r->cap = sizeof(r->stack);
+    r->cap = cap;
     r->failed = false;
 }
 
-static void resp_reserve(struct resp *r, size_t more)
+static char *resp_room(struct resp *r, size_t more)
 {
-    if (r->len + more <= r->cap || r->failed) {
-        return;
+    if (r->failed) {
+        return NULL;
     }
-    size_t cap = r->cap * 2;
-    while (cap < r->len + more) {
-        cap *= 2;
+    if (r->len + more > r->cap) {
+        size_t cap = r->cap * 2;
+        while (cap < r->len + more) {
+            cap *= 2;
+        }
+        char *nb = r->buf == r->stack ? malloc(cap) : realloc(r->buf, cap);
+        if (nb == NULL) {
+            r->failed = true;
+            return NULL;
+        }
+        if (r->buf == r->stack) {
+            memcpy(nb, r->stack, r->len);
+        }
+        r->buf = nb;
+        r->cap = cap;
     }
-    char *nb = r->buf == r->stack ? malloc(cap) : realloc(r->buf, cap);
-    if (nb == NULL) {
-        r->failed = true;
-        return;
-    }
-    if (r->buf == r->stack) {
-        memcpy(nb, r->stack, r->len);
-    }
-    r->buf = nb;
-    r->cap = cap;
+    return r->buf + r->len;
 }
 
 static void resp_raw(struct resp *r, const char *s, size_t n)
 {
-    resp_reserve(r, n);
-    if (!r->failed) {
-        memcpy(r->buf + r->len, s, n);
+    char *p = resp_room(r, n);
+    if (p != NULL) {
+        memcpy(p, s, n);
         r->len += n;
     }
 }
 
+/* "<kind><n>\r\n" without printf: this runs for every argument of every
+ * command on every node. */
 static void resp_header(struct resp *r, char kind, size_t n)
 {
-    char tmp[32];
-    int l = snprintf(tmp, sizeof(tmp), "%c%zu\r\n", kind, n);
-    resp_raw(r, tmp, (size_t)l);
+    char tmp[24];
+    char *end = tmp + sizeof(tmp);
+    char *p = end;
+    *--p = '\n';
+    *--p = '\r';
+    do {
+        *--p = (char)('0' + n % 10);
+        n /= 10;
+    } while (n > 0);
+    *--p = kind;
+    resp_raw(r, p, (size_t)(end - p));
 }
 
 static void resp_bulk(struct resp *r, const char *s, size_t n)
@@ -478,13 +495,6 @@ static void resp_bulk(struct resp *r, const char *s, size_t n)
     resp_header(r, '$', n);
     resp_raw(r, s, n);
     resp_raw(r, "\r\n", 2);
-}
-
-static void resp_free(struct resp *r)
-{
-    if (r->buf != r->stack) {
-        free(r->buf);
-    }
 }
 
 /* ---- public send API --------------------------------------------------- */
@@ -495,11 +505,50 @@ static bool node_accepts(const struct node *node)
            node->pending < node->opts.max_pending;
 }
 
-int node_script(struct node *node, enum node_script script, int argc,
-                const char **argv, const size_t *argvlen, node_reply_fn *cb,
-                void *privdata)
+int node_prepare(struct node_prep *p, enum node_script script, int argc,
+                 const char **argv, const size_t *argvlen)
 {
-    if (!node_accepts(node)) {
+    static const char numkeys[] = "0123456789";
+    p->script = script;
+    p->argc = argc;
+    p->buf = NULL;
+    if (known_sha[script][0] == '\0') {
+        return -1; /* no node has loaded the scripts yet */
+    }
+    struct resp r;
+    resp_init(&r, p->inline_buf, sizeof(p->inline_buf));
+    resp_header(&r, '*', (size_t)argc + 3);
+    resp_bulk(&r, "EVALSHA", 7);
+    resp_bulk(&r, known_sha[script], SHA_LEN);
+    p->rest_off = r.len;
+    resp_bulk(&r, &numkeys[script_numkeys[script]], 1);
+    for (int i = 0; i < argc; i++) {
+        resp_bulk(&r, argv[i], argvlen[i]);
+    }
+    if (r.failed) {
+        if (r.buf != r.stack) {
+            free(r.buf);
+        }
+        return -1;
+    }
+    p->buf = r.buf;
+    p->len = r.len;
+    return 0;
+}
+
+void node_prep_free(struct node_prep *p)
+{
+    if (p->buf != NULL && p->buf != p->inline_buf) {
+        free(p->buf);
+    }
+    p->buf = NULL;
+}
+
+int node_send_prepared(struct node *node, const struct node_prep *p,
+                       node_reply_fn *cb, void *privdata)
+{
+    if (!node_accepts(node) || p->buf == NULL ||
+        strcmp(node->sha[p->script], known_sha[p->script]) != 0) {
         return -1;
     }
     struct node_cmd *cmd = cmd_get(node);
@@ -508,55 +557,35 @@ int node_script(struct node *node, enum node_script script, int argc,
     }
     cmd->cb = cb;
     cmd->privdata = privdata;
-    cmd->script = (int)script;
+    cmd->script = (int)p->script;
+    cmd->prep = p;
+    return node_write(node, cmd, p->buf, p->len, node->opts.timeout_ms);
+}
 
-    /* The part shared by EVALSHA and EVAL: numkeys and the arguments, with
-     * an "*<argc>" line so the EVAL retry can rebuild the header. */
-    struct resp rest;
-    resp_init(&rest);
-    char nk[8];
-    int nkl = snprintf(nk, sizeof(nk), "%d", script_numkeys[script]);
-    resp_header(&rest, '*', (size_t)argc + 1);
-    resp_bulk(&rest, nk, (size_t)nkl);
-    for (int i = 0; i < argc; i++) {
-        resp_bulk(&rest, argv[i], argvlen[i]);
-    }
-    if (rest.failed) {
-        cmd_put(node, cmd);
-        resp_free(&rest);
+int node_script(struct node *node, enum node_script script, int argc,
+                const char **argv, const size_t *argvlen, node_reply_fn *cb,
+                void *privdata)
+{
+    if (!node_accepts(node)) {
         return -1;
     }
-    const char *rest_body = (const char *)memchr(rest.buf, '\n', rest.len) + 1;
-    size_t rest_body_len = rest.len - (size_t)(rest_body - rest.buf);
-
-    struct resp full;
-    resp_init(&full);
-    resp_header(&full, '*', (size_t)argc + 3);
-    resp_bulk(&full, "EVALSHA", 7);
-    resp_bulk(&full, node->sha[script], SHA_LEN);
-    resp_raw(&full, rest_body, rest_body_len);
-
-    int rc = -1;
-    if (!rest.failed && !full.failed) {
-        if (rest.len <= sizeof(cmd->inline_rest)) {
-            cmd->rest = cmd->inline_rest;
-        } else {
-            cmd->rest = malloc(rest.len);
-        }
-        if (cmd->rest != NULL) {
-            memcpy(cmd->rest, rest.buf, rest.len);
-            cmd->rest_len = rest.len;
-            rc = node_write(node, cmd, full.buf, full.len,
-                            node->opts.timeout_ms);
-            cmd = NULL; /* node_write owns it now, even on failure */
-        }
+    struct node_prep *p = malloc(sizeof(*p));
+    if (p == NULL || node_prepare(p, script, argc, argv, argvlen) != 0) {
+        free(p);
+        return -1;
     }
-    if (cmd != NULL) {
-        cmd_put(node, cmd);
+    struct node_cmd *cmd = cmd_get(node);
+    if (cmd == NULL) {
+        node_prep_free(p);
+        free(p);
+        return -1;
     }
-    resp_free(&rest);
-    resp_free(&full);
-    return rc;
+    cmd->cb = cb;
+    cmd->privdata = privdata;
+    cmd->script = (int)script;
+    cmd->prep = p;
+    cmd->owned_prep = p; /* freed with the command */
+    return node_write(node, cmd, p->buf, p->len, node->opts.timeout_ms);
 }
 
 static int node_send_argv(struct node *node, int argc, const char **argv,
@@ -569,8 +598,9 @@ static int node_send_argv(struct node *node, int argc, const char **argv,
     }
     cmd->cb = cb;
     cmd->privdata = privdata;
+    char stack[512];
     struct resp full;
-    resp_init(&full);
+    resp_init(&full, stack, sizeof(stack));
     resp_header(&full, '*', (size_t)argc);
     for (int i = 0; i < argc; i++) {
         resp_bulk(&full, argv[i], argvlen[i]);
@@ -581,7 +611,9 @@ static int node_send_argv(struct node *node, int argc, const char **argv,
     } else {
         cmd_put(node, cmd);
     }
-    resp_free(&full);
+    if (full.buf != full.stack) {
+        free(full.buf);
+    }
     return rc;
 }
 
@@ -684,6 +716,12 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         }
         memcpy(node->sha[script], reply->str, SHA_LEN);
         node->sha[script][SHA_LEN] = '\0';
+        if (known_sha[script][0] == '\0') {
+            memcpy(known_sha[script], node->sha[script], SHA_LEN + 1);
+        } else if (strcmp(known_sha[script], node->sha[script]) != 0) {
+            log_error(node->subject, "SCRIPT LOAD returned an unexpected SHA1 "
+                                     "for script %d", script);
+        }
     }
     if (--node->handshake_left == 0) {
         evtimer_del(node->conn_timer);

@@ -83,6 +83,30 @@ int node_script(struct node *node, enum node_script script, int argc,
                 const char **argv, const size_t *argvlen, node_reply_fn *cb,
                 void *privdata);
 
+/* A script command formatted once and sent to many nodes (the EVALSHA
+ * text is the same for all: a script's SHA1 does not depend on the node).
+ * Owned by the caller; it must outlive the callbacks of every send. */
+struct node_prep {
+    enum node_script script;
+    int argc;
+    char *buf;        /* the whole EVALSHA command (inline_buf or heap) */
+    size_t len;
+    size_t rest_off;  /* numkeys and arguments start here (EVAL retry) */
+    char inline_buf[768];
+};
+
+/* node_prepare: formats script with argv into p. Returns 0, or -1 when no
+ * node has loaded the scripts yet (so none is up) or memory ran out.
+ * node_prep_free releases a heap buffer; safe after a failed prepare. */
+int node_prepare(struct node_prep *p, enum node_script script, int argc,
+                 const char **argv, const size_t *argvlen);
+void node_prep_free(struct node_prep *p);
+
+/* node_send_prepared: node_script for a prepared command; p is borrowed
+ * until cb has run. */
+int node_send_prepared(struct node *node, const struct node_prep *p,
+                       node_reply_fn *cb, void *privdata);
+
 /* node_command: any other command; same contract as node_script. */
 int node_command(struct node *node, int argc, const char **argv,
                  const size_t *argvlen, node_reply_fn *cb, void *privdata);
