@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/random.h>
+#include <sys/types.h>
+
 #include <uuid/uuid.h>
 
 struct lock_table {
@@ -279,16 +282,47 @@ size_t locks_count(const struct lock_table *t)
     return t->count;
 }
 
+/* One byte from a pool refilled by getrandom(2), a syscall per 4 KiB. */
+static unsigned char random_byte(void)
+{
+    static unsigned char pool[4096];
+    static size_t left;
+    if (left == 0) {
+        size_t got = 0;
+        while (got < sizeof(pool)) {
+            ssize_t n = getrandom(pool + got, sizeof(pool) - got, 0);
+            if (n <= 0) {
+                break;
+            }
+            got += (size_t)n;
+        }
+        if (got < sizeof(pool)) {
+            /* No getrandom: let libuuid supply these bytes too. */
+            size_t n;
+            for (size_t i = got; i < sizeof(pool); i += n) {
+                uuid_t u;
+                uuid_generate_random(u);
+                n = sizeof(pool) - i < 6 ? sizeof(pool) - i : 6;
+                memcpy(pool + i, u + 10, n); /* bytes 10..15: all random */
+            }
+        }
+        left = sizeof(pool);
+    }
+    return pool[--left];
+}
+
 void locks_new_token(char out[PROTO_TOKEN_LEN + 1])
 {
     static const char hex[] = "0123456789abcdef";
-    uuid_t u, extra;
-    /* A v4 UUID carries 122 random bits: the 6 version and variant bits are
-     * refilled from a second one so the token has the full 128. */
+    uuid_t u;
+    /* A v4 UUID carries 122 random bits; its 6 version and variant bits are
+     * refilled from the kernel's generator so the token has the full 128.
+     * (A second libuuid call per token cost a tenth of the daemon's CPU:
+     * libuuid reseeds random() on every call.) */
     uuid_generate_random(u);
-    uuid_generate_random(extra);
-    u[6] = (unsigned char)((u[6] & 0x0f) | (extra[0] & 0xf0));
-    u[8] = (unsigned char)((u[8] & 0x3f) | (extra[1] & 0xc0));
+    unsigned char extra = random_byte();
+    u[6] = (unsigned char)((u[6] & 0x0f) | (extra & 0xf0));
+    u[8] = (unsigned char)((u[8] & 0x3f) | ((extra << 4) & 0xc0));
     for (int i = 0; i < 16; i++) {
         out[2 * i] = hex[u[i] >> 4];
         out[2 * i + 1] = hex[u[i] & 0xf];
