@@ -1,0 +1,96 @@
+"""python-telegram-bot (v20+) example: handle each Telegram update once.
+
+When several workers can receive the same update (webhooks behind a load
+balancer, redeliveries after a restart), a gate in handler group -1 takes the
+lock ``tg:update:<update_id>`` through redlockd before any other handler runs:
+
+  - a duplicate (``busy`` while the first is running, ``done`` after it)
+    raises ApplicationHandlerStop, so no other group sees it;
+  - after the last group the update is ``complete``d (a done mark, 1 day);
+  - if a handler raised, the error handler releases the lock so that a
+    redelivery can retry.
+
+Run:  REDLOCKD_SOCKET=/run/redlockd.sock TELEGRAM_TOKEN=... python ptb_dedup.py
+(start the daemon first, e.g. ``redlockd --dev``).  The dedup logic itself
+is redlockd.dedup (begin / finish), which the client's tests cover.
+
+Caveat: a handler that raises ApplicationHandlerStop itself skips the final
+group, so that update is not completed; its lock then expires after
+``ttl_ms`` and a later redelivery would run it again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Dict
+
+from telegram import Update
+from telegram.ext import (Application, ApplicationHandlerStop, CommandHandler,
+                          ContextTypes, TypeHandler)
+
+from redlockd import AsyncRedlockClient
+from redlockd import dedup
+
+log = logging.getLogger("ptb_dedup")
+
+LAST_GROUP = 1_000_000  # after every group the bot uses
+
+
+def install_dedup(application: Any, client: AsyncRedlockClient, *,
+                  ttl_ms: int = dedup.DEFAULT_TTL_MS,
+                  keep_ms: int = dedup.DEFAULT_KEEP_MS) -> Dict[int, Any]:
+    """Add the gate (group -1), the completion (last group) and the error
+    handler to ``application``.  Returns the map of updates in progress."""
+    held: Dict[int, Any] = {}  # update_id -> lock, while being handled
+
+    async def gate(update: Update, context: Any) -> None:
+        update_id = update.update_id
+        lock = await dedup.abegin(client, dedup.update_key(update_id),
+                                  ttl_ms)
+        if isinstance(lock, dedup.Skipped):
+            log.info("update %s is a duplicate (%s): skipped", update_id,
+                     lock.reason)
+            raise ApplicationHandlerStop
+        held[update_id] = lock
+
+    async def done(update: Update, context: Any) -> None:
+        lock = held.pop(update.update_id, None)
+        if lock is not None:
+            await dedup.afinish(client, lock, True, keep_ms)
+
+    async def on_error(update: object, context: Any) -> None:
+        update_id = getattr(update, "update_id", None)
+        lock = held.pop(update_id, None) if update_id is not None else None
+        if lock is not None:
+            await dedup.afinish(client, lock, False)  # let a retry run it
+        log.error("update %s failed: %r", update_id, context.error)
+
+    application.add_handler(TypeHandler(Update, gate), group=-1)
+    application.add_handler(TypeHandler(Update, done), group=LAST_GROUP)
+    application.add_error_handler(on_error)
+    return held
+
+
+async def start(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    await update.message.reply_text("hello, once")
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO)
+    client = AsyncRedlockClient()  # $REDLOCKD_SOCKET or ./redlockd.sock
+
+    async def post_shutdown(app: Any) -> None:
+        await client.close()
+
+    application = (Application.builder()
+                   .token(os.environ["TELEGRAM_TOKEN"])
+                   .post_shutdown(post_shutdown)
+                   .build())
+    install_dedup(application, client)
+    application.add_handler(CommandHandler("start", start))
+    application.run_polling(allowed_updates=Update.ALL_TYPES)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""Wire helpers shared by the sync and asyncio clients (internal)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import time
+from typing import Any, Callable, Dict, Optional, Tuple, Union
+
+from .errors import BadRequestError
+
+log = logging.getLogger("redlockd")
+
+DEFAULT_SOCKET = "./redlockd.sock"
+# Client-side slack added to wait_ms for every request's timeout (seconds).
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_CONNECT_TIMEOUT = 5.0
+# Largest response line accepted before the connection is dropped.  The
+# daemon's own responses are a few hundred bytes; health grows with nodes.
+MAX_RESPONSE_LINE = 16 * 1024 * 1024
+
+# When a response line is not JSON, this still finds the id we sent (always
+# an integer, always written first by the daemon) so that the request fails
+# at once with a ProtocolError instead of timing out.
+_ID_RE = re.compile(rb'^\s*\{\s*"id"\s*:\s*(-?[0-9]+)\s*[,}]')
+
+
+def socket_path(path: Optional[Union[str, "os.PathLike[str]"]]) -> str:
+    """The socket to use: path, else $REDLOCKD_SOCKET, else ./redlockd.sock."""
+    if path is not None:
+        return os.fspath(path)
+    return os.environ.get("REDLOCKD_SOCKET") or DEFAULT_SOCKET
+
+
+def encode(req: Dict[str, Any]) -> bytes:
+    """One request as an NDJSON line (UTF-8, compact, newline-terminated)."""
+    try:
+        text = json.dumps(req, ensure_ascii=False, separators=(",", ":"),
+                          allow_nan=False)
+        return text.encode("utf-8") + b"\n"
+    except (TypeError, ValueError) as e:  # UnicodeEncodeError is a ValueError
+        raise BadRequestError("cannot encode request: %s" % e) from None
+
+
+def decode(line: bytes) -> Tuple[Optional[Dict[str, Any]], Optional[int]]:
+    """(message, None) for a JSON object line; (None, id or None) otherwise."""
+    try:
+        msg = json.loads(line)
+    except ValueError:
+        m = _ID_RE.match(line)
+        return None, int(m.group(1)) if m else None
+    if not isinstance(msg, dict):
+        return None, None
+    return msg, None
+
+
+def acquire_request(resource: str, ttl_ms: int, wait_ms: int, renew: bool,
+                    fence: bool,
+                    renew_max_ms: Optional[int]) -> Dict[str, Any]:
+    req: Dict[str, Any] = {"op": "acquire", "resource": resource,
+                           "ttl_ms": ttl_ms, "wait_ms": wait_ms}
+    if renew:
+        req["renew"] = True
+    if fence:
+        req["fence"] = True
+    if renew_max_ms is not None:
+        req["renew_max_ms"] = renew_max_ms
+    return req
+
+
+def lock_request(op: str, lock: Any, resource: Optional[str],
+                 **fields: Any) -> Dict[str, Any]:
+    """release/extend/complete: always send the resource with the token, so
+    that any daemon (a restarted one, another one) can act on it."""
+    if isinstance(lock, BaseLock):
+        token = lock.token
+        if resource is None:
+            resource = lock.resource
+    elif isinstance(lock, str):
+        token = lock
+    else:
+        raise TypeError("lock must be a Lock or a token string, not %s"
+                        % type(lock).__name__)
+    req: Dict[str, Any] = {"op": op, "lock": token}
+    if resource is not None:
+        req["resource"] = resource
+    for k, v in fields.items():
+        if v is not None:
+            req[k] = v
+    return req
+
+
+def request_timeout(slack: float, wait_ms: int = 0,
+                    timeout: Optional[float] = None) -> float:
+    if timeout is not None:
+        return timeout
+    return max(0, wait_ms) / 1000.0 + slack
+
+
+class BaseLock:
+    """A lock held through redlockd.
+
+    ``token`` (32 hex chars), ``resource``, ``validity_ms`` (as answered by
+    the last acquire or extend), ``fence`` (an int when asked for, else
+    None), ``ttl_ms``, ``renew``, ``acquired_at`` (time.monotonic()),
+    ``lost`` (an Event, set when the daemon reports the lock lost or the
+    connection that holds it closes), ``lost_reason`` and ``on_lost`` (a
+    callback, called with the lock once when it is lost).
+    """
+
+    def __init__(self, client: Any, token: str, resource: str,
+                 validity_ms: int, fence: Optional[int], ttl_ms: int,
+                 renew: bool = False, renew_max_ms: Optional[int] = None,
+                 on_lost: Optional[Callable[[Any], Any]] = None) -> None:
+        self.token = token
+        self.resource = resource
+        self.validity_ms = validity_ms
+        self.fence = fence
+        self.ttl_ms = ttl_ms
+        self.renew = renew
+        self.renew_max_ms = renew_max_ms
+        self.acquired_at = time.monotonic()
+        self.valid_until = self.acquired_at + validity_ms / 1000.0
+        self.on_lost = on_lost
+        self.lost_reason: Optional[str] = None
+        self._client = client
+        self._conn: Any = None      # the connection whose session holds it
+        self._finished = False      # released or completed by us
+
+    @property
+    def finished(self) -> bool:
+        """True once released or completed through a client."""
+        return self._finished
+
+    def _expired_for_good(self, now: float) -> bool:
+        """A lock the daemon no longer keeps: past validity, not renewing."""
+        if self.renew:
+            if not self.renew_max_ms:
+                return False
+            return now > (self.acquired_at + self.renew_max_ms / 1000.0
+                          + self.ttl_ms / 1000.0)
+        return now > self.valid_until
+
+    def _extended(self, validity_ms: Any) -> None:
+        if isinstance(validity_ms, int):
+            self.validity_ms = validity_ms
+            self.valid_until = time.monotonic() + validity_ms / 1000.0
+
+    def __repr__(self) -> str:
+        state = ("lost" if self.lost_reason else
+                 "finished" if self._finished else "held")
+        return "<%s %s resource=%r validity_ms=%s fence=%s %s>" % (
+            type(self).__name__, self.token, self.resource,
+            self.validity_ms, self.fence, state)
+
+
+def lock_from_response(cls: Any, client: Any, msg: Dict[str, Any],
+                       req: Dict[str, Any],
+                       on_lost: Optional[Callable[[Any], Any]]) -> Any:
+    fence = msg.get("fence")
+    validity = msg.get("validity_ms")
+    return cls(client, msg["lock"], msg.get("resource", req.get("resource")),
+               validity if isinstance(validity, int) else 0,
+               fence if isinstance(fence, int) else None,
+               req.get("ttl_ms", 30000), req.get("renew") is True,
+               req.get("renew_max_ms"), on_lost)

@@ -1,0 +1,284 @@
+"""The update-dedup core (sync and async), the aiogram middleware and the
+python-telegram-bot example (with stand-ins for telegram: neither framework
+is installed here)."""
+
+import asyncio
+import importlib.util
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from conftest import rname
+from redlockd import AsyncRedlockClient, BusyError, RedlockClient, dedup
+from redlockd.aiogram import UpdateDedupMiddleware
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+# -- sync core ---------------------------------------------------------------
+
+def test_duplicates_handled_once(client):
+    key = dedup.update_key(rname("upd"))
+    calls = []
+    for _ in range(5):
+        res = dedup.process_once(client, key, lambda: calls.append(1) or
+                                 "handled", ttl_ms=10000, keep_ms=60000)
+        if len(calls) == 1 and res == "handled":
+            continue
+        assert res is dedup.DONE and not res
+    assert calls == [1]
+
+
+def test_concurrent_duplicate_is_busy(client, sock):
+    key = dedup.update_key(rname("upd"))
+    started, go = threading.Event(), threading.Event()
+    out = {}
+
+    def slow():
+        started.set()
+        go.wait(5)
+        return "first"
+
+    def first():
+        out["first"] = dedup.process_once(client, key, slow, 10000, 60000)
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert started.wait(5)
+    with RedlockClient(sock) as other:  # another worker
+        res = dedup.process_once(other, key, lambda: "second", 10000, 60000)
+        assert res is dedup.BUSY and res.reason == "busy"
+        go.set()
+        t.join(5)
+        assert out["first"] == "first"
+        res = dedup.process_once(other, key, lambda: "third", 10000, 60000)
+        assert res is dedup.DONE
+
+
+def test_handler_exception_allows_retry(client):
+    key = dedup.update_key(rname("upd"))
+    attempts = []
+
+    def flaky():
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError("boom")
+        return "ok"
+
+    with pytest.raises(RuntimeError):
+        dedup.process_once(client, key, flaky, 10000, 60000)
+    assert dedup.process_once(client, key, flaky, 10000, 60000) == "ok"
+    assert dedup.process_once(client, key, flaky, 10000, 60000) is dedup.DONE
+    assert len(attempts) == 2
+
+
+def test_keep_ms_bounds_the_done_mark(client):
+    key = dedup.update_key(rname("upd"))
+    assert dedup.process_once(client, key, lambda: 1, 5000, 200) == 1
+    assert dedup.process_once(client, key, lambda: 2, 5000, 200) is dedup.DONE
+    time.sleep(0.4)
+    assert dedup.process_once(client, key, lambda: 3, 5000, 200) == 3
+
+
+def test_other_errors_propagate(tmp_path):
+    c = RedlockClient(str(tmp_path / "none.sock"))
+    with pytest.raises(ConnectionError):
+        dedup.process_once(c, "tg:update:1", lambda: 1)
+
+
+# -- async core --------------------------------------------------------------
+
+def test_async_dedup(sock):
+    async def main():
+        async with AsyncRedlockClient(sock) as c, \
+                AsyncRedlockClient(sock) as c2:
+            key = dedup.update_key(rname("upd"))
+            calls = []
+            gate = asyncio.Event()
+
+            async def handler():
+                calls.append(1)
+                await gate.wait()
+                return "done"
+
+            first = asyncio.ensure_future(
+                dedup.process_once(c, key, handler, 10000, 60000))
+            await asyncio.sleep(0.2)
+            # Duplicates, concurrently, from two connections.
+            dups = await asyncio.gather(
+                *[dedup.aprocess_once(cc, key, handler, 10000, 60000)
+                  for cc in (c, c2, c, c2)])
+            assert all(d is dedup.BUSY for d in dups)
+            gate.set()
+            assert await first == "done"
+            assert await dedup.aprocess_once(c2, key, handler) is dedup.DONE
+            assert calls == [1]
+
+            # A failing handler releases: the retry runs.
+            key2 = dedup.update_key(rname("upd"))
+            with pytest.raises(ValueError):
+                await dedup.aprocess_once(
+                    c, key2, lambda: (_ for _ in ()).throw(ValueError()))
+            assert await dedup.aprocess_once(c2, key2, lambda: 7) == 7
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+# -- aiogram glue ------------------------------------------------------------
+
+def test_aiogram_middleware(sock):
+    async def main():
+        async with AsyncRedlockClient(sock) as c:
+            mw = UpdateDedupMiddleware(c, ttl_ms=10000, keep_ms=60000)
+            seen = []
+
+            async def handler(event, data):
+                seen.append(event.update_id)
+                if data.get("fail"):
+                    raise RuntimeError("handler failed")
+                return "handled"
+
+            uid = int(time.time() * 1000) % 10**12
+            ev = types.SimpleNamespace(update_id=uid)
+            assert await mw(handler, ev, {}) == "handled"
+            assert await mw(handler, ev, {}) is None        # duplicate
+            other = types.SimpleNamespace(update_id=uid + 1)
+            with pytest.raises(RuntimeError):
+                await mw(handler, other, {"fail": True})
+            assert await mw(handler, other, {}) == "handled"  # retried
+            # Without an update_id the event passes through.
+            plain = types.SimpleNamespace()
+            seen_before = list(seen)
+            assert await mw(lambda e, d: asyncio.sleep(0, "x"), plain,
+                            {}) == "x"
+            assert seen == seen_before == [uid, uid + 1, uid + 1]
+            # Custom key, e.g. per bot.
+            mw2 = UpdateDedupMiddleware(
+                c, key=lambda e, d: "tg:%s:%s" % (d["bot"].id, e.update_id))
+            bot = types.SimpleNamespace(id=rname("bot"))
+            assert await mw2(handler, ev, {"bot": bot}) == "handled"
+            assert await mw2(handler, ev, {"bot": bot}) is None
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_aiogram_module_imports_no_aiogram():
+    import redlockd.aiogram as glue
+    assert "aiogram" not in sys.modules
+    with pytest.raises(TypeError):
+        glue.UpdateDedupMiddleware(RedlockClient("/nonexistent"))
+
+
+# -- python-telegram-bot example ----------------------------------------------
+
+class _Stop(Exception):
+    pass
+
+
+def _fake_telegram(monkeypatch):
+    """Just enough of telegram / telegram.ext for examples/ptb_dedup.py."""
+    tg = types.ModuleType("telegram")
+    ext = types.ModuleType("telegram.ext")
+
+    class Update:
+        ALL_TYPES = ["message"]
+
+        def __init__(self, update_id):
+            self.update_id = update_id
+
+    class TypeHandler:
+        def __init__(self, type_, callback):
+            self.type = type_
+            self.callback = callback
+
+    class CommandHandler:
+        def __init__(self, cmd, callback):
+            self.callback = callback
+
+    class ContextTypes:
+        DEFAULT_TYPE = object
+
+    class Application:
+        def __init__(self):
+            self.handlers = {}
+            self.error_handlers = []
+
+        def add_handler(self, handler, group=0):
+            self.handlers.setdefault(group, []).append(handler)
+
+        def add_error_handler(self, cb):
+            self.error_handlers.append(cb)
+
+        async def process_update(self, update):
+            """PTB's order: groups ascending; an exception goes to the
+            error handlers and the next group runs; ApplicationHandlerStop
+            ends the update."""
+            ctx = types.SimpleNamespace(error=None)
+            for group in sorted(self.handlers):
+                for h in self.handlers[group]:
+                    try:
+                        await h.callback(update, ctx)
+                    except _Stop:
+                        return
+                    except Exception as e:
+                        ctx.error = e
+                        for cb in self.error_handlers:
+                            await cb(update, ctx)
+                    break  # one handler per group
+
+    tg.Update = Update
+    ext.TypeHandler = TypeHandler
+    ext.CommandHandler = CommandHandler
+    ext.ContextTypes = ContextTypes
+    ext.Application = Application
+    ext.ApplicationHandlerStop = _Stop
+    tg.ext = ext
+    monkeypatch.setitem(sys.modules, "telegram", tg)
+    monkeypatch.setitem(sys.modules, "telegram.ext", ext)
+    return tg, ext
+
+
+def _load_example():
+    spec = importlib.util.spec_from_file_location(
+        "ptb_dedup_example", str(EXAMPLES / "ptb_dedup.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_ptb_example(sock, monkeypatch):
+    tg, ext = _fake_telegram(monkeypatch)
+    example = _load_example()
+
+    async def main():
+        async with AsyncRedlockClient(sock) as c:
+            app = ext.Application()
+            held = example.install_dedup(app, c, ttl_ms=10000, keep_ms=60000)
+            handled = []
+            fail_once = {"n": 0}
+
+            async def business(update, context):
+                if update.update_id % 2 and fail_once["n"] == 0:
+                    fail_once["n"] += 1
+                    raise RuntimeError("first try fails")
+                handled.append(update.update_id)
+
+            app.add_handler(ext.TypeHandler(tg.Update, business), group=0)
+            base = int(time.time() * 1000) % 10**9 * 2
+            u_ok, u_flaky = tg.Update(base), tg.Update(base + 1)
+            for u in (u_ok, u_ok, u_flaky, u_flaky, u_flaky, u_ok):
+                await app.process_update(u)
+            assert handled == [base, base + 1]
+            assert held == {}
+            # Done marks are there: a duplicate stops at the gate.
+            with pytest.raises(_Stop):
+                await app.handlers[-1][0].callback(u_ok, None)
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_busy_is_not_an_error_class_leak():
+    # process_once turns busy/done into the Skipped sentinels only.
+    assert issubclass(BusyError, Exception)
+    assert isinstance(dedup.BUSY, dedup.Skipped) and not dedup.BUSY

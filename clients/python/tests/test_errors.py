@@ -1,0 +1,133 @@
+"""Every error code maps to its exception class; most are provoked for real."""
+
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+import redlockd
+from conftest import rname
+from redlockd import (ERRORS, BadRequestError, BusyError, ConnectionLostError,
+                      DoneError, InternalError, LimitError, NoQuorumError,
+                      NotHeldError, RedlockClient, RedlockError,
+                      ShuttingDownError, TooLargeError, error_from_response)
+
+CODES = {
+    "bad_request": BadRequestError,
+    "not_held": NotHeldError,
+    "busy": BusyError,
+    "done": DoneError,
+    "too_large": TooLargeError,
+    "limit": LimitError,
+    "no_quorum": NoQuorumError,
+    "shutting_down": ShuttingDownError,
+    "internal": InternalError,
+}
+
+
+@pytest.mark.parametrize("code,cls", sorted(CODES.items()))
+def test_code_maps_to_class(code, cls):
+    resp = {"id": 3, "ok": False, "error": {"code": code, "message": "m"}}
+    err = error_from_response(resp)
+    assert type(err) is cls
+    assert isinstance(err, RedlockError)
+    assert err.code == code and err.message == "m" and err.response is resp
+    assert ERRORS[code] is cls
+    assert getattr(redlockd, cls.__name__) is cls
+    assert str(err) == "%s: m" % code
+
+
+def test_every_class_is_distinct():
+    assert len(set(CODES.values())) == len(CODES) == len(ERRORS)
+    assert issubclass(ConnectionLostError, RedlockError)
+
+
+def test_unknown_code_is_base_error():
+    err = error_from_response({"ok": False,
+                               "error": {"code": "new_thing",
+                                         "message": "x"}})
+    assert type(err) is RedlockError and err.code == "new_thing"
+
+
+def test_bad_request_from_daemon(client):
+    with pytest.raises(BadRequestError) as ei:
+        client.acquire(rname(), ttl_ms=5)
+    assert "ttl_ms" in ei.value.message
+    with pytest.raises(BadRequestError):
+        client.release("nope", resource="r")
+    with pytest.raises(BadRequestError):
+        client.acquire("")
+    assert client.ping()  # a field error keeps the connection
+
+
+def test_bad_request_client_side(client):
+    with pytest.raises(BadRequestError):
+        client.acquire("\ud800")  # cannot be UTF-8
+
+
+def test_not_held_from_daemon(client):
+    with pytest.raises(NotHeldError):
+        client.release("0123456789abcdef0123456789abcdef", resource=rname())
+    with pytest.raises(NotHeldError):
+        client.extend("0123456789abcdef0123456789abcdef", 1000,
+                      resource=rname())
+    with pytest.raises(NotHeldError):
+        client.complete("0123456789abcdef0123456789abcdef",
+                        resource=rname())
+
+
+def test_too_large_through_client(client):
+    # A line over the daemon's 64 KiB limit: it answers once, without an
+    # id (it could not read one), and closes the connection.
+    with pytest.raises(ConnectionLostError) as ei:
+        client.request("acquire", resource="x" * 70000)
+    assert isinstance(ei.value.daemon_error, TooLargeError)
+    assert client.ping()  # the next request reconnects
+
+
+def test_too_large_raw(sock):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(sock)
+        s.sendall(b'{"op":"ping","id":1,"pad":"' + b"x" * 70000 + b'"}\n')
+        data = b""
+        while b"\n" not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    resp = json.loads(data.split(b"\n")[0])
+    assert isinstance(error_from_response(resp), TooLargeError)
+
+
+def test_limit(spawn):
+    d = spawn.daemon(extra=("--max-conn-locks", "1"))
+    with RedlockClient(d.path) as c:
+        c.acquire(rname())
+        with pytest.raises(LimitError):
+            c.acquire(rname())
+
+
+def test_shutting_down(spawn):
+    d = spawn.daemon()
+    r = rname()
+    out = {}
+    with RedlockClient(d.path) as holder, RedlockClient(d.path) as waiter:
+        holder.acquire(r)
+
+        def wait():
+            try:
+                waiter.acquire(r, wait_ms=20000)
+            except Exception as e:
+                out["error"] = e
+
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.3)
+        d.signal(15)  # SIGTERM: waiters are answered shutting_down
+        t.join(10)
+        assert not t.is_alive()
+    assert isinstance(out.get("error"), ShuttingDownError), out
+    assert d.wait(10) == 0
