@@ -315,6 +315,7 @@ static void op_finish_acquire(struct cluster_op *op, enum redlock_outcome out)
         break;
     case RL_LOST_NOQUORUM:
         res.err = ERR_NO_QUORUM;
+        res.too_late = op->round.too_late;
         break;
     case RL_UNDECIDED:
         return;
@@ -348,6 +349,7 @@ static void op_finish_other(struct cluster_op *op, enum redlock_outcome out)
                                                           : ERR_NOT_HELD;
         break;
     case RL_LOST_NOQUORUM:
+        res.too_late = r->too_late;
         if (op->kind == OPK_RELEASE && r->n_ok > 0) {
             res.err = ERR_NONE;
         } else if (op->kind == OPK_EXTEND && r->n_ok == 0 &&
@@ -426,6 +428,7 @@ static void op_fence_cb(struct node *node, struct redisReply *reply,
             op_answer(op, &r);
         } else {
             r.err = ERR_NO_QUORUM;
+            r.too_late = out == RL_WON || op->fence_round.too_late;
             METRIC_INC(rollbacks);
             op_remove_keys(op, (1u << op->c->n) - 1);
             op_answer(op, &r);

@@ -27,6 +27,8 @@ struct cluster_result {
     int64_t fence;       /* acquire with fence, on success */
     int64_t pttl_min;    /* acquire busy: shortest holder PTTL seen, -1 */
     int n_ok;            /* nodes that applied the operation */
+    bool too_late;       /* no_quorum because the validity ran out, though
+                            a quorum answered */
 };
 
 /* Runs exactly once per accepted operation; may run before the starting

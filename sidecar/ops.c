@@ -93,6 +93,13 @@ static void reply_ok(struct call *call, const char *lock, const char *resource,
     server_call_done(call, &rsp);
 }
 
+#define TOO_LATE_MESSAGE                                                       \
+    "a quorum answered, but too late: no validity was left (the ttl is too "  \
+    "short for the nodes' latency)"
+
+/* The message for a failed cluster operation. */
+static const char *result_message(const struct cluster_result *res);
+
 static const char *err_message(enum proto_err err)
 {
     switch (err) {
@@ -113,6 +120,14 @@ static const char *err_message(enum proto_err err)
     default:
         return "error";
     }
+}
+
+static const char *result_message(const struct cluster_result *res)
+{
+    if (res->err == ERR_NO_QUORUM && res->too_late) {
+        return TOO_LATE_MESSAGE;
+    }
+    return err_message(res->err);
 }
 
 /* ---- wait queues -------------------------------------------------------- */
@@ -502,9 +517,9 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
         break;
     }
     if (q != NULL) {
-        waiter_finish(o, call, res->err, err_message(res->err));
+        waiter_finish(o, call, res->err, result_message(res));
     } else {
-        reply_error(call, res->err, err_message(res->err));
+        reply_error(call, res->err, result_message(res));
     }
 }
 
@@ -564,7 +579,7 @@ static void op_release(struct ops *o, struct call *call)
     if (res == NULL) {
         METRIC_INC(release_not_held);
         reply_error(call, ERR_NOT_HELD,
-                    "not_held: unknown token (pass \"resource\" to release a "
+                    "unknown token (pass \"resource\" to release a "
                     "lock taken through another daemon)");
         return;
     }
@@ -605,7 +620,7 @@ static void extend_done_cb(const struct cluster_result *res, void *priv)
     } else {
         METRIC_INC(extend_error);
     }
-    reply_error(call, res->err, err_message(res->err));
+    reply_error(call, res->err, result_message(res));
 }
 
 static void op_extend(struct ops *o, struct call *call)
@@ -616,7 +631,7 @@ static void op_extend(struct ops *o, struct call *call)
     if (res == NULL) {
         METRIC_INC(extend_not_held);
         reply_error(call, ERR_NOT_HELD,
-                    "not_held: unknown token (pass \"resource\" to extend a "
+                    "unknown token (pass \"resource\" to extend a "
                     "lock taken through another daemon)");
         return;
     }
@@ -660,7 +675,7 @@ static void op_complete(struct ops *o, struct call *call)
     if (res == NULL) {
         METRIC_INC(complete_not_held);
         reply_error(call, ERR_NOT_HELD,
-                    "not_held: unknown token (pass \"resource\" to complete "
+                    "unknown token (pass \"resource\" to complete "
                     "a lock taken through another daemon)");
         return;
     }

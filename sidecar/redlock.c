@@ -45,6 +45,7 @@ void redlock_round_start(struct redlock_round *r, int n_nodes, uint32_t ttl_ms,
     r->pttl_min = -1;
     r->outcome = RL_UNDECIDED;
     r->validity_ms = 0;
+    r->too_late = false;
     for (int i = 0; i < n_nodes; i++) {
         if (skipped & (1u << i)) {
             r->result[i] = RL_SKIPPED;
@@ -116,6 +117,7 @@ enum redlock_outcome redlock_round_answer(struct redlock_round *r, int node,
             r->outcome = RL_WON;
         } else {
             r->outcome = RL_LOST_NOQUORUM;
+            r->too_late = true;
         }
     } else if (r->n_ok + r->n_pending < r->quorum) {
         r->outcome = round_loss(r);

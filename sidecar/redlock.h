@@ -43,6 +43,8 @@ struct redlock_round {
     int64_t pttl_min;      /* min holder PTTL among busy answers, -1 none */
     enum redlock_outcome outcome; /* sticky once decided */
     int64_t validity_ms;   /* for RL_WON: validity at the decision */
+    bool too_late;         /* lost although a quorum answered: no validity
+                              was left by then */
 };
 
 /* redlock_quorum: n / 2 + 1 for n >= 1. */

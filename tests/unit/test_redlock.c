@@ -93,6 +93,7 @@ static void test_lose_noquorum_on_timeouts(void **state)
                      RL_UNDECIDED);
     assert_int_equal(redlock_round_answer(&r, 4, RL_FAILED, 0, -1, 100 * MS),
                      RL_LOST_NOQUORUM);
+    assert_false(r.too_late);
     /* every node that may hold the key: the oks and the timeouts */
     assert_int_equal(redlock_rollback_set(&r), 0x1fu);
 
@@ -148,6 +149,7 @@ static void test_quorum_too_late(void **state)
     /* 100 - 97 - 3 = 0: not valid */
     assert_int_equal(redlock_round_answer(&r, 1, RL_OK, 0, -1, 97 * MS),
                      RL_LOST_NOQUORUM);
+    assert_true(r.too_late);
     assert_int_equal(redlock_rollback_set(&r), 0x7u);
 }
 
