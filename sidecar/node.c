@@ -362,12 +362,13 @@ static void node_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
         const char *rest_body = pp->buf + pp->rest_off;
         size_t rest_body_len = pp->len - pp->rest_off;
         size_t total = (size_t)hl + src_len + 2 + rest_body_len;
-        char *buf = malloc(total);
+        char *buf = malloc(total + 1);
         if (buf != NULL) {
             memcpy(buf, head, (size_t)hl);
             memcpy(buf + hl, src, src_len);
             memcpy(buf + hl + src_len, "\r\n", 2);
             memcpy(buf + hl + src_len + 2, rest_body, rest_body_len);
+            buf[total] = '\0';
             fifo_unlink(node, cmd);
             cmd->sent_us = now;
             cmd->deadline_us = now + (uint64_t)node->opts.timeout_ms * 1000u;
@@ -403,7 +404,9 @@ static void node_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
     }
 }
 
-/* Sends a formatted command; the caller has filled cmd's callback. */
+/* Sends a formatted command; the caller has filled cmd's callback. buf must
+ * have a readable byte at buf[len] (a NUL): hiredis 0.14 peeks one byte past
+ * the first argument when looking for SUBSCRIBE, past the end for PING. */
 static int node_write(struct node *node, struct node_cmd *cmd, const char *buf,
                       size_t len, int timeout_ms)
 {
@@ -525,6 +528,7 @@ int node_prepare(struct node_prep *p, enum node_script script, int argc,
     for (int i = 0; i < argc; i++) {
         resp_bulk(&r, argv[i], argvlen[i]);
     }
+    resp_raw(&r, "", 1); /* the NUL hiredis may peek at */
     if (r.failed) {
         if (r.buf != r.stack) {
             free(r.buf);
@@ -532,7 +536,7 @@ int node_prepare(struct node_prep *p, enum node_script script, int argc,
         return -1;
     }
     p->buf = r.buf;
-    p->len = r.len;
+    p->len = r.len - 1;
     return 0;
 }
 
@@ -606,8 +610,9 @@ static int node_send_argv(struct node *node, int argc, const char **argv,
         resp_bulk(&full, argv[i], argvlen[i]);
     }
     int rc = -1;
+    resp_raw(&full, "", 1); /* the NUL hiredis may peek at */
     if (!full.failed) {
-        rc = node_write(node, cmd, full.buf, full.len, timeout_ms);
+        rc = node_write(node, cmd, full.buf, full.len - 1, timeout_ms);
     } else {
         cmd_put(node, cmd);
     }

@@ -377,8 +377,13 @@ class _XDaemons:
         for d in reversed(self.daemons):
             if d.proc is None or d.exit_code is not None:
                 continue
-            if d.proc.poll() is not None:  # killed on purpose by the test
+            if d.proc.poll() is not None:
+                code = d.proc.returncode
                 d.kill()
+                d.exit_code = code
+                errors.append("daemon %s exited on its own (code %r); "
+                              "stderr tail:\n%s" % (d.name, code,
+                                                     d.stderr_tail(60)))
                 continue
             code, secs = d.stop(5.0)
             if code != 0:

@@ -4,10 +4,11 @@ waiting, --max-waiters, waiters of closed connections, fences across node
 subsets, renew refused over HTTP."""
 
 import select
+import socket
 import time
 
 from extra import curl1, metric, scrape, wait_metric
-from rl import (PREFIX, SLOW, assert_error, assert_ok, lock_key,
+from rl import (PREFIX, SLOW, Resp, assert_error, assert_ok, lock_key,
                 poll_until, rname)
 
 
@@ -415,3 +416,44 @@ def test_http_renew_refused(daemon_mod):
     r2 = curl1(daemon_mod.socket, "-X", "POST", "http://localhost/v1/locks",
                "-d", '{"resource":"%s","ttl_ms":1000}' % res)
     assert r2.status == 200, r2
+
+
+# -- wake channel ----------------------------------------------------------
+
+
+def _read_push(r, timeout):
+    """The next pub/sub push on a subscribed Resp, or None."""
+    r.sock.settimeout(timeout)
+    try:
+        return r._reply()
+    except socket.timeout:
+        return None
+    finally:
+        r.sock.settimeout(2.0)
+
+
+def test_release_and_complete_publish_wake(cluster, daemon):
+    res = rname("pub")
+    chan = (PREFIX + "wake:" + res).encode()
+    subs = []
+    try:
+        for nd in cluster.nodes:
+            r = Resp(nd.path)
+            subs.append(r)
+            r.sock.sendall(b"*2\r\n$9\r\nSUBSCRIBE\r\n$%d\r\n%s\r\n"
+                           % (len(chan), chan))
+            ack = _read_push(r, 2.0)
+            assert ack and ack[0] == b"subscribe", ack
+        with daemon.client() as c:
+            for op in ("release", "complete"):
+                r = c.call("acquire", resource=res, ttl_ms=5000)
+                assert_ok(r)
+                assert_ok(c.call(op, lock=r["lock"]))
+                got = [_read_push(s, 2.0) for s in subs]
+                print("%s: wake messages per node: %r" % (op, got))
+                with_msg = [g for g in got
+                            if g and g[0] == b"message" and g[1] == chan]
+                assert len(with_msg) >= 3, (op, got)
+    finally:
+        for s in subs:
+            s.close()
