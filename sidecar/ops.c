@@ -49,6 +49,7 @@ struct ops {
     struct waitq **wq_buckets; /* owned */
     size_t wq_n_buckets;
     int n_waiters;
+    int renew_inflight;       /* renewals sent, not yet answered */
     bool shutting_down;
 };
 
@@ -63,6 +64,10 @@ static void waiter_try(struct ops *o, struct call *call);
 static void waiter_finish(struct ops *o, struct call *call, enum proto_err err,
                           const char *msg);
 static void lock_timer_rearm(struct ops *o);
+static void lock_timer_kick(struct ops *o);
+
+/* Renewals in flight at once, across all locks. */
+#define RENEW_INFLIGHT_MAX 2048
 
 /* ---- replies ------------------------------------------------------------ */
 
@@ -717,6 +722,10 @@ static void renew_done_cb(const struct cluster_result *res, void *priv)
     struct ops *o = ctx->ops;
     struct lock *l = locks_find(o->locks, ctx->token);
     free(ctx);
+    if (o->renew_inflight-- >= RENEW_INFLIGHT_MAX) {
+        /* Renewals were held back for want of a slot: go on with them. */
+        lock_timer_kick(o);
+    }
     if (l == NULL) {
         return; /* released meanwhile */
     }
@@ -754,12 +763,14 @@ static void lock_renew(struct ops *o, struct lock *l)
     ctx->ops = o;
     memcpy(ctx->token, l->token, sizeof(ctx->token));
     l->renewing = true;
+    o->renew_inflight++;
     /* Until the renewal answers, the next event is giving up on it. */
     locks_set_deadline(o->locks, l, lock_give_up_us(o, l));
     if (cluster_extend(o->cluster, l->resource, l->resource_len, l->token,
                        l->ttl_ms, renew_done_cb, ctx) != 0) {
         free(ctx);
         l->renewing = false;
+        o->renew_inflight--;
     }
 }
 
@@ -770,6 +781,7 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
     struct ops *o = arg;
     o->lock_timer_due = 0;
     uint64_t now = cluster_now_us();
+    bool held_back = false;
     /* Bounded per tick so a burst of due locks cannot starve clients. */
     for (int budget = 4096; budget > 0; budget--) {
         uint64_t due;
@@ -796,12 +808,34 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
             continue;
         }
         if (l->renew && !l->renewing && now >= l->next_renew_us) {
+            if (o->renew_inflight >= RENEW_INFLIGHT_MAX) {
+                /* Enough renewals in flight: a burst (100k locks taken
+                 * together) is metered out instead of queueing past the
+                 * node timeout. There is slack: renewals start at ttl/3. */
+                held_back = true;
+                break;
+            }
             lock_renew(o, l);
             continue;
         }
         locks_set_deadline(o->locks, l, lock_give_up_us(o, l));
     }
+    if (held_back) {
+        /* A finished renewal kicks the timer; this is the fallback. */
+        struct timeval tv = {0, 5000};
+        evtimer_add(o->lock_timer, &tv);
+        o->lock_timer_due = now + 5000;
+        return;
+    }
     lock_timer_rearm(o);
+}
+
+/* Runs the lock timer again at once (a renewal slot came free). */
+static void lock_timer_kick(struct ops *o)
+{
+    struct timeval now = {0, 0};
+    evtimer_add(o->lock_timer, &now);
+    o->lock_timer_due = 1;
 }
 
 static void lock_timer_rearm(struct ops *o)
