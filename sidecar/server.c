@@ -62,6 +62,10 @@ struct client {
     bool read_paused;
     bool closing;              /* close once the output is flushed */
     bool peer_eof;             /* peer shut its side: answer, then close */
+    bool detached;             /* calls and session let go already */
+    bool lingering;            /* our side shut; discarding until EOF */
+    size_t discarded;          /* bytes thrown away while lingering */
+    struct event *linger_ev;   /* owned: bound on lingering */
     bool http_busy;            /* an HTTP request is being answered */
     bool http_continue_sent;   /* 100 Continue sent for the current head */
     bool metrics_only;         /* from --metrics-listen: no lock routes */
@@ -146,11 +150,16 @@ static struct server *the_server;
 
 /* ---- client lifecycle ----------------------------------------------------- */
 
-static void client_free(struct client *cl)
+/* The connection is going away: its in-flight calls lose their client
+ * (ops finishes them and releases whatever they win) and its session locks
+ * are released now, whatever remains of the socket's own life. */
+static void client_detach(struct client *cl)
 {
     struct server *s = cl->srv;
-    /* In-flight calls lose their client: ops finishes them on its own and
-     * releases whatever they win. */
+    if (cl->detached) {
+        return;
+    }
+    cl->detached = true;
     while (cl->calls != NULL) {
         struct call *call = cl->calls;
         call_unlink(cl, call);
@@ -158,6 +167,15 @@ static void client_free(struct client *cl)
     }
     if (cl->session.head != NULL) {
         ops_client_closed(s->ops, &cl->session);
+    }
+}
+
+static void client_free(struct client *cl)
+{
+    struct server *s = cl->srv;
+    client_detach(cl);
+    if (cl->linger_ev != NULL) {
+        event_free(cl->linger_ev);
     }
     if (cl->prev != NULL) {
         cl->prev->next = cl->next;
@@ -174,13 +192,46 @@ static void client_free(struct client *cl)
     free(cl);
 }
 
+#define LINGER_MS 2000
+#define LINGER_BYTES (1024 * 1024)
+
+static void linger_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    client_free(arg);
+}
+
+/* Everything is written: close. A peer may still be sending (the rest of
+ * an oversized body or line); closing on unread data would reset the
+ * connection and could destroy our answer before it is read, so shut our
+ * side and discard what comes, for a bounded time and size. */
+static void client_finish_close(struct client *cl)
+{
+    if (cl->peer_eof || cl->lingering) {
+        client_free(cl);
+        return;
+    }
+    cl->linger_ev = evtimer_new(cl->srv->base, linger_cb, cl);
+    if (cl->linger_ev == NULL ||
+        shutdown(bufferevent_getfd(cl->bev), SHUT_WR) != 0) {
+        client_free(cl);
+        return;
+    }
+    cl->lingering = true;
+    struct timeval tv = {LINGER_MS / 1000, (LINGER_MS % 1000) * 1000};
+    evtimer_add(cl->linger_ev, &tv);
+    bufferevent_enable(cl->bev, EV_READ);
+}
+
 /* Closes now if nothing is left to send, else after the flush. */
 static void client_close_after_flush(struct client *cl)
 {
     cl->closing = true;
     bufferevent_disable(cl->bev, EV_READ);
+    client_detach(cl);
     if (evbuffer_get_length(bufferevent_get_output(cl->bev)) == 0) {
-        client_free(cl);
+        client_finish_close(cl);
     }
 }
 
@@ -200,6 +251,10 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg)
 {
     (void)bev;
     struct client *cl = arg;
+    if (cl->lingering) {
+        client_free(cl);
+        return;
+    }
     if ((events & BEV_EVENT_EOF) && !(events & BEV_EVENT_ERROR) &&
         !(events & BEV_EVENT_WRITING) && !peer_gone(cl)) {
         /* A half-close (socat, `printf .. | nc -U`): still answer what was
@@ -224,8 +279,9 @@ static void client_write_cb(struct bufferevent *bev, void *arg)
 {
     struct client *cl = arg;
     if (cl->closing) {
-        if (evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
-            client_free(cl);
+        if (!cl->lingering &&
+            evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+            client_finish_close(cl);
         }
         return;
     }
@@ -601,6 +657,15 @@ static void client_read_cb(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     struct client *cl = arg;
+    if (cl->lingering) {
+        struct evbuffer *in = bufferevent_get_input(cl->bev);
+        cl->discarded += evbuffer_get_length(in);
+        evbuffer_drain(in, evbuffer_get_length(in));
+        if (cl->discarded > LINGER_BYTES) {
+            client_free(cl);
+        }
+        return;
+    }
     if (cl->closing) {
         return;
     }
