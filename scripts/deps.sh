@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deps.sh: installs the Debian packages redlockd needs, only when missing.
-# Sourced by scripts/dev and scripts/test; safe to run on its own.
-set -euo pipefail
+# Sourced by scripts/dev and scripts/test (so it sets no shell options of
+# its own: scripts/test must keep going after a failing suite); safe to run
+# on its own.
 
 # Build: compiler, meson, the four libraries. Run: redis-server (for --dev
 # and tests). Tests: cmocka, pytest for /usr/bin/python3, socat and curl for
@@ -34,5 +35,6 @@ redlockd_install() {
 }
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    set -euo pipefail
     redlockd_install $REDLOCKD_BUILD_PKGS $REDLOCKD_RUN_PKGS $REDLOCKD_TEST_PKGS
 fi
