@@ -59,6 +59,8 @@ struct cluster_op {
     struct node_prep prep_main;     /* the op's script, for every node */
     struct node_prep prep_fence;    /* fence write-back */
     struct node_prep prep_rollback; /* compare-and-delete after a loss */
+    struct event *deadline_ev;  /* owned (kept across pool reuse): a round
+                                   that cannot win any more ends early */
     struct cluster_op *next_free;
 };
 
@@ -110,6 +112,8 @@ uint64_t cluster_now_us(void)
 
 /* ---- op pool ---------------------------------------------------------- */
 
+static void op_deadline_cb(evutil_socket_t fd, short what, void *arg);
+
 static struct cluster_op *op_new(struct cluster *c, enum op_kind kind,
                                  const char *resource, size_t len,
                                  const char *token, cluster_done_fn *cb,
@@ -127,6 +131,11 @@ static struct cluster_op *op_new(struct cluster *c, enum op_kind kind,
     } else {
         op = malloc(sizeof(*op));
         if (op == NULL) {
+            return NULL;
+        }
+        op->deadline_ev = evtimer_new(c->base, op_deadline_cb, op);
+        if (op->deadline_ev == NULL) {
+            free(op);
             return NULL;
         }
     }
@@ -164,11 +173,13 @@ static void op_release_if_finished(struct cluster_op *op)
     node_prep_free(&op->prep_main);
     node_prep_free(&op->prep_fence);
     node_prep_free(&op->prep_rollback);
+    evtimer_del(op->deadline_ev);
     if (c->free_count < 1024) {
         op->next_free = c->free_ops;
         c->free_ops = op;
         c->free_count++;
     } else {
+        event_free(op->deadline_ev);
         free(op);
     }
 }
@@ -471,6 +482,35 @@ static void op_send_fence(struct cluster_op *op)
     }
 }
 
+static void op_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct cluster_op *op = arg;
+    if (op->answered || op->phase != PHASE_MAIN ||
+        op->round.outcome != RL_UNDECIDED) {
+        return;
+    }
+    uint64_t now = cluster_now_us();
+    /* The answers still due cannot help: count them as failed (their
+     * callbacks still arrive and keep the op alive until then). */
+    enum redlock_outcome out = RL_UNDECIDED;
+    for (int i = 0; i < op->c->n && out == RL_UNDECIDED; i++) {
+        if (op->round.result[i] == RL_PENDING) {
+            out = redlock_round_answer(&op->round, i, RL_FAILED, 0, -1, now);
+        }
+    }
+    if (out == RL_UNDECIDED) {
+        return;
+    }
+    op->round.too_late = true;
+    if (op->kind == OPK_ACQUIRE) {
+        op_finish_acquire(op, out);
+    } else {
+        op_finish_other(op, out);
+    }
+}
+
 /* Sends the op's main script to every node; answers at once when no
  * quorum could even be asked. */
 static void op_send_main(struct cluster_op *op, enum node_script script,
@@ -504,6 +544,17 @@ static void op_send_main(struct cluster_op *op, enum node_script script,
     }
     op->outstanding--;
     enum redlock_outcome out = redlock_round_outcome(&op->round);
+    /* A short TTL can run out of validity before the node timeout: from
+     * then on the round cannot be won, so stop waiting for it. */
+    if (out == RL_UNDECIDED && ttl_ms != PROTO_TTL_MAX) {
+        int64_t v = redlock_validity_ms(ttl_ms, c->cfg->drift_factor, 0);
+        if (v < c->cfg->node_timeout_ms) {
+            int64_t ms = v > 0 ? v : 0;
+            struct timeval tv = {(time_t)(ms / 1000),
+                                 (suseconds_t)(ms % 1000) * 1000};
+            evtimer_add(op->deadline_ev, &tv);
+        }
+    }
     if (out != RL_UNDECIDED && !op->answered && op->phase == PHASE_MAIN) {
         if (op->kind == OPK_ACQUIRE) {
             op_finish_acquire(op, out);
@@ -827,9 +878,9 @@ struct cluster *cluster_create(struct event_base *base,
         .connect_timeout_ms = cfg->node_timeout_ms * 10 < 1000
                                   ? 1000
                                   : cfg->node_timeout_ms * 10,
-        .stall_ms = cfg->node_timeout_ms * 20 < 2000
+        .stall_ms = cfg->node_timeout_ms * 8 < 2000
                         ? 2000
-                        : cfg->node_timeout_ms * 20,
+                        : cfg->node_timeout_ms * 8,
         .backoff_base_ms = 50,
         .backoff_cap_ms = 5000,
         .max_pending = 1 << 20,
@@ -864,6 +915,7 @@ void cluster_destroy(struct cluster *c)
     while (c->free_ops != NULL) {
         struct cluster_op *op = c->free_ops;
         c->free_ops = op->next_free;
+        event_free(op->deadline_ev);
         free(op);
     }
     free(c);

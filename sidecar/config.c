@@ -120,7 +120,7 @@ static const struct option_def options[] = {
      FIELD(drift_factor, double), "0.01", 0, 0.5, NULL, NULL, "F",
      "clock drift allowed for, as a fraction of the lock TTL"},
     {"node-timeout-ms", 0, "node_timeout_ms", NULL, OPT_INT,
-     FIELD(node_timeout_ms, int), "100", 1, 60000, NULL, NULL, "N",
+     FIELD(node_timeout_ms, int), "250", 1, 60000, NULL, NULL, "N",
      "deadline of one command on one node, in ms"},
     {"max-line-bytes", 0, "max_line_bytes", NULL, OPT_SIZE,
      FIELD(max_line_bytes, size_t), "65536", 1024, 16777216, NULL, NULL, "N",

@@ -42,7 +42,7 @@ struct config {
     char *prefix;          /* key prefix, default "redlock:" */
     char *config_file;     /* --config, NULL when none */
     double drift_factor;   /* default 0.01, range 0..0.5 */
-    int node_timeout_ms;   /* per-command deadline on a node, default 100 */
+    int node_timeout_ms;   /* per-command deadline on a node, default 250 */
     size_t max_line_bytes; /* NDJSON line / HTTP body limit, default 65536 */
     int max_connections;   /* client connections, default 10240 */
     int max_locks;         /* locks held by this daemon, default 1000000 */

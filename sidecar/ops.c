@@ -99,8 +99,8 @@ static void reply_ok(struct call *call, const char *lock, const char *resource,
 }
 
 #define TOO_LATE_MESSAGE                                                       \
-    "a quorum answered, but too late: no validity was left (the ttl is too "  \
-    "short for the nodes' latency)"
+    "no quorum within the lock's validity: the ttl is too short for the "    \
+    "nodes' latency"
 
 /* The message for a failed cluster operation. */
 static const char *result_message(const struct cluster_result *res);

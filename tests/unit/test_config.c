@@ -201,7 +201,7 @@ static void test_defaults(void **state)
     assert_string_equal(c.prefix, "redlock:");
     assert_null(c.config_file);
     assert_true(c.drift_factor == 0.01);
-    assert_int_equal(c.node_timeout_ms, 100);
+    assert_int_equal(c.node_timeout_ms, 250);
     assert_int_equal(c.max_line_bytes, 65536);
     assert_int_equal(c.max_connections, 10240);
     assert_int_equal(c.max_locks, 1000000);
