@@ -282,12 +282,16 @@ size_t locks_count(const struct lock_table *t)
     return t->count;
 }
 
-/* One byte from a pool refilled by getrandom(2), a syscall per 4 KiB. */
-static unsigned char random_byte(void)
+/* 16 random bytes from a pool the kernel's CSPRNG refills, one getrandom(2)
+ * call per 256 tokens. libuuid reads the same generator but then reseeds
+ * libc's random() on every call (srandom), which made token generation a
+ * tenth of the daemon's instructions under load; it remains the fallback
+ * where getrandom is unavailable. */
+static void random_token_bytes(unsigned char out[16])
 {
     static unsigned char pool[4096];
     static size_t left;
-    if (left == 0) {
+    if (left < 16) {
         size_t got = 0;
         while (got < sizeof(pool)) {
             ssize_t n = getrandom(pool + got, sizeof(pool) - got, 0);
@@ -297,32 +301,28 @@ static unsigned char random_byte(void)
             got += (size_t)n;
         }
         if (got < sizeof(pool)) {
-            /* No getrandom: let libuuid supply these bytes too. */
-            size_t n;
-            for (size_t i = got; i < sizeof(pool); i += n) {
-                uuid_t u;
-                uuid_generate_random(u);
-                n = sizeof(pool) - i < 6 ? sizeof(pool) - i : 6;
-                memcpy(pool + i, u + 10, n); /* bytes 10..15: all random */
-            }
+            left = 0;
+            uuid_t a, b;
+            uuid_generate_random(a);
+            uuid_generate_random(b);
+            /* 122 random bits from a, the 6 fixed ones refilled from b */
+            a[6] = (unsigned char)((a[6] & 0x0f) | (b[0] & 0xf0));
+            a[8] = (unsigned char)((a[8] & 0x3f) | (b[1] & 0xc0));
+            memcpy(out, a, 16);
+            return;
         }
         left = sizeof(pool);
     }
-    return pool[--left];
+    left -= 16;
+    memcpy(out, pool + left, 16);
+    memset(pool + left, 0, 16); /* a used token leaves no copy behind */
 }
 
 void locks_new_token(char out[PROTO_TOKEN_LEN + 1])
 {
     static const char hex[] = "0123456789abcdef";
-    uuid_t u;
-    /* A v4 UUID carries 122 random bits; its 6 version and variant bits are
-     * refilled from the kernel's generator so the token has the full 128.
-     * (A second libuuid call per token cost a tenth of the daemon's CPU:
-     * libuuid reseeds random() on every call.) */
-    uuid_generate_random(u);
-    unsigned char extra = random_byte();
-    u[6] = (unsigned char)((u[6] & 0x0f) | (extra & 0xf0));
-    u[8] = (unsigned char)((u[8] & 0x3f) | ((extra << 4) & 0xc0));
+    unsigned char u[16];
+    random_token_bytes(u);
     for (int i = 0; i < 16; i++) {
         out[2 * i] = hex[u[i] >> 4];
         out[2 * i + 1] = hex[u[i] & 0xf];

@@ -68,7 +68,7 @@ struct lock *locks_peek_due(struct lock_table *t, uint64_t *due_us);
 
 size_t locks_count(const struct lock_table *t);
 
-/* locks_new_token: 128 random bits from libuuid as 32 lowercase hex chars
+/* locks_new_token: 128 random bits (getrandom, else libuuid) as 32 hex chars
  * plus NUL into out. */
 void locks_new_token(char out[PROTO_TOKEN_LEN + 1]);
 
