@@ -940,6 +940,245 @@ void proto_request_init(struct request *req)
     req->keep_ms = PROTO_KEEP_DEFAULT;
 }
 
+/* ---- fast path ---------------------------------------------------------- */
+
+/* The common request is a flat object of plain strings, small integers and
+ * booleans. decode_fast() reads such a line in one pass with no allocation
+ * and gives up (returns 0) on anything else: escapes, nesting, fractions,
+ * signs, an unknown or repeated member, a value out of range, a type that
+ * does not fit. The full path below then decides, so every refusal and its
+ * message come from one place; the fast path only ever accepts what the
+ * full path accepts, with the same result (the fuzz target checks it). */
+
+struct fast_str {
+    const char *p;
+    size_t n;
+};
+
+static size_t fast_ws(const char *d, size_t len, size_t i)
+{
+    while (i < len && is_ws(d[i])) {
+        i++;
+    }
+    return i;
+}
+
+/* A string without escapes or control bytes; returns the index past the
+ * closing quote, or 0. */
+static size_t fast_string(const char *d, size_t len, size_t i,
+                          struct fast_str *out)
+{
+    if (i >= len || d[i] != '"') {
+        return 0;
+    }
+    size_t start = ++i;
+    for (; i < len; i++) {
+        unsigned char c = (unsigned char)d[i];
+        if (c == '"') {
+            out->p = d + start;
+            out->n = i - start;
+            return i + 1;
+        }
+        if (c == '\\' || c < 0x20) {
+            return 0;
+        }
+    }
+    return 0;
+}
+
+static bool fast_is(const struct fast_str *s, const char *lit)
+{
+    size_t n = strlen(lit);
+    return s->n == n && memcmp(s->p, lit, n) == 0;
+}
+
+/* 1 decoded, 0 leave it to the full path. */
+static int decode_fast(const char *d, size_t len, enum proto_op op,
+                       struct request *req, char *err, size_t errlen)
+{
+    unsigned seen = 0;
+    size_t i = fast_ws(d, len, 0);
+    if (i >= len || d[i] != '{') {
+        return 0;
+    }
+    i = fast_ws(d, len, i + 1);
+    if (i < len && d[i] == '}') {
+        i++;
+        goto done;
+    }
+    for (;;) {
+        struct fast_str key, str;
+        i = fast_string(d, len, i, &key);
+        if (i == 0) {
+            return 0;
+        }
+        int f = -1;
+        for (int k = 0; k < F__COUNT; k++) {
+            if (fast_is(&key, field_names[k])) {
+                f = k;
+                break;
+            }
+        }
+        if (f < 0 || (seen & (1u << f))) {
+            return 0;
+        }
+        seen |= 1u << f;
+        i = fast_ws(d, len, i);
+        if (i >= len || d[i] != ':') {
+            return 0;
+        }
+        i = fast_ws(d, len, i + 1);
+        if (i >= len) {
+            return 0;
+        }
+        unsigned char c = (unsigned char)d[i];
+        if (c == '"') {
+            i = fast_string(d, len, i, &str);
+            if (i == 0) {
+                return 0;
+            }
+            switch (f) {
+            case F_OP: {
+                enum proto_op named = OP_NONE;
+                for (unsigned o = OP_ACQUIRE; o < OP__COUNT; o++) {
+                    if (o != OP_METRICS && fast_is(&str, op_names[o])) {
+                        named = (enum proto_op)o;
+                    }
+                }
+                if (named == OP_NONE || (op != OP_NONE && named != op)) {
+                    return 0;
+                }
+                req->op = named;
+                break;
+            }
+            case F_RESOURCE:
+                if (str.n == 0 || str.n > PROTO_RESOURCE_MAX ||
+                    proto_validate_resource(str.p, str.n, NULL, 0) < 0) {
+                    return 0;
+                }
+                memcpy(req->resource, str.p, str.n);
+                req->resource[str.n] = '\0';
+                req->resource_len = str.n;
+                break;
+            case F_LOCK:
+                if (proto_validate_token(str.p, str.n) < 0) {
+                    return 0;
+                }
+                memcpy(req->lock, str.p, PROTO_TOKEN_LEN);
+                req->lock[PROTO_TOKEN_LEN] = '\0';
+                req->has_lock = true;
+                break;
+            case F_ID: {
+                if (!utf8_valid(str.p, str.n)) {
+                    return 0;
+                }
+                struct out o = {req->id, 0, PROTO_ID_MAX, false};
+                out_qesc(&o, str.p, str.n);
+                if (o.full) {
+                    return 0;
+                }
+                req->id[o.len] = '\0';
+                req->id_len = o.len;
+                break;
+            }
+            default:
+                return 0;
+            }
+        } else if (c >= '0' && c <= '9') {
+            size_t start = i;
+            uint64_t v = 0;
+            while (i < len && d[i] >= '0' && d[i] <= '9' && i - start < 15) {
+                v = v * 10 + (uint64_t)(d[i] - '0');
+                i++;
+            }
+            size_t n = i - start;
+            if ((n > 1 && d[start] == '0') ||
+                (i < len && ((d[i] >= '0' && d[i] <= '9') || d[i] == '.' ||
+                             d[i] == 'e' || d[i] == 'E'))) {
+                return 0;
+            }
+            switch (f) {
+            case F_ID:
+                memcpy(req->id, d + start, n);
+                req->id[n] = '\0';
+                req->id_len = n;
+                break;
+            case F_TTL:
+                if (v < PROTO_TTL_MIN || v > PROTO_TTL_MAX) {
+                    return 0;
+                }
+                req->ttl_ms = (uint32_t)v;
+                req->has_ttl = true;
+                break;
+            case F_WAIT:
+                if (v > PROTO_WAIT_MAX) {
+                    return 0;
+                }
+                req->wait_ms = (uint32_t)v;
+                break;
+            case F_KEEP:
+                if (v < PROTO_KEEP_MIN || v > PROTO_KEEP_MAX) {
+                    return 0;
+                }
+                req->keep_ms = v;
+                break;
+            case F_RENEW_MAX:
+                if (v > PROTO_RENEW_MAX_MAX) {
+                    return 0;
+                }
+                req->renew_max_ms = v;
+                break;
+            default:
+                return 0;
+            }
+        } else if (c == 't' || c == 'f' || c == 'n') {
+            const char *lit = c == 't' ? "true" : c == 'f' ? "false" : "null";
+            size_t n = strlen(lit);
+            if (len - i < n || memcmp(d + i, lit, n) != 0) {
+                return 0;
+            }
+            i += n;
+            if (f == F_ID) {
+                memcpy(req->id, lit, n + 1);
+                req->id_len = n;
+            } else if ((f == F_RENEW || f == F_FENCE) && c != 'n') {
+                bool b = c == 't';
+                if (f == F_RENEW) {
+                    if (b && op != OP_NONE) {
+                        return 0;
+                    }
+                    req->renew = b;
+                } else {
+                    req->fence = b;
+                }
+            } else {
+                return 0;
+            }
+        } else {
+            return 0;
+        }
+        i = fast_ws(d, len, i);
+        if (i < len && d[i] == ',') {
+            i = fast_ws(d, len, i + 1);
+            continue;
+        }
+        if (i < len && d[i] == '}') {
+            i++;
+            break;
+        }
+        return 0;
+    }
+done:
+    if (fast_ws(d, len, i) != len) {
+        return 0;
+    }
+    if (check_required(op, req, err, errlen) != 0) {
+        return 0;
+    }
+    return 1;
+}
+
+
 /*
  * proto_decode: one request object data[0..len) (need not be NUL-terminated)
  * into req, which is reset first. op is the op implied by an HTTP route, or
@@ -953,6 +1192,17 @@ void proto_request_init(struct request *req)
  */
 int proto_decode(const char *data, size_t len, enum proto_op op,
                  struct request *req, char *err, size_t errlen)
+{
+    proto_request_init(req);
+    req->op = op;
+    if (decode_fast(data, len, op, req, err, errlen) == 1) {
+        return 0;
+    }
+    return proto_decode_full(data, len, op, req, err, errlen);
+}
+
+int proto_decode_full(const char *data, size_t len, enum proto_op op,
+                      struct request *req, char *err, size_t errlen)
 {
     struct member inline_mem[MEMBERS_INLINE];
     struct scan sc = {inline_mem, MEMBERS_INLINE, 0, 0, NULL};

@@ -87,6 +87,12 @@ int proto_decode(const char *data, size_t len, enum proto_op op,
  * cannot be trusted past such a line, so the server answers and closes. */
 #define PROTO_NOT_JSON (-2)
 
+/* proto_decode_full: proto_decode without its fast path for plain flat
+ * objects; the same results by contract. For tests and the fuzz target,
+ * which check that the two agree. */
+int proto_decode_full(const char *data, size_t len, enum proto_op op,
+                      struct request *req, char *err, size_t errlen);
+
 /* proto_validate_resource: 1..512 bytes of valid UTF-8 without control
  * characters; returns 0 or -1 with a reason in err. */
 int proto_validate_resource(const char *s, size_t len, char *err,

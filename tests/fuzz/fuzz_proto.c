@@ -1,7 +1,8 @@
 /* fuzz_proto.c: libFuzzer target for NDJSON request decoding and response
  * encoding. Every input is decoded as an NDJSON line and as the body of
  * each HTTP route; whatever decodes must satisfy the struct request
- * invariants, and the echoed id must re-encode into a response that fits.
+ * invariants, the echoed id must re-encode into a response that fits, and
+ * the fast path must give exactly what the full decoder gives.
  *
  *   clang -g -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Isidecar \
  *       sidecar/proto.c tests/fuzz/fuzz_proto.c -lcjson \
@@ -62,12 +63,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                                         OP_EXTEND, OP_COMPLETE};
     char err[PROTO_MSG_MAX];
     for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
-        struct request req;
+        struct request req, full;
+        char err_full[PROTO_MSG_MAX];
         int rc = proto_decode(buf, size, ops[i], &req, err, sizeof(err));
         if (rc != 0 && err[0] == '\0') {
             abort(); /* every refusal says why */
         }
         check(&req, rc);
+        /* The fast path must agree with the full one, byte for byte. */
+        int rc_full = proto_decode_full(buf, size, ops[i], &full, err_full,
+                                        sizeof(err_full));
+        if (rc != rc_full) {
+            abort();
+        }
+        if (rc == 0 ? memcmp(&req, &full, sizeof(req)) != 0
+                    : strcmp(err, err_full) != 0 ||
+                          req.id_len != full.id_len ||
+                          memcmp(req.id, full.id, req.id_len) != 0) {
+            abort();
+        }
     }
     free(buf);
     return 0;

@@ -37,6 +37,20 @@ static int decode(const char *text, size_t len, enum proto_op op,
     assert_non_null(copy);
     memcpy(copy, text, len);
     rc = proto_decode(copy, len, op, req, err, errlen);
+    /* Every decode in these tests also checks that the fast path and the
+     * full decoder agree. */
+    struct request full;
+    char err_full[PROTO_MSG_MAX];
+    int rc_full = proto_decode_full(copy, len, op, &full, err_full,
+                                    errlen < sizeof(err_full)
+                                        ? errlen
+                                        : sizeof(err_full));
+    assert_int_equal(rc, rc_full);
+    if (rc == 0) {
+        assert_memory_equal(req, &full, sizeof(full));
+    } else if (err != NULL) {
+        assert_string_equal(err, err_full);
+    }
     free(copy);
     return rc;
 }
