@@ -9,7 +9,7 @@
 # the examples, golang for the Go client, nodejs/npm for the Node client.
 REDLOCKD_BUILD_PKGS="gcc pkg-config meson ninja-build libhiredis-dev libevent-dev uuid-dev libcjson-dev"
 REDLOCKD_RUN_PKGS="redis-server"
-REDLOCKD_TEST_PKGS="libcmocka-dev python3 python3-pytest python3-yaml shellcheck socat curl valgrind clang"
+REDLOCKD_TEST_PKGS="libcmocka-dev python3 python3-pytest python3-yaml shellcheck socat curl valgrind clang nftables"
 
 redlockd_missing_pkgs() {
     local missing=()

@@ -50,6 +50,7 @@ struct cluster_op {
     bool answered;
     int outstanding;            /* node callbacks still due */
     bool fence;
+    int64_t fence_written;      /* the value the write-back raises to */
     uint32_t ttl_ms;
     char token[PROTO_TOKEN_LEN + 1];
     char key[KEY_INLINE];       /* <prefix>lock:<resource> */
@@ -432,7 +433,9 @@ static void op_fence_cb(struct node *node, struct redisReply *reply,
             r.err = ERR_NONE;
             r.validity_ms = v;
             r.valid_until_us = cluster_now_us() + (uint64_t)v * 1000u;
-            r.fence = op->round.fence_max;
+            /* Not round.fence_max: answers that arrived after the round
+             * was won may have raised it past what a quorum now holds. */
+            r.fence = op->fence_written;
             if (r.fence > op->c->fence_max_seen) {
                 op->c->fence_max_seen = r.fence;
             }
@@ -452,8 +455,9 @@ static void op_send_fence(struct cluster_op *op)
 {
     struct cluster *c = op->c;
     char val[24];
+    op->fence_written = op->round.fence_max;
     int vl = snprintf(val, sizeof(val), "%lld",
-                      (long long)op->round.fence_max);
+                      (long long)op->fence_written);
     const char *argv[4] = {op->key, c->fence_key, op->token, val};
     size_t lens[4] = {op->key_len, c->fence_key_len, PROTO_TOKEN_LEN,
                       (size_t)vl};
@@ -534,7 +538,12 @@ static void op_send_main(struct cluster_op *op, enum node_script script,
         /* A quarantined node may have lost keys it once held: it must
          * not help form a new quarantine-free quorum. */
         bool skip = op->kind == OPK_ACQUIRE && c->quarantined[i];
-        if (op->round.outcome == RL_UNDECIDED && !skip && prepared &&
+        /* A release or completion goes to every node that is up even when
+         * the round is lost already: a key it could delete would otherwise
+         * block the resource there until its TTL. */
+        bool send_all = op->kind == OPK_RELEASE || op->kind == OPK_COMPLETE;
+        if ((op->round.outcome == RL_UNDECIDED || send_all) && !skip &&
+            prepared &&
             node_send_prepared(c->nodes[i], &op->prep_main, op_main_cb,
                                op) == 0) {
             op->outstanding++;
