@@ -96,6 +96,7 @@ struct cluster {
     bool quarantined[REDLOCK_MAX_NODES];
     struct event *quarantine_ev[REDLOCK_MAX_NODES]; /* owned */
     int repair_generation[REDLOCK_MAX_NODES];
+    bool first_seen_checked[REDLOCK_MAX_NODES]; /* start-up check done */
     struct qarg {
         struct cluster *c;
         int i;
@@ -835,11 +836,73 @@ static void quarantine_begin(struct cluster *c, int i)
     evtimer_add(c->quarantine_ev[i], &tv);
 }
 
+/* A daemon that starts after a node restarted has no earlier run_id to
+ * compare. It looks at start times instead: a non-persistent node that
+ * started within the quarantine, clearly after another node (more than
+ * START_SKEW_US; a cluster started together is not suspect), may have lost
+ * locks the others still hold, so it is quarantined for the rest of the
+ * period. Re-checked whenever a node comes up, since the older node may
+ * connect second. */
+#define START_SKEW_US 3000000u
+
+static uint64_t quarantine_period_ms(const struct cluster *c)
+{
+    uint64_t q = c->cfg->quarantine_ms > 0 ? (uint64_t)c->cfg->quarantine_ms
+                                           : c->max_ttl_seen;
+    if (q < PROTO_TTL_DEFAULT && c->cfg->quarantine_ms == 0) {
+        q = PROTO_TTL_DEFAULT;
+    }
+    return q;
+}
+
+static void check_fresh_starts(struct cluster *c)
+{
+    if (c->cfg->unsafe_no_quarantine) {
+        return;
+    }
+    uint64_t oldest = 0;
+    for (int j = 0; j < c->n; j++) {
+        uint64_t st = node_is_up(c->nodes[j]) ? node_started_us(c->nodes[j])
+                                              : 0;
+        if (st != 0 && (oldest == 0 || st < oldest)) {
+            oldest = st;
+        }
+    }
+    uint64_t now = cluster_now_us();
+    uint64_t q_us = quarantine_period_ms(c) * 1000u;
+    for (int i = 0; i < c->n; i++) {
+        struct node *nd = c->nodes[i];
+        uint64_t st = node_started_us(nd);
+        if (c->first_seen_checked[i] || !node_is_up(nd) || st == 0 ||
+            !node_first_connection(nd) || node_is_persistent(nd) ||
+            c->quarantined[i]) {
+            continue;
+        }
+        if (st > oldest + START_SKEW_US && now < st + q_us) {
+            uint64_t left_ms = (st + q_us - now) / 1000u;
+            c->first_seen_checked[i] = true;
+            c->quarantined[i] = true;
+            c->repair_generation[i]++;
+            log_warn(NULL, "node %d: started %llu s after another node and "
+                           "has no persistence: it may have lost locks; "
+                           "quarantined for %llu ms",
+                     i + 1, (unsigned long long)((st - oldest) / 1000000u),
+                     (unsigned long long)left_ms);
+            struct timeval tv = {(time_t)(left_ms / 1000),
+                                 (suseconds_t)(left_ms % 1000) * 1000};
+            evtimer_add(c->quarantine_ev[i], &tv);
+        }
+    }
+}
+
 static void cluster_node_state_cb(struct node *node, enum node_state state,
                                   void *priv)
 {
     struct cluster *c = priv;
     int i = node_index(node);
+    if (state == NODE_UP && !node_restarted(node)) {
+        check_fresh_starts(c);
+    }
     if (state == NODE_UP && node_restarted(node) &&
         !node_is_persistent(node)) {
         if (!c->cfg->unsafe_no_quarantine) {

@@ -141,6 +141,8 @@ struct node {
     bool was_up;                  /* has been up at least once */
     char run_id[48];              /* INFO server run_id of this connection */
     char prev_run_id[48];         /* run_id of the previous connection */
+    uint64_t started_us;          /* server start, monotonic estimate from
+                                     INFO uptime (1 s resolution), 0 unknown */
     char subject[48];             /* "node 2" for log lines */
 };
 
@@ -838,6 +840,16 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
             memcpy(node->run_id, p, n);
             node->run_id[n] = '\0';
         }
+        const char *up = reply->type == REDIS_REPLY_STRING
+                             ? strstr(reply->str, "uptime_in_seconds:")
+                             : NULL;
+        node->started_us = 0;
+        if (up != NULL) {
+            uint64_t secs = strtoull(up + 18, NULL, 10);
+            uint64_t now = now_us();
+            node->started_us = secs * 1000000u < now ? now - secs * 1000000u
+                                                     : 1;
+        }
     } else if (script >= 0 && script < SCRIPT__COUNT) {
         if (reply->type != REDIS_REPLY_STRING || reply->len != SHA_LEN) {
             node->handshake_failed = true;
@@ -1132,6 +1144,16 @@ bool node_restarted(const struct node *node)
 {
     return node->prev_run_id[0] != '\0' && node->run_id[0] != '\0' &&
            strcmp(node->prev_run_id, node->run_id) != 0;
+}
+
+bool node_first_connection(const struct node *node)
+{
+    return node->prev_run_id[0] == '\0' && node->run_id[0] != '\0';
+}
+
+uint64_t node_started_us(const struct node *node)
+{
+    return node->started_us;
 }
 
 bool node_is_persistent(const struct node *node)

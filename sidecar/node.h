@@ -128,4 +128,11 @@ const char *node_run_id(const struct node *node);
 bool node_restarted(const struct node *node);
 bool node_is_persistent(const struct node *node);
 
+/* node_started_us: when the server started, on the monotonic clock,
+ * estimated from INFO uptime_in_seconds at the last handshake; 0 unknown. */
+uint64_t node_started_us(const struct node *node);
+
+/* node_first_connection: this daemon has seen no other run_id of it. */
+bool node_first_connection(const struct node *node);
+
 #endif
