@@ -48,20 +48,20 @@ struct cluster_op {
     cluster_done_fn *cb;
     void *priv;
     bool answered;
-    int outstanding;            /* node callbacks still due */
+    int outstanding; /* node callbacks still due */
     bool fence;
-    int64_t fence_written;      /* the value the write-back raises to */
+    int64_t fence_written; /* the value the write-back raises to */
     uint32_t ttl_ms;
     char token[PROTO_TOKEN_LEN + 1];
-    char key[KEY_INLINE];       /* <prefix>lock:<resource> */
+    char key[KEY_INLINE]; /* <prefix>lock:<resource> */
     size_t key_len;
     char channel[KEY_INLINE + 8]; /* <prefix>wake:<resource> */
     size_t channel_len;
     struct node_prep prep_main;     /* the op's script, for every node */
     struct node_prep prep_fence;    /* fence write-back */
     struct node_prep prep_rollback; /* compare-and-delete after a loss */
-    struct event *deadline_ev;  /* owned (kept across pool reuse): a round
-                                   that cannot win any more ends early */
+    struct event *deadline_ev;      /* owned (kept across pool reuse): a round
+                                       that cannot win any more ends early */
     struct cluster_op *next_free;
 };
 
@@ -70,18 +70,18 @@ struct cluster_op {
  * Owned by its node callbacks; freed when the last one has run. */
 struct repair {
     struct cluster *c;
-    int target;       /* the restarted node */
-    int generation;   /* stale rounds are ignored */
-    int answered;     /* nodes whose counter we read */
-    int outstanding;  /* node callbacks still due */
+    int target;      /* the restarted node */
+    int generation;  /* stale rounds are ignored */
+    int answered;    /* nodes whose counter we read */
+    int outstanding; /* node callbacks still due */
     int64_t max;
-    int need;         /* answers needed before raising */
-    bool raising;     /* the read is done; the raise is in flight */
+    int need;     /* answers needed before raising */
+    bool raising; /* the read is done; the raise is in flight */
 };
 
 struct cluster {
-    struct event_base *base;    /* borrowed */
-    const struct config *cfg;   /* borrowed */
+    struct event_base *base;               /* borrowed */
+    const struct config *cfg;              /* borrowed */
     struct node *nodes[REDLOCK_MAX_NODES]; /* owned */
     int n;
     int quorum;
@@ -89,7 +89,7 @@ struct cluster {
     size_t fence_key_len;
     cluster_node_fn *node_cb;
     void *node_priv;
-    int ops_inflight;           /* ops not yet freed */
+    int ops_inflight; /* ops not yet freed */
     struct cluster_op *free_ops;
     int free_count;
     /* Restart quarantine (see README, "Fencing and restarts"). */
@@ -316,8 +316,8 @@ static void op_finish_acquire(struct cluster_op *op, enum redlock_outcome out)
         }
         res.err = ERR_NONE;
         res.validity_ms = op->round.validity_ms;
-        res.valid_until_us = cluster_now_us() +
-                             (uint64_t)op->round.validity_ms * 1000u;
+        res.valid_until_us =
+            cluster_now_us() + (uint64_t)op->round.validity_ms * 1000u;
         op_answer(op, &res);
         return;
     case RL_LOST_BUSY:
@@ -351,15 +351,15 @@ static void op_finish_other(struct cluster_op *op, enum redlock_outcome out)
     case RL_WON:
         res.err = ERR_NONE;
         res.validity_ms = r->validity_ms;
-        res.valid_until_us = cluster_now_us() +
-                             (uint64_t)r->validity_ms * 1000u;
+        res.valid_until_us =
+            cluster_now_us() + (uint64_t)r->validity_ms * 1000u;
         break;
     case RL_LOST_BUSY:
     case RL_LOST_DONE:
         /* Release succeeded where the key still was: the lock no longer
          * holds a quorum, which is what the caller asked for. */
-        res.err = (op->kind == OPK_RELEASE && r->n_ok > 0) ? ERR_NONE
-                                                          : ERR_NOT_HELD;
+        res.err =
+            (op->kind == OPK_RELEASE && r->n_ok > 0) ? ERR_NONE : ERR_NOT_HELD;
         break;
     case RL_LOST_NOQUORUM:
         res.too_late = r->too_late;
@@ -394,8 +394,8 @@ static void op_main_cb(struct node *node, struct redisReply *reply,
         res = decode_flag(node, reply);
     }
     bool was_decided = op->round.outcome != RL_UNDECIDED;
-    enum redlock_outcome out = redlock_round_answer(&op->round, i, res, fence,
-                                                    pttl, cluster_now_us());
+    enum redlock_outcome out =
+        redlock_round_answer(&op->round, i, res, fence, pttl, cluster_now_us());
     if (was_decided) {
         /* A late answer after a lost acquisition: the rollback was queued
          * behind this SET already; nothing more to do. */
@@ -416,9 +416,8 @@ static void op_fence_cb(struct node *node, struct redisReply *reply,
 {
     struct cluster_op *op = privdata;
     op->outstanding--;
-    enum redlock_node_result res = status == NODE_REPLY
-                                       ? decode_flag(node, reply)
-                                       : decode_status(status);
+    enum redlock_node_result res =
+        status == NODE_REPLY ? decode_flag(node, reply) : decode_status(status);
     bool was_decided = op->fence_round.outcome != RL_UNDECIDED;
     enum redlock_outcome out = redlock_round_answer(
         &op->fence_round, node_index(node), res, 0, -1, cluster_now_us());
@@ -457,16 +456,15 @@ static void op_send_fence(struct cluster_op *op)
     struct cluster *c = op->c;
     char val[24];
     op->fence_written = op->round.fence_max;
-    int vl = snprintf(val, sizeof(val), "%lld",
-                      (long long)op->fence_written);
+    int vl = snprintf(val, sizeof(val), "%lld", (long long)op->fence_written);
     const char *argv[4] = {op->key, c->fence_key, op->token, val};
     size_t lens[4] = {op->key_len, c->fence_key_len, PROTO_TOKEN_LEN,
                       (size_t)vl};
     op->phase = PHASE_FENCE;
     redlock_round_start(&op->fence_round, c->n, op->ttl_ms,
                         op->round.drift_factor, op->round.start_us, 0);
-    bool prepared = node_prepare(&op->prep_fence, SCRIPT_FENCE_RAISE, 4, argv,
-                                 lens) == 0;
+    bool prepared =
+        node_prepare(&op->prep_fence, SCRIPT_FENCE_RAISE, 4, argv, lens) == 0;
     for (int i = 0; i < c->n; i++) {
         if (prepared && node_send_prepared(c->nodes[i], &op->prep_fence,
                                            op_fence_cb, op) == 0) {
@@ -527,8 +525,7 @@ static void op_send_main(struct cluster_op *op, enum node_script script,
     }
     struct cluster *c = op->c;
     uint64_t now = cluster_now_us();
-    redlock_round_start(&op->round, c->n, ttl_ms, c->cfg->drift_factor, now,
-                        0);
+    redlock_round_start(&op->round, c->n, ttl_ms, c->cfg->drift_factor, now, 0);
     /* Hold a reference so a synchronous decision cannot free the op while
      * we are still sending. */
     op->outstanding++;
@@ -545,8 +542,8 @@ static void op_send_main(struct cluster_op *op, enum node_script script,
         bool send_all = op->kind == OPK_RELEASE || op->kind == OPK_COMPLETE;
         if ((op->round.outcome == RL_UNDECIDED || send_all) && !skip &&
             prepared &&
-            node_send_prepared(c->nodes[i], &op->prep_main, op_main_cb,
-                               op) == 0) {
+            node_send_prepared(c->nodes[i], &op->prep_main, op_main_cb, op) ==
+                0) {
             op->outstanding++;
         } else {
             redlock_round_answer(&op->round, i, RL_SKIPPED, 0, -1, now);
@@ -581,8 +578,8 @@ int cluster_acquire(struct cluster *c, const char *resource, size_t len,
                     const char *token, uint32_t ttl_ms, bool fence,
                     cluster_done_fn *cb, void *priv)
 {
-    struct cluster_op *op = op_new(c, OPK_ACQUIRE, resource, len, token, cb,
-                                   priv);
+    struct cluster_op *op =
+        op_new(c, OPK_ACQUIRE, resource, len, token, cb, priv);
     if (op == NULL) {
         return -1;
     }
@@ -602,8 +599,8 @@ int cluster_extend(struct cluster *c, const char *resource, size_t len,
                    const char *token, uint32_t ttl_ms, cluster_done_fn *cb,
                    void *priv)
 {
-    struct cluster_op *op = op_new(c, OPK_EXTEND, resource, len, token, cb,
-                                   priv);
+    struct cluster_op *op =
+        op_new(c, OPK_EXTEND, resource, len, token, cb, priv);
     if (op == NULL) {
         return -1;
     }
@@ -619,8 +616,8 @@ int cluster_extend(struct cluster *c, const char *resource, size_t len,
 int cluster_release(struct cluster *c, const char *resource, size_t len,
                     const char *token, cluster_done_fn *cb, void *priv)
 {
-    struct cluster_op *op = op_new(c, OPK_RELEASE, resource, len, token, cb,
-                                   priv);
+    struct cluster_op *op =
+        op_new(c, OPK_RELEASE, resource, len, token, cb, priv);
     if (op == NULL) {
         return -1;
     }
@@ -632,11 +629,11 @@ int cluster_release(struct cluster *c, const char *resource, size_t len,
 }
 
 int cluster_complete(struct cluster *c, const char *resource, size_t len,
-                     const char *token, uint64_t keep_ms,
-                     cluster_done_fn *cb, void *priv)
+                     const char *token, uint64_t keep_ms, cluster_done_fn *cb,
+                     void *priv)
 {
-    struct cluster_op *op = op_new(c, OPK_COMPLETE, resource, len, token, cb,
-                                   priv);
+    struct cluster_op *op =
+        op_new(c, OPK_COMPLETE, resource, len, token, cb, priv);
     if (op == NULL) {
         return -1;
     }
@@ -656,8 +653,9 @@ static void repair_start(struct cluster *c, int target);
 static void repair_finish(struct cluster *c, int target, int64_t value)
 {
     c->quarantined[target] = false;
-    log_info(NULL, "node %d: fence counter repaired to >= %lld; counts "
-                   "toward quorums again",
+    log_info(NULL,
+             "node %d: fence counter repaired to >= %lld; counts "
+             "toward quorums again",
              target + 1, (long long)value);
 }
 
@@ -705,8 +703,8 @@ static void repair_read_cb(struct node *node, struct redisReply *reply,
         repair_release(r);
         return;
     }
-    if (status == NODE_REPLY && (reply->type == REDIS_REPLY_NIL ||
-                                 reply->type == REDIS_REPLY_STRING)) {
+    if (status == NODE_REPLY &&
+        (reply->type == REDIS_REPLY_NIL || reply->type == REDIS_REPLY_STRING)) {
         int64_t v = reply->type == REDIS_REPLY_STRING
                         ? strtoll(reply->str, NULL, 10)
                         : 0;
@@ -725,15 +723,16 @@ static void repair_read_cb(struct node *node, struct redisReply *reply,
         int vl = snprintf(val, sizeof(val), "%lld", (long long)r->max);
         const char *argv[2] = {c->fence_key, val};
         size_t lens[2] = {c->fence_key_len, (size_t)vl};
-        if (node_script(c->nodes[r->target], SCRIPT_FENCE_REPAIR, 2, argv,
-                        lens, repair_raise_cb, r) == 0) {
+        if (node_script(c->nodes[r->target], SCRIPT_FENCE_REPAIR, 2, argv, lens,
+                        repair_raise_cb, r) == 0) {
             r->outstanding++;
         } else {
             repair_retry_later(c, r->target);
         }
     } else if (r->outstanding == 0) {
-        log_warn(NULL, "node %d: fence repair read %d of %d counters; "
-                       "retrying",
+        log_warn(NULL,
+                 "node %d: fence repair read %d of %d counters; "
+                 "retrying",
                  r->target + 1, r->answered, need);
         repair_retry_later(c, r->target);
     }
@@ -744,8 +743,9 @@ static void repair_start(struct cluster *c, int target)
 {
     if (c->cfg->unsafe_no_fence_repair) {
         c->quarantined[target] = false;
-        log_warn(NULL, "node %d: counts again WITHOUT fence repair "
-                       "(--unsafe-no-fence-repair)",
+        log_warn(NULL,
+                 "node %d: counts again WITHOUT fence repair "
+                 "(--unsafe-no-fence-repair)",
                  target + 1);
         return;
     }
@@ -757,7 +757,7 @@ static void repair_start(struct cluster *c, int target)
     r->c = c;
     r->target = target;
     r->generation = ++c->repair_generation[target];
-    r->outstanding = 1; /* held while sending */
+    r->outstanding = 1;         /* held while sending */
     r->max = c->fence_max_seen; /* a floor we know of ourselves */
     r->need = c->n - c->quorum + 1;
     int sound = 0;
@@ -774,10 +774,11 @@ static void repair_start(struct cluster *c, int target)
             up += i != target && node_is_up(c->nodes[i]);
         }
         r->need = up > 0 ? up : 1;
-        log_error(NULL, "node %d: only %d unquarantined node(s) to read "
-                        "fence counters from (%d needed): repairing from "
-                        "every node up; fences may repeat across daemons "
-                        "after this majority restart without persistence",
+        log_error(NULL,
+                  "node %d: only %d unquarantined node(s) to read "
+                  "fence counters from (%d needed): repairing from "
+                  "every node up; fences may repeat across daemons "
+                  "after this majority restart without persistence",
                   target + 1, sound, c->n - c->quorum + 1);
     }
     for (int i = 0; i < c->n; i++) {
@@ -786,15 +787,15 @@ static void repair_start(struct cluster *c, int target)
         }
         const char *argv[2] = {"GET", c->fence_key};
         size_t lens[2] = {3, c->fence_key_len};
-        if (node_command(c->nodes[i], 2, argv, lens, repair_read_cb, r) ==
-            0) {
+        if (node_command(c->nodes[i], 2, argv, lens, repair_read_cb, r) == 0) {
             r->outstanding++;
         }
     }
     r->outstanding--;
     if (r->outstanding == 0) {
-        log_warn(NULL, "node %d: no node to read fence counters from; "
-                       "retrying",
+        log_warn(NULL,
+                 "node %d: no node to read fence counters from; "
+                 "retrying",
                  target + 1);
         repair_retry_later(c, target);
         free(r);
@@ -828,9 +829,10 @@ static void quarantine_begin(struct cluster *c, int i)
     }
     c->quarantined[i] = true;
     c->repair_generation[i]++;
-    log_warn(NULL, "node %d: restarted (new run_id) without persistence: "
-                   "quarantined for %u ms, then its fence counter is "
-                   "repaired",
+    log_warn(NULL,
+             "node %d: restarted (new run_id) without persistence: "
+             "quarantined for %u ms, then its fence counter is "
+             "repaired",
              i + 1, q);
     struct timeval tv = {(time_t)(q / 1000), (suseconds_t)(q % 1000) * 1000};
     evtimer_add(c->quarantine_ev[i], &tv);
@@ -862,8 +864,8 @@ static void check_fresh_starts(struct cluster *c)
     }
     uint64_t oldest = 0;
     for (int j = 0; j < c->n; j++) {
-        uint64_t st = node_is_up(c->nodes[j]) ? node_started_us(c->nodes[j])
-                                              : 0;
+        uint64_t st =
+            node_is_up(c->nodes[j]) ? node_started_us(c->nodes[j]) : 0;
         if (st != 0 && (oldest == 0 || st < oldest)) {
             oldest = st;
         }
@@ -883,9 +885,10 @@ static void check_fresh_starts(struct cluster *c)
             c->first_seen_checked[i] = true;
             c->quarantined[i] = true;
             c->repair_generation[i]++;
-            log_warn(NULL, "node %d: started %llu s after another node and "
-                           "has no persistence: it may have lost locks; "
-                           "quarantined for %llu ms",
+            log_warn(NULL,
+                     "node %d: started %llu s after another node and "
+                     "has no persistence: it may have lost locks; "
+                     "quarantined for %llu ms",
                      i + 1, (unsigned long long)((st - oldest) / 1000000u),
                      (unsigned long long)left_ms);
             struct timeval tv = {(time_t)(left_ms / 1000),
@@ -903,13 +906,13 @@ static void cluster_node_state_cb(struct node *node, enum node_state state,
     if (state == NODE_UP && !node_restarted(node)) {
         check_fresh_starts(c);
     }
-    if (state == NODE_UP && node_restarted(node) &&
-        !node_is_persistent(node)) {
+    if (state == NODE_UP && node_restarted(node) && !node_is_persistent(node)) {
         if (!c->cfg->unsafe_no_quarantine) {
             quarantine_begin(c, i);
         } else {
-            log_warn(NULL, "node %d: restarted; counted at once "
-                           "(--unsafe-no-quarantine)",
+            log_warn(NULL,
+                     "node %d: restarted; counted at once "
+                     "(--unsafe-no-quarantine)",
                      i + 1);
             if (!c->cfg->unsafe_no_fence_repair) {
                 c->quarantined[i] = true; /* only until the repair */
@@ -941,18 +944,16 @@ struct cluster *cluster_create(struct event_base *base,
     c->quorum = redlock_quorum(c->n);
     c->node_cb = node_cb;
     c->node_priv = node_priv;
-    int fl = snprintf(c->fence_key, sizeof(c->fence_key), "%sfence",
-                      cfg->prefix);
+    int fl =
+        snprintf(c->fence_key, sizeof(c->fence_key), "%sfence", cfg->prefix);
     c->fence_key_len = (size_t)fl;
 
     struct node_options opts = {
         .timeout_ms = cfg->node_timeout_ms,
-        .connect_timeout_ms = cfg->node_timeout_ms * 10 < 1000
-                                  ? 1000
-                                  : cfg->node_timeout_ms * 10,
-        .stall_ms = cfg->node_timeout_ms * 8 < 2000
-                        ? 2000
-                        : cfg->node_timeout_ms * 8,
+        .connect_timeout_ms =
+            cfg->node_timeout_ms * 10 < 1000 ? 1000 : cfg->node_timeout_ms * 10,
+        .stall_ms =
+            cfg->node_timeout_ms * 8 < 2000 ? 2000 : cfg->node_timeout_ms * 8,
         .backoff_base_ms = 50,
         .backoff_cap_ms = 5000,
         .max_pending = 1 << 20,

@@ -20,15 +20,15 @@ struct cluster;
 struct node;
 
 struct cluster_result {
-    enum proto_err err;  /* ERR_NONE, ERR_BUSY, ERR_DONE, ERR_NOT_HELD,
-                            ERR_NO_QUORUM, ERR_LIMIT, ERR_INTERNAL */
-    int64_t validity_ms; /* on success */
+    enum proto_err err;      /* ERR_NONE, ERR_BUSY, ERR_DONE, ERR_NOT_HELD,
+                                ERR_NO_QUORUM, ERR_LIMIT, ERR_INTERNAL */
+    int64_t validity_ms;     /* on success */
     uint64_t valid_until_us; /* on success: monotonic end of validity */
-    int64_t fence;       /* acquire with fence, on success */
-    int64_t pttl_min;    /* acquire busy: shortest holder PTTL seen, -1 */
-    int n_ok;            /* nodes that applied the operation */
-    bool too_late;       /* no_quorum because the validity ran out, though
-                            a quorum answered */
+    int64_t fence;           /* acquire with fence, on success */
+    int64_t pttl_min;        /* acquire busy: shortest holder PTTL seen, -1 */
+    int n_ok;                /* nodes that applied the operation */
+    bool too_late;           /* no_quorum because the validity ran out, though
+                                a quorum answered */
 };
 
 /* Runs exactly once per accepted operation; may run before the starting
@@ -72,8 +72,8 @@ int cluster_release(struct cluster *c, const char *resource, size_t len,
 /* cluster_complete: compare-and-set the lock key to "done:<token>" with a
  * PX of keep_ms on every node; success on a quorum. */
 int cluster_complete(struct cluster *c, const char *resource, size_t len,
-                     const char *token, uint64_t keep_ms,
-                     cluster_done_fn *cb, void *priv);
+                     const char *token, uint64_t keep_ms, cluster_done_fn *cb,
+                     void *priv);
 
 int cluster_quorum(const struct cluster *c);
 int cluster_size(const struct cluster *c);

@@ -23,13 +23,13 @@ enum node_addr_kind {
  * heap copies freed by config_free(). */
 struct node_addr {
     enum node_addr_kind kind;
-    char *host;     /* TCP only; IPv6 literals without brackets */
-    int port;       /* TCP only, 1..65535 */
-    char *path;     /* UNIX only */
-    char *user;     /* ACL user for AUTH, NULL for none */
-    char *password; /* NULL for none; never logged or shown */
-    int db;         /* SELECT db when > 0; 0 means no SELECT */
-    bool persistent; /* ?persistent=1: node keeps data across restarts */
+    char *host;        /* TCP only; IPv6 literals without brackets */
+    int port;          /* TCP only, 1..65535 */
+    char *path;        /* UNIX only */
+    char *user;        /* ACL user for AUTH, NULL for none */
+    char *password;    /* NULL for none; never logged or shown */
+    int db;            /* SELECT db when > 0; 0 means no SELECT */
+    bool persistent;   /* ?persistent=1: node keeps data across restarts */
     char display[300]; /* "host:port" or "unix:/path", never a password */
 };
 
@@ -53,19 +53,19 @@ struct config {
     enum log_level log_level;   /* default LOG_INFO */
     enum log_format log_format; /* default LOG_FORMAT_TEXT */
     int shutdown_timeout_ms;    /* bound on releasing locks at exit, 2000 */
-    char *metrics_listen;  /* "host:port" TCP for /metrics, NULL when off */
-    bool dev;              /* --dev: embedded 5-node cluster */
-    char *redis_server;    /* --dev: redis-server binary, "redis-server" */
+    char *metrics_listen;      /* "host:port" TCP for /metrics, NULL when off */
+    bool dev;                  /* --dev: embedded 5-node cluster */
+    char *redis_server;        /* --dev: redis-server binary, "redis-server" */
     char *redis_password_file; /* password for nodes whose URI has none */
-    char *allow_uid;       /* "1000,1001": peers allowed (SO_PEERCRED) */
-    char *allow_gid;       /* "100": peer groups allowed */
+    char *allow_uid;           /* "1000,1001": peers allowed (SO_PEERCRED) */
+    char *allow_gid;           /* "100": peer groups allowed */
     unsigned allow_uids[16];
-    int n_allow_uids;      /* 0: any uid */
+    int n_allow_uids; /* 0: any uid */
     unsigned allow_gids[16];
-    int n_allow_gids;      /* 0: any gid */
-    int quarantine_ms;     /* restart quarantine; 0: the largest TTL seen,
-                              at least the default TTL */
-    bool unsafe_no_quarantine;  /* testing only: count restarted nodes */
+    int n_allow_gids;            /* 0: any gid */
+    int quarantine_ms;           /* restart quarantine; 0: the largest TTL seen,
+                                    at least the default TTL */
+    bool unsafe_no_quarantine;   /* testing only: count restarted nodes */
     bool unsafe_no_fence_repair; /* testing only: no counter repair */
 };
 
@@ -78,9 +78,10 @@ enum config_result {
 /* config_load: fills cfg from defaults, then the JSON file named by --config
  * (if any), then the environment (REDLOCKD_NODES, REDLOCKD_SOCKET,
  * REDLOCKD_PREFIX, REDLOCKD_LOG_LEVEL, REDLOCKD_LOG_FORMAT,
- * REDLOCKD_REDIS_PASSWORD), then the flags in argv. Prints --help/--version text to stdout. On CONFIG_ERROR, err
- * holds a message such as "--drift-factor: must be a number in 0..0.5, got
- * 'x'". The caller must config_free() cfg in every case. */
+ * REDLOCKD_REDIS_PASSWORD), then the flags in argv. Prints --help/--version
+ * text to stdout. On CONFIG_ERROR, err holds a message such as "--drift-factor:
+ * must be a number in 0..0.5, got 'x'". The caller must config_free() cfg in
+ * every case. */
 enum config_result config_load(struct config *cfg, int argc, char **argv,
                                char *err, size_t errlen);
 

@@ -69,8 +69,8 @@ enum http_parse_result http_parse(const char *buf, size_t len,
  * from the path and ?resource= from the query). Returns 0, or the HTTP status
  * to answer (404 unknown path, 405 wrong method, 400 bad body or field) with
  * a message in err, which holds at least 64 bytes. */
-int http_route(const struct http_request *hreq, struct request *req,
-               char *err, size_t errlen);
+int http_route(const struct http_request *hreq, struct request *req, char *err,
+               size_t errlen);
 
 /* http_route_allow: the methods a known path serves, for the Allow header
  * of a 405 ("POST", "DELETE" or "GET, HEAD"); NULL for a path with no
@@ -80,9 +80,9 @@ const char *http_route_allow(const char *path);
 /* http_format_head: the status line and headers of a response with a body of
  * body_len bytes; returns the length written or 0 if it did not fit. allow
  * is the Allow header value for 405, else NULL. */
-size_t http_format_head(int status, const char *content_type,
-                        size_t body_len, bool keep_alive, const char *allow,
-                        char *out, size_t cap);
+size_t http_format_head(int status, const char *content_type, size_t body_len,
+                        bool keep_alive, const char *allow, char *out,
+                        size_t cap);
 
 /* http_status_text: "OK", "Not Found", ... */
 const char *http_status_text(int status);

@@ -18,27 +18,27 @@ struct client;
 /* The session side of a connection: embedded in struct client, it heads the
  * list of locks that die with the connection. */
 struct lock_owner {
-    struct lock *head;     /* borrowed: locks are owned by the table */
+    struct lock *head; /* borrowed: locks are owned by the table */
     size_t count;
     struct client *client; /* borrowed: the connection that embeds this */
 };
 
 struct lock {
     char token[PROTO_TOKEN_LEN + 1];
-    char *resource;           /* owned: heap copy, NUL-terminated */
+    char *resource; /* owned: heap copy, NUL-terminated */
     size_t resource_len;
     struct lock_owner *owner; /* borrowed: owning NDJSON session, or NULL */
     uint64_t valid_until_us;  /* monotonic end of validity */
     uint32_t ttl_ms;
-    bool renew;               /* renewed by the daemon (NDJSON only) */
-    uint64_t renew_until_us;  /* 0: no cap (renew_max_ms) */
-    uint64_t next_renew_us;   /* when the next renewal is due */
-    bool renewing;            /* an extend is in flight */
-    bool releasing;           /* release sent; drop answers for it */
-    struct lock *tok_next;    /* table: token hash chain */
-    struct lock *own_prev;    /* owner's list */
+    bool renew;              /* renewed by the daemon (NDJSON only) */
+    uint64_t renew_until_us; /* 0: no cap (renew_max_ms) */
+    uint64_t next_renew_us;  /* when the next renewal is due */
+    bool renewing;           /* an extend is in flight */
+    bool releasing;          /* release sent; drop answers for it */
+    struct lock *tok_next;   /* table: token hash chain */
+    struct lock *own_prev;   /* owner's list */
     struct lock *own_next;
-    size_t heap_idx;          /* table: position in the deadline heap */
+    size_t heap_idx; /* table: position in the deadline heap */
 };
 
 struct lock_table *locks_create(void);
@@ -60,8 +60,7 @@ void locks_remove(struct lock_table *t, struct lock *l);
 
 /* locks_set_deadline: the lock's next event time (renewal or expiry) for
  * locks_next_due(); keeps the heap ordered. */
-void locks_set_deadline(struct lock_table *t, struct lock *l,
-                        uint64_t due_us);
+void locks_set_deadline(struct lock_table *t, struct lock *l, uint64_t due_us);
 
 /* locks_peek_due: the lock with the earliest deadline, or NULL. */
 struct lock *locks_peek_due(struct lock_table *t, uint64_t *due_us);

@@ -63,8 +63,8 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
     log_info(NULL, "%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     server_stop_accepting(d->server);
     ops_shutdown(d->ops);
-    d->drain_deadline_us = cluster_now_us() +
-                           (uint64_t)d->cfg.shutdown_timeout_ms * 1000u;
+    d->drain_deadline_us =
+        cluster_now_us() + (uint64_t)d->cfg.shutdown_timeout_ms * 1000u;
     d->drain_ev = evtimer_new(d->base, drain_cb, d);
     if (d->drain_ev == NULL) {
         event_base_loopexit(d->base, NULL);

@@ -16,8 +16,8 @@ struct metrics metrics;
 
 /* Upper bounds in seconds; the +Inf bucket is implicit. */
 static const double latency_bounds[] = {
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
-    0.025,  0.05,    0.1,    0.25,  0.5,    1,     2.5,  5,
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+    0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,
 };
 #define N_BOUNDS (sizeof(latency_bounds) / sizeof(latency_bounds[0]))
 
@@ -61,9 +61,8 @@ struct out {
     int failed;
 };
 
-__attribute__((format(printf, 2, 3))) static void out_printf(struct out *o,
-                                                             const char *fmt,
-                                                             ...)
+__attribute__((format(printf, 2, 3))) static void
+out_printf(struct out *o, const char *fmt, ...)
 {
     if (o->failed) {
         return;
@@ -111,8 +110,7 @@ static void render_hist(struct out *o, const char *name, const char *help,
                         const char *value, int with_header)
 {
     if (with_header) {
-        out_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help,
-                   name);
+        out_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     }
     uint64_t cum = 0;
     for (size_t i = 0; i <= N_BOUNDS; i++) {
@@ -146,8 +144,7 @@ static void render_hist(struct out *o, const char *name, const char *help,
     }
 }
 
-char *metrics_render(const struct metrics_node *nodes, int n_nodes,
-                     size_t *len)
+char *metrics_render(const struct metrics_node *nodes, int n_nodes, size_t *len)
 {
     struct out o = {malloc(8192), 0, 8192, 0};
     if (o.buf == NULL) {

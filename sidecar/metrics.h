@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 /* Counters by result label: X(field, name, help, label, value). */
-#define METRICS_COUNTERS(X)                                                   \
+#define METRICS_COUNTERS(X)                                                    \
     X(acquire_ok, "redlockd_acquisitions_total", "Acquire requests by result", \
       "result", "ok")                                                          \
     X(acquire_busy, "redlockd_acquisitions_total", "", "result", "busy")       \
@@ -47,10 +47,10 @@
       "Node connections re-established", NULL, NULL)
 
 /* Gauges: X(field, name, help). */
-#define METRICS_GAUGES(X)                                                     \
-    X(locks_held, "redlockd_locks_held", "Locks held by this daemon")         \
-    X(waiters, "redlockd_waiters", "Acquire requests waiting for a lock")     \
-    X(clients, "redlockd_client_connections", "Open client connections")      \
+#define METRICS_GAUGES(X)                                                      \
+    X(locks_held, "redlockd_locks_held", "Locks held by this daemon")          \
+    X(waiters, "redlockd_waiters", "Acquire requests waiting for a lock")      \
+    X(clients, "redlockd_client_connections", "Open client connections")       \
     X(nodes_up, "redlockd_nodes_up", "Nodes connected and ready")
 
 struct metrics {

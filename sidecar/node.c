@@ -57,11 +57,10 @@ static const char *const script_source[SCRIPT__COUNT] = {
         "  return 1\n"
         "end\n"
         "return 0\n",
-    [SCRIPT_EXTEND] =
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-        "  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-        "end\n"
-        "return 0\n",
+    [SCRIPT_EXTEND] = "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+                      "  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+                      "end\n"
+                      "return 0\n",
     [SCRIPT_COMPLETE] =
         "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
         "  redis.call('SET', KEYS[1], 'done:' .. ARGV[1], 'PX', ARGV[2])\n"
@@ -85,9 +84,8 @@ static const char *const script_source[SCRIPT__COUNT] = {
 };
 
 static const int script_numkeys[SCRIPT__COUNT] = {
-    [SCRIPT_ACQUIRE] = 2,     [SCRIPT_RELEASE] = 1,
-    [SCRIPT_EXTEND] = 1,      [SCRIPT_COMPLETE] = 1,
-    [SCRIPT_FENCE_RAISE] = 2, [SCRIPT_FENCE_REPAIR] = 1,
+    [SCRIPT_ACQUIRE] = 2,  [SCRIPT_RELEASE] = 1,     [SCRIPT_EXTEND] = 1,
+    [SCRIPT_COMPLETE] = 1, [SCRIPT_FENCE_RAISE] = 2, [SCRIPT_FENCE_REPAIR] = 1,
 };
 
 #define HANDSHAKE_INFO (-2) /* handshake_cb tag of INFO server */
@@ -96,13 +94,13 @@ static const int script_numkeys[SCRIPT__COUNT] = {
 /* One command in flight. Owned by its node: taken from the node's free list
  * on send, returned there once hiredis has handed back its reply. */
 struct node_cmd {
-    struct node *node;     /* borrowed: the node it was sent on */
-    node_reply_fn *cb;     /* NULL for internal handshake commands */
+    struct node *node; /* borrowed: the node it was sent on */
+    node_reply_fn *cb; /* NULL for internal handshake commands */
     void *privdata;
     uint64_t sent_us;
     uint64_t deadline_us;
-    bool done;             /* the user callback already ran (timeout) */
-    int script;            /* enum node_script, or -1 */
+    bool done;                    /* the user callback already ran (timeout) */
+    int script;                   /* enum node_script, or -1 */
     const struct node_prep *prep; /* borrowed: the script command, kept
                                      for an EVAL retry on NOSCRIPT */
     struct node_prep *owned_prep; /* node_script(): ours to free */
@@ -117,17 +115,17 @@ struct node {
     int index;
     const struct node_addr *addr; /* borrowed: owned by the config */
     struct node_options opts;
-    struct event_base *base;      /* borrowed */
-    redisAsyncContext *ac;        /* owned by hiredis once connected */
+    struct event_base *base; /* borrowed */
+    redisAsyncContext *ac;   /* owned by hiredis once connected */
     enum node_state state;
     node_state_fn *state_cb;
     void *state_priv;
-    struct event *conn_timer;     /* reconnect delay / connect deadline */
-    struct event *cmd_timer;      /* deadline of the oldest live command */
-    struct event *ping_timer;     /* heartbeat while idle */
-    uint64_t last_send_us;        /* when a command was last written */
-    unsigned attempt;             /* failed connects in a row */
-    int handshake_left;           /* replies still expected before UP */
+    struct event *conn_timer; /* reconnect delay / connect deadline */
+    struct event *cmd_timer;  /* deadline of the oldest live command */
+    struct event *ping_timer; /* heartbeat while idle */
+    uint64_t last_send_us;    /* when a command was last written */
+    unsigned attempt;         /* failed connects in a row */
+    int handshake_left;       /* replies still expected before UP */
     bool handshake_failed;
     char sha[SCRIPT__COUNT][SHA_LEN + 1];
     struct node_cmd *head, *tail; /* FIFO of commands in hiredis */
@@ -138,12 +136,12 @@ struct node {
     char last_error[160];
     double rtt_ms;
     uint64_t reconnects;
-    bool was_up;                  /* has been up at least once */
-    char run_id[48];              /* INFO server run_id of this connection */
-    char prev_run_id[48];         /* run_id of the previous connection */
-    uint64_t started_us;          /* server start, monotonic estimate from
-                                     INFO uptime (1 s resolution), 0 unknown */
-    char subject[48];             /* "node 2" for log lines */
+    bool was_up;          /* has been up at least once */
+    char run_id[48];      /* INFO server run_id of this connection */
+    char prev_run_id[48]; /* run_id of the previous connection */
+    uint64_t started_us;  /* server start, monotonic estimate from
+                             INFO uptime (1 s resolution), 0 unknown */
+    char subject[48];     /* "node 2" for log lines */
 };
 
 static void node_connect(struct node *node);
@@ -292,14 +290,13 @@ static void fifo_unlink(struct node *node, struct node_cmd *cmd)
 
 static void cmd_timer_arm(struct node *node)
 {
-    if (node->live == NULL || event_pending(node->cmd_timer, EV_TIMEOUT,
-                                            NULL)) {
+    if (node->live == NULL ||
+        event_pending(node->cmd_timer, EV_TIMEOUT, NULL)) {
         return;
     }
     uint64_t now = now_us();
-    uint64_t wait = node->live->deadline_us > now
-                        ? node->live->deadline_us - now
-                        : 0;
+    uint64_t wait =
+        node->live->deadline_us > now ? node->live->deadline_us - now : 0;
     struct timeval tv = {(time_t)(wait / 1000000u),
                          (suseconds_t)(wait % 1000000u)};
     evtimer_add(node->cmd_timer, &tv);
@@ -350,7 +347,8 @@ static void node_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
     redisReply *reply = r;
     uint64_t now = now_us();
 
-    if (reply != NULL && cmd->prep != NULL && reply->type == REDIS_REPLY_ERROR &&
+    if (reply != NULL && cmd->prep != NULL &&
+        reply->type == REDIS_REPLY_ERROR &&
         strncmp(reply->str, "NOSCRIPT", 8) == 0 && !cmd->done &&
         node->ac != NULL) {
         /* The server lost its script cache (SCRIPT FLUSH): send the same
@@ -395,8 +393,7 @@ static void node_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
     if (!cmd->done) {
         cmd->done = true;
         if (cmd->cb != NULL) {
-            cmd->cb(node, reply,
-                    reply != NULL ? NODE_REPLY : NODE_DISCONNECTED,
+            cmd->cb(node, reply, reply != NULL ? NODE_REPLY : NODE_DISCONNECTED,
                     cmd->privdata);
         }
     }
@@ -433,7 +430,7 @@ static int node_write(struct node *node, struct node_cmd *cmd, const char *buf,
 struct resp {
     char *buf;
     size_t len, cap;
-    char *stack;    /* the initial buffer, not to be freed */
+    char *stack; /* the initial buffer, not to be freed */
     bool failed;
 };
 
@@ -645,8 +642,8 @@ int node_command(struct node *node, int argc, const char **argv,
 #define REPLY_POOL_MAX 8192
 
 struct pooled_reply {
-    redisReply r;                      /* first: cast from redisReply * */
-    redisReply *inl[REPLY_INLINE];     /* element vector for small arrays */
+    redisReply r;                  /* first: cast from redisReply * */
+    redisReply *inl[REPLY_INLINE]; /* element vector for small arrays */
     struct pooled_reply *next_free;
 };
 
@@ -814,7 +811,7 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         if (!node->handshake_failed) {
             node->handshake_failed = true;
             node_set_error(node, "handshake failed: %s",
-                           status == NODE_REPLY ? reply->str
+                           status == NODE_REPLY     ? reply->str
                            : status == NODE_TIMEOUT ? "timeout"
                                                     : "disconnected");
             log_warn(node->subject, "%s: %s", node->addr->display,
@@ -847,8 +844,8 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         if (up != NULL) {
             uint64_t secs = strtoull(up + 18, NULL, 10);
             uint64_t now = now_us();
-            node->started_us = secs * 1000000u < now ? now - secs * 1000000u
-                                                     : 1;
+            node->started_us =
+                secs * 1000000u < now ? now - secs * 1000000u : 1;
         }
     } else if (script >= 0 && script < SCRIPT__COUNT) {
         if (reply->type != REDIS_REPLY_STRING || reply->len != SHA_LEN) {
@@ -862,8 +859,10 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         if (known_sha[script][0] == '\0') {
             memcpy(known_sha[script], node->sha[script], SHA_LEN + 1);
         } else if (strcmp(known_sha[script], node->sha[script]) != 0) {
-            log_error(node->subject, "SCRIPT LOAD returned an unexpected SHA1 "
-                                     "for script %d", script);
+            log_error(node->subject,
+                      "SCRIPT LOAD returned an unexpected SHA1 "
+                      "for script %d",
+                      script);
         }
     }
     if (--node->handshake_left == 0) {

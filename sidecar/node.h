@@ -39,11 +39,11 @@ enum node_status {
 /* The Lua scripts, loaded on connect and run by EVALSHA. Each takes fixed
  * KEYS; see node.c for the source and the reply shapes. */
 enum node_script {
-    SCRIPT_ACQUIRE = 0, /* KEYS lock, fence; ARGV token, ttl, fence?1:0 */
-    SCRIPT_RELEASE,     /* KEYS lock; ARGV token, channel -> 1/0 */
-    SCRIPT_EXTEND,      /* KEYS lock; ARGV token, ttl -> 1/0 */
-    SCRIPT_COMPLETE,    /* KEYS lock; ARGV token, keep_ms, channel -> 1/0 */
-    SCRIPT_FENCE_RAISE, /* KEYS lock, fence; ARGV token, value -> 1/0 */
+    SCRIPT_ACQUIRE = 0,  /* KEYS lock, fence; ARGV token, ttl, fence?1:0 */
+    SCRIPT_RELEASE,      /* KEYS lock; ARGV token, channel -> 1/0 */
+    SCRIPT_EXTEND,       /* KEYS lock; ARGV token, ttl -> 1/0 */
+    SCRIPT_COMPLETE,     /* KEYS lock; ARGV token, keep_ms, channel -> 1/0 */
+    SCRIPT_FENCE_RAISE,  /* KEYS lock, fence; ARGV token, value -> 1/0 */
     SCRIPT_FENCE_REPAIR, /* KEYS fence; ARGV value -> counter after */
     SCRIPT__COUNT
 };
@@ -56,12 +56,12 @@ typedef void node_state_fn(struct node *node, enum node_state state,
                            void *privdata);
 
 struct node_options {
-    int timeout_ms;          /* per-command deadline */
-    int connect_timeout_ms;  /* connect + handshake deadline */
-    int stall_ms;            /* disconnect when a command is stuck this long */
-    int backoff_base_ms;     /* first reconnect delay */
-    int backoff_cap_ms;      /* largest reconnect delay */
-    int max_pending;         /* commands in flight before sends fail */
+    int timeout_ms;         /* per-command deadline */
+    int connect_timeout_ms; /* connect + handshake deadline */
+    int stall_ms;           /* disconnect when a command is stuck this long */
+    int backoff_base_ms;    /* first reconnect delay */
+    int backoff_cap_ms;     /* largest reconnect delay */
+    int max_pending;        /* commands in flight before sends fail */
 };
 
 /* node_create: a node for addr (borrowed: owned by the config, must outlive
@@ -89,9 +89,9 @@ int node_script(struct node *node, enum node_script script, int argc,
 struct node_prep {
     enum node_script script;
     int argc;
-    char *buf;        /* the whole EVALSHA command (inline_buf or heap) */
+    char *buf; /* the whole EVALSHA command (inline_buf or heap) */
     size_t len;
-    size_t rest_off;  /* numkeys and arguments start here (EVAL retry) */
+    size_t rest_off; /* numkeys and arguments start here (EVAL retry) */
     char inline_buf[768];
 };
 

@@ -49,7 +49,7 @@ struct ops {
     struct waitq **wq_buckets; /* owned */
     size_t wq_n_buckets;
     int n_waiters;
-    int renew_inflight;       /* renewals sent, not yet answered */
+    int renew_inflight; /* renewals sent, not yet answered */
     bool shutting_down;
 };
 
@@ -99,7 +99,7 @@ static void reply_ok(struct call *call, const char *lock, const char *resource,
 }
 
 #define TOO_LATE_MESSAGE                                                       \
-    "no quorum within the lock's validity: the ttl is too short for the "    \
+    "no quorum within the lock's validity: the ttl is too short for the "      \
     "nodes' latency"
 
 /* The message for a failed cluster operation. */
@@ -269,8 +269,9 @@ static void retry_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     METRIC_INC(acquire_busy);
-    waiter_finish(o, call, ERR_BUSY, "the resource is held by another owner "
-                                     "(wait_ms ran out in the queue)");
+    waiter_finish(o, call, ERR_BUSY,
+                  "the resource is held by another owner "
+                  "(wait_ms ran out in the queue)");
 }
 
 /* Arms a queued call's timer for delay_ms. */
@@ -332,7 +333,8 @@ static void waiter_finish(struct ops *o, struct call *call, enum proto_err err,
     }
 }
 
-/* ---- acquire -------------------------------------------------------------- */
+/* ---- acquire --------------------------------------------------------------
+ */
 
 static void acquire_done_cb(const struct cluster_result *res, void *priv);
 
@@ -406,13 +408,12 @@ static void acquire_won(struct ops *o, struct call *call,
     metrics_observe_acquire(now - call->start_us);
     if (call->client == NULL || o->shutting_down) {
         /* Nobody is left to hold it, or everything is being let go. */
-        cluster_release(o->cluster, call->req.resource,
-                        call->req.resource_len, call->token, NULL, NULL);
+        cluster_release(o->cluster, call->req.resource, call->req.resource_len,
+                        call->token, NULL, NULL);
         METRIC_INC(session_releases);
-        reply_error(call, ERR_SHUTTING_DOWN, call->client == NULL
-                                                 ? "client closed"
-                                                 : err_message(
-                                                       ERR_SHUTTING_DOWN));
+        reply_error(call, ERR_SHUTTING_DOWN,
+                    call->client == NULL ? "client closed"
+                                         : err_message(ERR_SHUTTING_DOWN));
         return;
     }
     struct lock *l = locks_add(o->locks, call->token, call->req.resource,
@@ -420,8 +421,8 @@ static void acquire_won(struct ops *o, struct call *call,
                                call->req.ttl_ms, res->valid_until_us);
     if (l == NULL) {
         log_error(NULL, "acquire: out of memory adding a lock");
-        cluster_release(o->cluster, call->req.resource,
-                        call->req.resource_len, call->token, NULL, NULL);
+        cluster_release(o->cluster, call->req.resource, call->req.resource_len,
+                        call->token, NULL, NULL);
         reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
         return;
     }
@@ -475,13 +476,12 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
     if (can_wait) {
         bool fresh = false;
         if (q == NULL) {
-            fresh = waitq_find(o, call->req.resource,
-                               call->req.resource_len) == NULL;
+            fresh = waitq_find(o, call->req.resource, call->req.resource_len) ==
+                    NULL;
             q = waitq_get(o, call->req.resource, call->req.resource_len);
             if (q == NULL || o->n_waiters >= o->cfg->max_waiters) {
                 METRIC_INC(acquire_error);
-                reply_error(call, ERR_LIMIT,
-                            "too many waiters in this daemon");
+                reply_error(call, ERR_LIMIT, "too many waiters in this daemon");
                 return;
             }
             waitq_push(o, q, call);
@@ -495,11 +495,11 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
         uint64_t left = wait_left_ms(call, now);
         /* Right after subscribing, a release may have slipped by before
          * the subscription: retry once on the plain back-off. */
-        uint32_t delay = q->woken ? 0
-                                  : redlock_retry_delay_ms(
-                                        call->attempt,
-                                        fresh ? -1 : res->pttl_min, left,
-                                        (double)random() / RAND_MAX);
+        uint32_t delay =
+            q->woken ? 0
+                     : redlock_retry_delay_ms(call->attempt,
+                                              fresh ? -1 : res->pttl_min, left,
+                                              (double)random() / RAND_MAX);
         q->woken = false;
         if (left > 0) {
             waiter_arm(o, call, delay);
@@ -544,8 +544,7 @@ static void lock_drop(struct ops *o, struct lock *l)
 
 /* Resolves which resource a token refers to: the request's, else the
  * table's. Returns NULL when neither knows. */
-static const char *call_resource(struct call *call, struct lock *l,
-                                 size_t *len)
+static const char *call_resource(struct call *call, struct lock *l, size_t *len)
 {
     if (call->req.resource_len > 0) {
         *len = call->req.resource_len;
@@ -694,13 +693,14 @@ static void op_complete(struct ops *o, struct call *call)
     }
 }
 
-/* ---- renewal and expiry --------------------------------------------------- */
+/* ---- renewal and expiry ---------------------------------------------------
+ */
 
 static void lock_lost(struct ops *o, struct lock *l, const char *why)
 {
     char tag[9];
-    log_warn(NULL, "lock %s on '%.64s' lost: %s",
-             log_token_hash(l->token, tag), l->resource, why);
+    log_warn(NULL, "lock %s on '%.64s' lost: %s", log_token_hash(l->token, tag),
+             l->resource, why);
     METRIC_INC(locks_lost);
     if (l->owner != NULL && l->owner->client != NULL) {
         char buf[PROTO_RESPONSE_MAX];
@@ -740,8 +740,9 @@ static void renew_done_cb(const struct cluster_result *res, void *priv)
     METRIC_INC(renew_failed);
     uint64_t give_up = lock_give_up_us(o, l);
     if (res->err == ERR_NOT_HELD || now >= give_up) {
-        lock_lost(o, l, res->err == ERR_NOT_HELD ? "no longer held by a quorum"
-                                                 : "renewal failed");
+        lock_lost(o, l,
+                  res->err == ERR_NOT_HELD ? "no longer held by a quorum"
+                                           : "renewal failed");
         return;
     }
     /* Still valid: try again soon, well before the validity ends. */
@@ -791,11 +792,13 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
         }
         if (now >= lock_give_up_us(o, l)) {
             if (l->renew && !l->renewing) {
-                lock_lost(o, l, "no renewal succeeded before the validity "
-                                "ran short");
+                lock_lost(o, l,
+                          "no renewal succeeded before the validity "
+                          "ran short");
             } else if (l->renew) {
-                lock_lost(o, l, "renewal did not answer before the validity "
-                                "ran short");
+                lock_lost(o, l,
+                          "renewal did not answer before the validity "
+                          "ran short");
             } else {
                 /* Expired by design (no renewal): forget it quietly. */
                 lock_drop(o, l);
@@ -856,7 +859,8 @@ static void lock_timer_rearm(struct ops *o)
     o->lock_timer_due = due;
 }
 
-/* ---- entry points --------------------------------------------------------- */
+/* ---- entry points ---------------------------------------------------------
+ */
 
 static void op_acquire(struct ops *o, struct call *call)
 {
@@ -868,15 +872,17 @@ static void op_acquire(struct ops *o, struct call *call)
     }
     if (locks_count(o->locks) >= (size_t)o->cfg->max_locks) {
         METRIC_INC(acquire_error);
-        reply_error(call, ERR_LIMIT, "too many locks held by this daemon "
-                                     "(--max-locks)");
+        reply_error(call, ERR_LIMIT,
+                    "too many locks held by this daemon "
+                    "(--max-locks)");
         return;
     }
     if (call->session != NULL &&
         call->session->count >= (size_t)o->cfg->max_conn_locks) {
         METRIC_INC(acquire_error);
-        reply_error(call, ERR_LIMIT, "too many locks held by this connection "
-                                     "(--max-conn-locks)");
+        reply_error(call, ERR_LIMIT,
+                    "too many locks held by this connection "
+                    "(--max-conn-locks)");
         return;
     }
     call->attempt = 0;
@@ -886,8 +892,9 @@ static void op_acquire(struct ops *o, struct call *call)
         /* Others are already waiting: first come, first served. */
         if (o->n_waiters >= o->cfg->max_waiters) {
             METRIC_INC(acquire_error);
-            reply_error(call, ERR_LIMIT, "too many waiters in this daemon "
-                                         "(--max-waiters)");
+            reply_error(call, ERR_LIMIT,
+                        "too many waiters in this daemon "
+                        "(--max-waiters)");
             return;
         }
         waitq_push(o, q, call);

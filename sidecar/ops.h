@@ -21,22 +21,22 @@ struct ops;
 /* One request in flight. Owned by the server (which allocates and frees it);
  * ops borrows it from ops_submit() until it calls server_call_done(). */
 struct call {
-    struct request req;         /* decoded request */
-    struct client *client;      /* borrowed: NULL once the client closed */
-    struct lock_owner *session; /* borrowed: the NDJSON session, or NULL */
-    uint64_t start_us;          /* when it was decoded */
-    uint64_t wait_until_us;     /* acquire with wait_ms: give up then */
-    unsigned attempt;           /* acquire retries so far */
+    struct request req;              /* decoded request */
+    struct client *client;           /* borrowed: NULL once the client closed */
+    struct lock_owner *session;      /* borrowed: the NDJSON session, or NULL */
+    uint64_t start_us;               /* when it was decoded */
+    uint64_t wait_until_us;          /* acquire with wait_ms: give up then */
+    unsigned attempt;                /* acquire retries so far */
     char token[PROTO_TOKEN_LEN + 1]; /* acquire: the token being tried */
-    bool waiting;               /* in a wait queue or retry timer */
-    bool http;                  /* server: answer as HTTP */
-    bool keep_alive;            /* server: HTTP keep-alive */
-    bool head_only;             /* server: HTTP HEAD, no body */
-    struct call *next, *prev;   /* server: the client's in-flight list */
-    struct ops *ops;            /* ops: borrowed, set by ops_submit */
-    struct call *wnext, *wprev; /* ops: the resource's wait queue */
-    struct event *retry_ev;     /* ops: owned retry timer, or NULL */
-    struct waitq *waitq;        /* ops: borrowed queue we are in, or NULL */
+    bool waiting;                    /* in a wait queue or retry timer */
+    bool http;                       /* server: answer as HTTP */
+    bool keep_alive;                 /* server: HTTP keep-alive */
+    bool head_only;                  /* server: HTTP HEAD, no body */
+    struct call *next, *prev;        /* server: the client's in-flight list */
+    struct ops *ops;                 /* ops: borrowed, set by ops_submit */
+    struct call *wnext, *wprev;      /* ops: the resource's wait queue */
+    struct event *retry_ev;          /* ops: owned retry timer, or NULL */
+    struct waitq *waitq; /* ops: borrowed queue we are in, or NULL */
 };
 
 /* ops_create: the lock table, the cluster (connecting to every node) and

@@ -1178,7 +1178,6 @@ done:
     return 1;
 }
 
-
 /*
  * proto_decode: one request object data[0..len) (need not be NUL-terminated)
  * into req, which is reset first. op is the op implied by an HTTP route, or

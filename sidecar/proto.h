@@ -60,13 +60,13 @@ struct request {
     size_t resource_len; /* 0 when not given */
     char lock[PROTO_TOKEN_LEN + 1];
     bool has_lock;
-    uint32_t ttl_ms;        /* default PROTO_TTL_DEFAULT */
-    uint32_t wait_ms;       /* default 0 */
-    bool renew;             /* NDJSON only */
-    bool fence;             /* return a fencing token */
-    uint64_t keep_ms;       /* complete: life of the done mark */
-    uint64_t renew_max_ms;  /* 0: renew until released */
-    bool has_ttl;           /* ttl_ms was given (extend uses the lock's ttl) */
+    uint32_t ttl_ms;       /* default PROTO_TTL_DEFAULT */
+    uint32_t wait_ms;      /* default 0 */
+    bool renew;            /* NDJSON only */
+    bool fence;            /* return a fencing token */
+    uint64_t keep_ms;      /* complete: life of the done mark */
+    uint64_t renew_max_ms; /* 0: renew until released */
+    bool has_ttl;          /* ttl_ms was given (extend uses the lock's ttl) */
 };
 
 /* proto_request_init: resets req to the defaults above. */
@@ -105,9 +105,9 @@ int proto_validate_token(const char *s, size_t len);
 struct response {
     const char *id; /* borrowed: the request's id JSON text, NULL for none */
     size_t id_len;
-    enum proto_err err; /* ERR_NONE for success */
-    const char *message; /* borrowed: error message, NUL-terminated */
-    const char *lock;    /* borrowed: token, NULL when none */
+    enum proto_err err;   /* ERR_NONE for success */
+    const char *message;  /* borrowed: error message, NUL-terminated */
+    const char *lock;     /* borrowed: token, NULL when none */
     const char *resource; /* borrowed: raw bytes, escaped on output */
     size_t resource_len;
     int64_t validity_ms; /* written when lock != NULL */
@@ -121,18 +121,17 @@ struct response {
 
 /* proto_encode_response: writes the JSON object (no newline) into out, which
  * holds cap bytes; returns the length written, or 0 if it did not fit. */
-size_t proto_encode_response(const struct response *rsp, char *out,
-                             size_t cap);
+size_t proto_encode_response(const struct response *rsp, char *out, size_t cap);
 
 /* proto_encode_event: {"event":"<event>","lock":..,"resource":..} into out;
  * returns the length or 0. */
 size_t proto_encode_event(const char *event, const char *lock,
-                          const char *resource, size_t resource_len,
-                          char *out, size_t cap);
+                          const char *resource, size_t resource_len, char *out,
+                          size_t cap);
 
 /* One node as reported by health. */
 struct proto_node_health {
-    const char *addr;       /* borrowed: display address, no password */
+    const char *addr; /* borrowed: display address, no password */
     bool up;
     const char *state;      /* borrowed: "up", "down", "connecting", ... */
     const char *last_error; /* borrowed, NULL when none */

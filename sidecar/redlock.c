@@ -32,8 +32,7 @@ int64_t redlock_validity_ms(uint32_t ttl_ms, double drift_factor,
 }
 
 void redlock_round_start(struct redlock_round *r, int n_nodes, uint32_t ttl_ms,
-                         double drift_factor, uint64_t now_us,
-                         uint32_t skipped)
+                         double drift_factor, uint64_t now_us, uint32_t skipped)
 {
     r->n_nodes = n_nodes;
     r->quorum = redlock_quorum(n_nodes);
@@ -153,8 +152,8 @@ uint32_t redlock_ok_set(const struct redlock_round *r)
     return set;
 }
 
-uint32_t redlock_backoff_ms(unsigned attempt, uint32_t base_ms,
-                            uint32_t cap_ms, double rand01)
+uint32_t redlock_backoff_ms(unsigned attempt, uint32_t base_ms, uint32_t cap_ms,
+                            double rand01)
 {
     uint64_t ceiling = base_ms;
     for (unsigned i = 0; i < attempt && ceiling < cap_ms; i++) {
@@ -184,8 +183,8 @@ uint32_t redlock_retry_delay_ms(unsigned attempt, int64_t pttl_min,
     if (wait_left_ms == 0) {
         return 0;
     }
-    uint64_t d = redlock_backoff_ms(attempt, RETRY_BASE_MS, RETRY_CAP_MS,
-                                    rand01);
+    uint64_t d =
+        redlock_backoff_ms(attempt, RETRY_BASE_MS, RETRY_CAP_MS, rand01);
     /* The holder's key cannot expire before its PTTL; an early release is
      * announced (pub/sub), so polling sooner buys nothing. */
     if (pttl_min >= 0 && (uint64_t)pttl_min + 1 > d) {

@@ -33,18 +33,18 @@ enum redlock_outcome {
 
 struct redlock_round {
     int n_nodes;
-    int quorum;            /* n_nodes / 2 + 1 */
-    uint64_t start_us;     /* monotonic time the round was sent */
+    int quorum;        /* n_nodes / 2 + 1 */
+    uint64_t start_us; /* monotonic time the round was sent */
     uint32_t ttl_ms;
     double drift_factor;
     enum redlock_node_result result[REDLOCK_MAX_NODES];
     int n_ok, n_busy, n_done, n_failed, n_pending;
-    int64_t fence_max;     /* max fence among RL_OK answers, 0 if none */
-    int64_t pttl_min;      /* min holder PTTL among busy answers, -1 none */
+    int64_t fence_max; /* max fence among RL_OK answers, 0 if none */
+    int64_t pttl_min;  /* min holder PTTL among busy answers, -1 none */
     enum redlock_outcome outcome; /* sticky once decided */
-    int64_t validity_ms;   /* for RL_WON: validity at the decision */
-    bool too_late;         /* lost although a quorum answered: no validity
-                              was left by then */
+    int64_t validity_ms;          /* for RL_WON: validity at the decision */
+    bool too_late; /* lost although a quorum answered: no validity
+                      was left by then */
 };
 
 /* redlock_quorum: n / 2 + 1 for n >= 1. */
@@ -85,8 +85,8 @@ uint32_t redlock_ok_set(const struct redlock_round *r);
 /* redlock_backoff_ms: capped exponential back-off with full jitter: a value
  * in [base*2^attempt / 2, base*2^attempt], capped at cap_ms; rand01 in [0,1)
  * is supplied by the caller so the function stays pure. */
-uint32_t redlock_backoff_ms(unsigned attempt, uint32_t base_ms,
-                            uint32_t cap_ms, double rand01);
+uint32_t redlock_backoff_ms(unsigned attempt, uint32_t base_ms, uint32_t cap_ms,
+                            double rand01);
 
 /* redlock_retry_delay_ms: when to retry a busy acquisition: the back-off,
  * but never sooner than the holder's shortest remaining PTTL seen (when

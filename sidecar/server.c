@@ -52,34 +52,34 @@ enum framing {
 /* One client connection. Owned by the server's list; freed by
  * client_free() once closed and flushed. */
 struct client {
-    struct server *srv;        /* borrowed */
+    struct server *srv; /* borrowed */
     uint64_t id;
-    struct bufferevent *bev;   /* owned */
+    struct bufferevent *bev; /* owned */
     enum framing framing;
     struct lock_owner session; /* NDJSON: locks that die with us */
     struct call *calls;        /* in-flight calls (owned by the server) */
     int inflight;
     bool read_paused;
-    bool closing;              /* close once the output is flushed */
-    bool peer_eof;             /* peer shut its side: answer, then close */
-    bool detached;             /* calls and session let go already */
-    bool lingering;            /* our side shut; discarding until EOF */
-    size_t discarded;          /* bytes thrown away while lingering */
-    struct event *linger_ev;   /* owned: bound on lingering */
-    bool http_busy;            /* an HTTP request is being answered */
-    bool http_continue_sent;   /* 100 Continue sent for the current head */
-    bool metrics_only;         /* from --metrics-listen: no lock routes */
+    bool closing;            /* close once the output is flushed */
+    bool peer_eof;           /* peer shut its side: answer, then close */
+    bool detached;           /* calls and session let go already */
+    bool lingering;          /* our side shut; discarding until EOF */
+    size_t discarded;        /* bytes thrown away while lingering */
+    struct event *linger_ev; /* owned: bound on lingering */
+    bool http_busy;          /* an HTTP request is being answered */
+    bool http_continue_sent; /* 100 Continue sent for the current head */
+    bool metrics_only;       /* from --metrics-listen: no lock routes */
     struct client *prev, *next;
     char subject[32];
 };
 
 struct server {
-    struct event_base *base;   /* borrowed */
-    const struct config *cfg;  /* borrowed */
-    struct ops *ops;           /* borrowed */
-    struct evconnlistener *listener; /* owned */
+    struct event_base *base;                 /* borrowed */
+    const struct config *cfg;                /* borrowed */
+    struct ops *ops;                         /* borrowed */
+    struct evconnlistener *listener;         /* owned */
     struct evconnlistener *metrics_listener; /* owned, NULL when off */
-    char *socket_path;         /* owned copy, for unlink */
+    char *socket_path;                       /* owned copy, for unlink */
     struct client *clients;
     int n_clients;
     uint64_t next_id;
@@ -91,7 +91,8 @@ struct server {
 static void client_read_cb(struct bufferevent *bev, void *arg);
 static void client_maybe_resume(struct client *cl);
 
-/* ---- calls ---------------------------------------------------------------- */
+/* ---- calls ----------------------------------------------------------------
+ */
 
 static struct call *call_new(struct server *s, struct client *cl)
 {
@@ -148,7 +149,8 @@ static void call_free(struct server *s, struct call *call)
  * they need a way back to the pool. */
 static struct server *the_server;
 
-/* ---- client lifecycle ----------------------------------------------------- */
+/* ---- client lifecycle -----------------------------------------------------
+ */
 
 /* The connection is going away: its in-flight calls lose their client
  * (ops finishes them and releases whatever they win) and its session locks
@@ -318,11 +320,11 @@ static void client_maybe_resume(struct client *cl)
     }
 }
 
-/* ---- writing answers ------------------------------------------------------ */
+/* ---- writing answers ------------------------------------------------------
+ */
 
-static void write_ndjson_error(struct client *cl, const char *id,
-                               size_t id_len, enum proto_err err,
-                               const char *msg)
+static void write_ndjson_error(struct client *cl, const char *id, size_t id_len,
+                               enum proto_err err, const char *msg)
 {
     char buf[PROTO_RESPONSE_MAX];
     struct response rsp = {0};
@@ -378,8 +380,8 @@ void server_call_done(struct call *call, const struct response *rsp)
             if (n == 0) {
                 log_error(cl->subject, "response did not fit its buffer");
             } else if (call->http) {
-                int status = rsp->err == ERR_NONE ? 200
-                                                  : proto_err_status(rsp->err);
+                int status =
+                    rsp->err == ERR_NONE ? 200 : proto_err_status(rsp->err);
                 write_http(cl, status, "application/json", buf, n,
                            call->keep_alive, NULL, call->head_only);
             } else {
@@ -426,7 +428,8 @@ void server_send_event(struct client *cl, const char *json, size_t len)
     evbuffer_add(out, "\n", 1);
 }
 
-/* ---- NDJSON --------------------------------------------------------------- */
+/* ---- NDJSON ---------------------------------------------------------------
+ */
 
 static bool line_is_blank(const char *p, size_t n)
 {
@@ -472,7 +475,8 @@ static void ndjson_read(struct client *cl)
             client_close_after_flush(cl);
             return;
         }
-        const char *line = (const char *)evbuffer_pullup(in, (ssize_t)(len + 1));
+        const char *line =
+            (const char *)evbuffer_pullup(in, (ssize_t)(len + 1));
         if (line_is_blank(line, len)) {
             evbuffer_drain(in, len + 1);
             continue;
@@ -505,8 +509,8 @@ static void ndjson_read(struct client *cl)
         if (call->req.op == OP_HEALTH) {
             bool ok;
             size_t n;
-            char *json = ops_health_json(s->ops, call->req.id,
-                                         call->req.id_len, &ok, &n);
+            char *json = ops_health_json(s->ops, call->req.id, call->req.id_len,
+                                         &ok, &n);
             call_unlink(cl, call);
             call_free(s, call);
             if (json != NULL) {
@@ -522,7 +526,8 @@ static void ndjson_read(struct client *cl)
     }
 }
 
-/* ---- HTTP ----------------------------------------------------------------- */
+/* ---- HTTP -----------------------------------------------------------------
+ */
 
 static void http_serve_local(struct client *cl, const struct http_request *h,
                              const struct request *req)
@@ -582,8 +587,7 @@ static void http_next(struct client *cl)
                        h.error_status == 431;
             enum proto_err e = big ? ERR_TOO_LARGE : ERR_BAD_REQUEST;
             write_http_error(cl, h.error_status, e,
-                             h.error_message ? h.error_message
-                                             : "bad request",
+                             h.error_message ? h.error_message : "bad request",
                              false, NULL);
             client_close_after_flush(cl);
             return;
@@ -651,7 +655,8 @@ static void http_next(struct client *cl)
     }
 }
 
-/* ---- reading -------------------------------------------------------------- */
+/* ---- reading --------------------------------------------------------------
+ */
 
 static void client_read_cb(struct bufferevent *bev, void *arg)
 {
@@ -672,8 +677,8 @@ static void client_read_cb(struct bufferevent *bev, void *arg)
     if (cl->framing == FRAMING_UNKNOWN) {
         struct evbuffer *in = bufferevent_get_input(cl->bev);
         size_t n = evbuffer_get_length(in);
-        const unsigned char *p = evbuffer_pullup(in, (ssize_t)(n < 64 ? n
-                                                                      : 64));
+        const unsigned char *p =
+            evbuffer_pullup(in, (ssize_t)(n < 64 ? n : 64));
         size_t i = 0;
         while (i < n && i < 64 &&
                (p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n')) {
@@ -685,8 +690,8 @@ static void client_read_cb(struct bufferevent *bev, void *arg)
             }
             return;
         }
-        cl->framing = p[i] == '{' && !cl->metrics_only ? FRAMING_NDJSON
-                                                         : FRAMING_HTTP;
+        cl->framing =
+            p[i] == '{' && !cl->metrics_only ? FRAMING_NDJSON : FRAMING_HTTP;
         if (cl->framing == FRAMING_HTTP) {
             evbuffer_drain(in, i);
         }
@@ -698,7 +703,8 @@ static void client_read_cb(struct bufferevent *bev, void *arg)
     }
 }
 
-/* ---- listener ------------------------------------------------------------- */
+/* ---- listener -------------------------------------------------------------
+ */
 
 /* Whether the peer on a unix connection may use the daemon: with
  * --allow-uid/--allow-gid, its uid or primary gid must be listed. */
@@ -784,8 +790,8 @@ static void client_accept(struct server *s, evutil_socket_t fd,
     s->n_clients++;
     METRIC_ADD(clients, 1);
     METRIC_INC(clients_accepted);
-    bufferevent_setcb(cl->bev, client_read_cb, client_write_cb,
-                      client_event_cb, cl);
+    bufferevent_setcb(cl->bev, client_read_cb, client_write_cb, client_event_cb,
+                      cl);
     bufferevent_setwatermark(cl->bev, EV_WRITE, OUT_LOW, 0);
     bufferevent_enable(cl->bev, EV_READ | EV_WRITE);
     log_debug(cl->subject, "connected");
@@ -844,8 +850,7 @@ static int metrics_listen(struct server *s, const char *spec, char *err,
         res->ai_addr, (int)res->ai_addrlen);
     evutil_freeaddrinfo(res);
     if (s->metrics_listener == NULL) {
-        snprintf(err, errlen, "--metrics-listen %s: %s", spec,
-                 strerror(errno));
+        snprintf(err, errlen, "--metrics-listen %s: %s", spec, strerror(errno));
         return -1;
     }
     log_info(NULL, "metrics on http://%s/metrics", spec);
@@ -917,8 +922,7 @@ static int listen_unix(const char *path, int mode, char *err, size_t errlen)
         return -1;
     }
     if (listen(fd, 1024) != 0) {
-        snprintf(err, errlen, "--socket %s: listen: %s", path,
-                 strerror(errno));
+        snprintf(err, errlen, "--socket %s: listen: %s", path, strerror(errno));
         close(fd);
         unlink(path);
         return -1;
@@ -947,8 +951,8 @@ struct server *server_create(struct event_base *base, const struct config *cfg,
     }
     /* Backlog 0: the socket already listens with 1024; -1 would shrink it
      * to libevent's default of 128. */
-    s->listener = evconnlistener_new(base, accept_cb, s,
-                                      LEV_OPT_CLOSE_ON_FREE, 0, fd);
+    s->listener =
+        evconnlistener_new(base, accept_cb, s, LEV_OPT_CLOSE_ON_FREE, 0, fd);
     if (s->listener == NULL) {
         snprintf(err, errlen, "cannot listen on %s", cfg->socket_path);
         close(fd);

@@ -32,27 +32,27 @@ struct watch {
 };
 
 struct wake_node {
-    struct wake *w;                 /* borrowed: the owner */
+    struct wake *w; /* borrowed: the owner */
     int index;
-    const struct node_addr *addr;   /* borrowed: owned by the config */
-    redisAsyncContext *ac;          /* owned by hiredis once connected */
-    bool ready;                     /* connected, subscribed to the set */
-    struct event *retry_ev;         /* owned: reconnect timer */
+    const struct node_addr *addr; /* borrowed: owned by the config */
+    redisAsyncContext *ac;        /* owned by hiredis once connected */
+    bool ready;                   /* connected, subscribed to the set */
+    struct event *retry_ev;       /* owned: reconnect timer */
     unsigned attempt;
     char subject[32];
 };
 
 struct wake {
-    struct event_base *base;        /* borrowed */
-    const struct config *cfg;       /* borrowed */
+    struct event_base *base;  /* borrowed */
+    const struct config *cfg; /* borrowed */
     wake_fn *cb;
     void *priv;
     struct wake_node nodes[REDLOCK_MAX_NODES];
     int n;
-    struct watch **buckets;         /* owned */
+    struct watch **buckets; /* owned */
     size_t n_buckets;
     size_t count;
-    size_t prefix_len;              /* of "<prefix>wake:" */
+    size_t prefix_len; /* of "<prefix>wake:" */
     bool closing;
 };
 
@@ -103,8 +103,7 @@ static void message_cb(redisAsyncContext *ac, void *r, void *privdata)
     redisReply *kind = reply->element[0];
     redisReply *chan = reply->element[1];
     if (kind->type != REDIS_REPLY_STRING || chan->type != REDIS_REPLY_STRING ||
-        strcmp(kind->str, "message") != 0 ||
-        chan->len <= wn->w->prefix_len) {
+        strcmp(kind->str, "message") != 0 || chan->len <= wn->w->prefix_len) {
         return;
     }
     wn->w->cb(chan->str + wn->w->prefix_len, chan->len - wn->w->prefix_len,
