@@ -137,6 +137,7 @@ struct node {
     double rtt_ms;
     uint64_t reconnects;
     bool was_up;          /* has been up at least once */
+    bool reloading;       /* SCRIPT LOAD after a NOSCRIPT is in flight */
     char run_id[48];      /* INFO server run_id of this connection */
     char prev_run_id[48]; /* run_id of the previous connection */
     uint64_t started_us;  /* server start, monotonic estimate from
@@ -338,6 +339,33 @@ static void cmd_timer_cb(evutil_socket_t fd, short what, void *arg)
     cmd_timer_arm(node);
 }
 
+static int node_send_argv(struct node *node, int argc, const char **argv,
+                          const size_t *argvlen, node_reply_fn *cb,
+                          void *privdata, int timeout_ms);
+
+static void reload_cb(struct node *node, struct redisReply *reply,
+                      enum node_status status, void *privdata)
+{
+    (void)privdata;
+    node->reloading = false;
+    if (status != NODE_REPLY || reply->type == REDIS_REPLY_ERROR) {
+        log_warn(node->subject, "SCRIPT LOAD after NOSCRIPT failed");
+    }
+}
+
+/* One SCRIPT LOAD per script; the SHA1s are those already known. */
+static void scripts_reload(struct node *node)
+{
+    node->reloading = true;
+    for (int i = 0; i < SCRIPT__COUNT; i++) {
+        const char *argv[3] = {"SCRIPT", "LOAD", script_source[i]};
+        size_t lens[3] = {6, 4, strlen(script_source[i])};
+        (void)node_send_argv(node, 3, argv, lens,
+                             i == SCRIPT__COUNT - 1 ? reload_cb : NULL, NULL,
+                             node->opts.timeout_ms);
+    }
+}
+
 /* hiredis reply callback: r is NULL when the connection is going away. */
 static void node_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 {
@@ -377,7 +405,13 @@ static void node_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
                                                 buf, total);
             free(buf);
             if (rc == REDIS_OK) {
-                log_warn(node->subject, "NOSCRIPT: resent as EVAL");
+                if (!node->reloading) {
+                    /* Load the scripts again so that later commands need
+                     * no second round trip. */
+                    log_warn(node->subject,
+                             "NOSCRIPT: resent as EVAL; reloading scripts");
+                    scripts_reload(node);
+                }
                 cmd_timer_arm(node);
                 return;
             }

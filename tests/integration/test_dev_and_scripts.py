@@ -1,0 +1,97 @@
+"""--dev (the embedded five-node cluster) and the EVALSHA -> EVAL fallback
+when a node has lost its script cache."""
+
+import glob
+import os
+import re
+import signal
+import subprocess
+import tempfile
+import time
+
+from rl import BIN, Client, assert_ok, err_code, lock_key, poll_until, \
+    resp_cmd, rname
+
+
+def _dev_dirs():
+    return set(glob.glob(os.path.join(tempfile.gettempdir(),
+                                      "redlockd-dev-*")))
+
+
+def test_dev_runs_five_nodes_and_cleans_up():
+    work = tempfile.mkdtemp(prefix="rlit-dev-")
+    sock = os.path.join(work, "d.sock")
+    before = _dev_dirs()
+    p = subprocess.Popen([str(BIN), "--dev", "--socket", sock],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=dict(os.environ, TMPDIR=tempfile.gettempdir()))
+    try:
+        def up():
+            try:
+                with Client(sock, timeout=1.0) as c:
+                    h = c.call("health")
+                    return h if h.get("ok") else None
+            except OSError:
+                return None
+        h, secs = poll_until(up, 20.0, 0.05, what="--dev healthy")
+        assert h, "--dev never became healthy"
+        print("--dev healthy after %.2f s" % secs)
+        assert len(h["nodes"]) == 5 and h["quorum"] == 3, h
+        assert all(n["up"] and n["addr"].startswith("unix:")
+                   for n in h["nodes"]), h
+        with Client(sock) as c:
+            r = c.call("acquire", resource=rname("dev"), ttl_ms=5000)
+            assert_ok(r)
+            assert_ok(c.call("release", lock=r["lock"]))
+        new = _dev_dirs() - before
+        assert len(new) == 1, new
+        dev_dir = new.pop()
+        assert len(glob.glob(os.path.join(dev_dir, "node*.sock"))) == 5
+    finally:
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=15)
+    assert p.returncode == 0, (p.returncode, err.decode()[-2000:])
+    text = out.decode()
+    # Ready-to-paste examples for the socket in use.
+    assert "socat - UNIX-CONNECT:%s" % sock in text, text
+    assert "curl --unix-socket %s" % sock in text, text
+    # Everything it started is gone: the temp dir and the socket.
+    assert not os.path.exists(dev_dir), os.listdir(dev_dir)
+    assert not os.path.exists(sock)
+    left = subprocess.run(["pgrep", "-f", re.escape(dev_dir)],
+                          capture_output=True, text=True).stdout.strip()
+    assert left == "", "redis-server children left: %s" % left
+    os.rmdir(work)
+
+
+def test_dev_without_redis_server_says_so():
+    work = tempfile.mkdtemp(prefix="rlit-dev-")
+    sock = os.path.join(work, "d.sock")
+    p = subprocess.run([str(BIN), "--dev", "--socket", sock,
+                        "--redis-server", "/nonexistent/redis-server"],
+                       capture_output=True, text=True, timeout=30)
+    os.rmdir(work)
+    assert p.returncode == 2, p
+    lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, p.stderr
+    assert "redis-server" in lines[0] and "apt-get install" in lines[0], \
+        lines[0]
+
+
+def test_noscript_falls_back_to_eval(cluster, daemon):
+    res = rname("noscript")
+    with daemon.client() as c:
+        r = c.call("acquire", resource=res, ttl_ms=10000)
+        assert_ok(r)
+        # Every node forgets its scripts (as after SCRIPT FLUSH or a
+        # failover to a fresh replica): the daemon must resend as EVAL.
+        for nd in cluster.nodes:
+            assert resp_cmd(nd.path, "SCRIPT", "FLUSH") == "OK"
+        assert_ok(c.call("extend", lock=r["lock"], ttl_ms=20000))
+        pttl = cluster.pttl_all(lock_key(res))
+        assert all(10000 < p <= 20000 for p in pttl), pttl
+        assert_ok(c.call("release", lock=r["lock"]))
+        assert cluster.get_all(lock_key(res)) == [None] * 5
+        r2 = c.call("acquire", resource=res, ttl_ms=5000, fence=True)
+        assert_ok(r2)
+        assert err_code(c.call("acquire", resource=res)) == "busy"
