@@ -62,6 +62,9 @@ struct cluster_op {
     struct node_prep prep_rollback; /* compare-and-delete after a loss */
     struct event *deadline_ev;      /* owned (kept across pool reuse): a round
                                        that cannot win any more ends early */
+    bool dispatched;                /* counted in c->acquires_sent */
+    bool prepared;                  /* prep_main holds the command */
+    struct cluster_op *next_queued; /* the admission queue */
     struct cluster_op *next_free;
 };
 
@@ -89,7 +92,11 @@ struct cluster {
     size_t fence_key_len;
     cluster_node_fn *node_cb;
     void *node_priv;
-    int ops_inflight; /* ops not yet freed */
+    int ops_inflight;  /* ops not yet freed */
+    int acquires_sent; /* acquire rounds sent and not finished */
+    struct cluster_op *queue_head, *queue_tail; /* acquires not yet sent */
+    int queue_len;
+    bool dispatching; /* draining the queue (no recursion) */
     struct cluster_op *free_ops;
     int free_count;
     /* Restart quarantine (see README, "Fencing and restarts"). */
@@ -161,9 +168,14 @@ static struct cluster_op *op_new(struct cluster *c, enum op_kind kind,
     memcpy(op->channel + plen + 5, resource, len);
     op->channel_len = plen + 5 + len;
     op->prep_main.buf = op->prep_fence.buf = op->prep_rollback.buf = NULL;
+    op->dispatched = false;
+    op->prepared = false;
+    op->next_queued = NULL;
     c->ops_inflight++;
     return op;
 }
+
+static void queue_drain(struct cluster *c);
 
 static void op_release_if_finished(struct cluster_op *op)
 {
@@ -171,7 +183,11 @@ static void op_release_if_finished(struct cluster_op *op)
         return;
     }
     struct cluster *c = op->c;
+    bool was_dispatched = op->dispatched;
     c->ops_inflight--;
+    if (was_dispatched) {
+        c->acquires_sent--;
+    }
     node_prep_free(&op->prep_main);
     node_prep_free(&op->prep_fence);
     node_prep_free(&op->prep_rollback);
@@ -183,6 +199,9 @@ static void op_release_if_finished(struct cluster_op *op)
     } else {
         event_free(op->deadline_ev);
         free(op);
+    }
+    if (was_dispatched) {
+        queue_drain(c);
     }
 }
 
@@ -516,20 +535,80 @@ static void op_deadline_cb(evutil_socket_t fd, short what, void *arg)
 
 /* Sends the op's main script to every node; answers at once when no
  * quorum could even be asked. */
+/* Acquire rounds in flight at once; more wait in the daemon, in order. A
+ * backlog past the node timeout would fail every round and feed rollbacks
+ * into the same queues (10,000 clients at once did exactly that); waiting
+ * here costs no validity, whose clock starts when the round is sent. */
+#define ACQUIRES_SENT_MAX 4096
+#define ACQUIRE_QUEUE_MAX 65536
+
+static void op_dispatch(struct cluster_op *op);
+
+static void queue_drain(struct cluster *c)
+{
+    if (c->dispatching) {
+        return; /* the outer loop goes on */
+    }
+    c->dispatching = true;
+    while (c->queue_head != NULL && c->acquires_sent < ACQUIRES_SENT_MAX) {
+        struct cluster_op *op = c->queue_head;
+        c->queue_head = op->next_queued;
+        if (c->queue_head == NULL) {
+            c->queue_tail = NULL;
+        }
+        c->queue_len--;
+        op_dispatch(op);
+    }
+    c->dispatching = false;
+}
+
 static void op_send_main(struct cluster_op *op, enum node_script script,
                          int argc, const char **argv, const size_t *lens,
                          uint32_t ttl_ms)
 {
-    if (ttl_ms > op->c->max_ttl_seen && ttl_ms != PROTO_TTL_MAX) {
-        op->c->max_ttl_seen = ttl_ms;
-    }
     struct cluster *c = op->c;
+    if (ttl_ms > c->max_ttl_seen && ttl_ms != PROTO_TTL_MAX) {
+        c->max_ttl_seen = ttl_ms;
+    }
+    op->ttl_ms = ttl_ms;
+    op->prepared = node_prepare(&op->prep_main, script, argc, argv, lens) == 0;
+    if (op->kind == OPK_ACQUIRE &&
+        (c->acquires_sent >= ACQUIRES_SENT_MAX || c->queue_head != NULL)) {
+        if (c->queue_len >= ACQUIRE_QUEUE_MAX) {
+            struct cluster_result r;
+            result_init(&r);
+            r.err = ERR_LIMIT;
+            op_answer(op, &r);
+            op_release_if_finished(op);
+            return;
+        }
+        if (c->queue_tail != NULL) {
+            c->queue_tail->next_queued = op;
+        } else {
+            c->queue_head = op;
+        }
+        c->queue_tail = op;
+        c->queue_len++;
+        return;
+    }
+    op_dispatch(op);
+}
+
+/* Sends the prepared round to every node. */
+static void op_dispatch(struct cluster_op *op)
+{
+    struct cluster *c = op->c;
+    uint32_t ttl_ms = op->ttl_ms;
     uint64_t now = cluster_now_us();
+    if (op->kind == OPK_ACQUIRE) {
+        op->dispatched = true;
+        c->acquires_sent++;
+    }
     redlock_round_start(&op->round, c->n, ttl_ms, c->cfg->drift_factor, now, 0);
     /* Hold a reference so a synchronous decision cannot free the op while
      * we are still sending. */
     op->outstanding++;
-    bool prepared = node_prepare(&op->prep_main, script, argc, argv, lens) == 0;
+    bool prepared = op->prepared;
     for (int i = 0; i < c->n; i++) {
         /* Once the skipped nodes alone decide the round, asking the rest
          * would only create keys to roll back. */
@@ -984,6 +1063,13 @@ void cluster_destroy(struct cluster *c)
         }
         node_destroy(c->nodes[i]);
         c->nodes[i] = NULL;
+    }
+    while (c->queue_head != NULL) {
+        struct cluster_op *op = c->queue_head;
+        c->queue_head = op->next_queued;
+        node_prep_free(&op->prep_main);
+        event_free(op->deadline_ev);
+        free(op);
     }
     while (c->free_ops != NULL) {
         struct cluster_op *op = c->free_ops;

@@ -124,6 +124,7 @@ struct node {
     struct event *cmd_timer;  /* deadline of the oldest live command */
     struct event *ping_timer; /* heartbeat while idle */
     uint64_t last_send_us;    /* when a command was last written */
+    uint64_t last_reply_us;   /* when a reply last arrived */
     unsigned attempt;         /* failed connects in a row */
     int handshake_left;       /* replies still expected before UP */
     bool handshake_failed;
@@ -322,8 +323,14 @@ static void cmd_timer_cb(evutil_socket_t fd, short what, void *arg)
             }
         }
     }
+    /* Stalled means no reply at all for stall_ms while commands wait; a
+     * deep backlog that is still being answered is slow, not stuck. */
+    uint64_t since = node->head != NULL ? node->head->sent_us : now;
+    if (node->last_reply_us > since) {
+        since = node->last_reply_us;
+    }
     if (node->head != NULL && node->state == NODE_UP &&
-        now - node->head->sent_us >= (uint64_t)node->opts.stall_ms * 1000u) {
+        now - since >= (uint64_t)node->opts.stall_ms * 1000u) {
         node_set_error(node, "no reply for %s", "the stall limit");
         node_drop(node, "stalled");
         return;
@@ -422,6 +429,7 @@ static void node_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
     if (reply != NULL) {
         double rtt = (double)(now - cmd->sent_us) / 1000.0;
         node->rtt_ms = rtt;
+        node->last_reply_us = now;
         metrics_observe_node(node->index, now - cmd->sent_us);
     }
     if (!cmd->done) {
