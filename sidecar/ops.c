@@ -696,11 +696,38 @@ static void op_complete(struct ops *o, struct call *call)
 /* ---- renewal and expiry ---------------------------------------------------
  */
 
-static void lock_lost(struct ops *o, struct lock *l, const char *why)
+/* Logs a lost lock, at most LOST_LOG_PER_S lines a second: a quorum lost
+ * under 100,000 locks must not become 100,000 lines. The rest are counted
+ * and summed up in the next second's first line (and in the metric). */
+#define LOST_LOG_PER_S 20
+
+static void log_lost(const struct lock *l, const char *why)
 {
+    static uint64_t second;
+    static unsigned logged, suppressed;
+    uint64_t now_s = cluster_now_us() / 1000000u;
+    if (now_s != second) {
+        if (suppressed > 0) {
+            log_warn(NULL, "%u more lock(s) lost in the previous second "
+                           "(not logged one by one)",
+                     suppressed);
+        }
+        second = now_s;
+        logged = suppressed = 0;
+    }
+    if (logged >= LOST_LOG_PER_S) {
+        suppressed++;
+        return;
+    }
+    logged++;
     char tag[9];
     log_warn(NULL, "lock %s on '%.64s' lost: %s", log_token_hash(l->token, tag),
              l->resource, why);
+}
+
+static void lock_lost(struct ops *o, struct lock *l, const char *why)
+{
+    log_lost(l, why);
     METRIC_INC(locks_lost);
     if (l->owner != NULL && l->owner->client != NULL) {
         char buf[PROTO_RESPONSE_MAX];
