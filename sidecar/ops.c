@@ -708,8 +708,9 @@ static void log_lost(const struct lock *l, const char *why)
     uint64_t now_s = cluster_now_us() / 1000000u;
     if (now_s != second) {
         if (suppressed > 0) {
-            log_warn(NULL, "%u more lock(s) lost in the previous second "
-                           "(not logged one by one)",
+            log_warn(NULL,
+                     "%u more lock(s) lost in the previous second "
+                     "(not logged one by one)",
                      suppressed);
         }
         second = now_s;
