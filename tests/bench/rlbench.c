@@ -1,0 +1,2401 @@
+/* rlbench.c: load generator for redlockd, and the in-process limit.
+ *
+ * Daemon mode speaks NDJSON over the daemon's unix socket. A "client" is one
+ * logical user with exactly one request in flight at a time; clients get a
+ * connection each, or share --conns connections (pipelined, matched by id).
+ *
+ *   cycle        each client: acquire its own resource, release it, repeat
+ *   contended    C clients on R resources, acquire with wait_ms, release
+ *   renew        hold K renewing locks over a few connections; report the
+ *                daemon's CPU% and RSS (/proc/<pid>/stat and status)
+ *   connections  open many idle connections, report RSS per connection,
+ *                then run the cycle through a few clients
+ *
+ * --inproc runs the same Redlock cycle inside this process: hiredis async
+ * on libevent, one connection per node, EVALSHA of the daemon's own acquire
+ * and release scripts (copied verbatim from sidecar/node.c; run.sh checks
+ * that the copies still match) to every node at once, deciding at quorum
+ * exactly as the daemon does. No socket to a daemon, no JSON: the limit a
+ * daemon on this machine could reach.
+ *
+ * Every run is bounded: warmup + duration, then a drain of at most --drain
+ * seconds in which in-flight cycles finish (acquired locks are released),
+ * then a hard stop. Each run prints a human block and one line
+ *   RESULT mode=cycle impl=daemon conc=64 ... cps=... p50_us=... ...
+ * that run.sh collects. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <uuid/uuid.h>
+
+#define MAX_CONC 64
+#define MAX_NODES 16
+#define MAX_PIDS 32
+#define TOKEN_LEN 32
+#define SAMPLES_CAP (32u * 1024u * 1024u)
+
+/* ---- the daemon's scripts ---------------------------------------------
+ * Copied from sidecar/node.c, byte for byte: run.sh (report.py
+ * check-scripts) compares the two and warns when they drift. */
+static const char *const script_acquire =
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if v then\n"
+    "  local t = redis.call('PTTL', KEYS[1])\n"
+    "  if string.sub(v, 1, 5) == 'done:' then return {2, t} end\n"
+    "  return {0, t}\n"
+    "end\n"
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+    "if ARGV[3] == '1' then\n"
+    "  return {1, redis.call('INCR', KEYS[2])}\n"
+    "end\n"
+    "return {1, 0}\n";
+
+static const char *const script_release =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
+    "  redis.call('DEL', KEYS[1])\n"
+    "  if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], 'r') end\n"
+    "  return 1\n"
+    "end\n"
+    "return 0\n";
+
+/* ---- options ------------------------------------------------------------ */
+
+enum mode {
+    MODE_CYCLE,
+    MODE_CONTENDED,
+    MODE_RENEW,
+    MODE_CONNECTIONS,
+};
+
+struct opts {
+    const char *socket;
+    enum mode mode;
+    int conc[MAX_CONC];
+    int n_conc;
+    double duration;
+    double warmup;
+    double drain;
+    int daemon_pid;
+    int redis_pids[MAX_PIDS];
+    int n_redis_pids;
+    bool inproc;
+    const char *redis[MAX_NODES];
+    int n_redis;
+    int conns;      /* 0: one connection per client */
+    int resources;  /* contended: R */
+    int wait_ms;    /* contended */
+    int hold_ms;    /* contended: time a lock is held before release */
+    int ttl_ms;
+    int locks;      /* renew: K */
+    int window;     /* bulk phases: requests in flight per connection */
+    int idle;       /* connections mode: idle connections */
+    int held;       /* cycle: locks held (not renewed) during the runs */
+    int held_ttl_ms;
+    double ramp;    /* renew: spread the acquisitions over this many s */
+    const char *impl;
+    const char *prefix;
+    const char *tag; /* free text added to RESULT lines */
+    double drift;
+};
+
+static struct opts opt = {
+    .mode = MODE_CYCLE,
+    .duration = 10,
+    .warmup = 2,
+    .drain = 5,
+    .resources = 4,
+    .wait_ms = 1000,
+    .ttl_ms = 10000,
+    .locks = 100000,
+    .window = 256,
+    .held_ttl_ms = 600000,
+    .prefix = "redlock:",
+    .drift = 0.01,
+};
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("rlbench: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(2);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n);
+    if (p == NULL) {
+        die("out of memory (%zu bytes)", n);
+    }
+    return p;
+}
+
+static void *xcalloc(size_t n, size_t sz)
+{
+    void *p = calloc(n, sz);
+    if (p == NULL) {
+        die("out of memory");
+    }
+    return p;
+}
+
+/* Token source of the in-process limit: 128 bits from the kernel's CSPRNG,
+ * taken from a buffer refilled by one getrandom() per 256 tokens. With
+ * --token uuid it does what the daemon's locks_new_token does instead (one
+ * uuid_generate_random call per token), to price that choice. */
+static bool token_uuid;
+
+static void random_bytes(unsigned char *out, size_t n)
+{
+    static unsigned char pool[4096];
+    static size_t left;
+    while (n > 0) {
+        if (left == 0) {
+            size_t got = 0;
+            while (got < sizeof(pool)) {
+                ssize_t r = getrandom(pool + got, sizeof(pool) - got, 0);
+                if (r < 0 && errno != EINTR) {
+                    die("getrandom: %s", strerror(errno));
+                }
+                got += r > 0 ? (size_t)r : 0;
+            }
+            left = sizeof(pool);
+        }
+        size_t take = n < left ? n : left;
+        memcpy(out, pool + sizeof(pool) - left, take);
+        /* Never hand out the same bytes twice. */
+        memset(pool + sizeof(pool) - left, 0, take);
+        left -= take;
+        out += take;
+        n -= take;
+    }
+}
+
+static void new_token(char out[TOKEN_LEN + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    unsigned char u[16];
+    if (token_uuid) {
+        /* As the daemon's locks_new_token (since 3e57a54): one v4 UUID,
+         * its 6 fixed version and variant bits refilled from the pool. */
+        unsigned char extra[1];
+        uuid_generate_random(u);
+        random_bytes(extra, sizeof(extra));
+        u[6] = (unsigned char)((u[6] & 0x0f) | (extra[0] & 0xf0));
+        u[8] = (unsigned char)((u[8] & 0x3f) | ((extra[0] << 4) & 0xc0));
+    } else {
+        random_bytes(u, sizeof(u));
+    }
+    for (int i = 0; i < 16; i++) {
+        out[2 * i] = hex[u[i] >> 4];
+        out[2 * i + 1] = hex[u[i] & 0xf];
+    }
+    out[TOKEN_LEN] = '\0';
+}
+
+/* ---- /proc sampling ----------------------------------------------------- */
+
+/* proc_cpu_ticks: utime + stime of pid in clock ticks, or -1. */
+static long long proc_cpu_ticks(int pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return -1;
+    }
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    /* Fields after the ")" that closes comm: state is field 3; utime and
+     * stime are fields 14 and 15. */
+    char *p = strrchr(buf, ')');
+    if (p == NULL) {
+        return -1;
+    }
+    p += 2;
+    unsigned long long ut = 0, st = 0;
+    int field = 3;
+    char *save = NULL;
+    for (char *t = strtok_r(p, " ", &save); t != NULL;
+         t = strtok_r(NULL, " ", &save), field++) {
+        if (field == 14) {
+            ut = strtoull(t, NULL, 10);
+        } else if (field == 15) {
+            st = strtoull(t, NULL, 10);
+            break;
+        }
+    }
+    return (long long)(ut + st);
+}
+
+/* proc_rss_kb: VmRSS of pid in kB, or -1. */
+static long proc_rss_kb(int pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return -1;
+    }
+    long kb = -1;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (strncmp(line, "VmRSS:", 6) == 0) {
+            kb = strtol(line + 6, NULL, 10);
+            break;
+        }
+    }
+    fclose(f);
+    return kb;
+}
+
+static long long self_cpu_us(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (long long)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec +
+           (long long)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec;
+}
+
+/* proc_stat_ticks: machine-wide busy and total ticks from /proc/stat. */
+static void proc_stat_ticks(long long *busy, long long *total)
+{
+    *busy = *total = -1;
+    FILE *f = fopen("/proc/stat", "r");
+    if (f == NULL) {
+        return;
+    }
+    unsigned long long v[10] = {0};
+    int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu %llu %llu",
+                   &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7],
+                   &v[8], &v[9]);
+    fclose(f);
+    if (n < 8) {
+        return;
+    }
+    /* user nice system idle iowait irq softirq steal (guest is in user) */
+    unsigned long long tot = 0;
+    for (int i = 0; i < 8; i++) {
+        tot += v[i];
+    }
+    *total = (long long)tot;
+    *busy = (long long)(tot - v[3] - v[4]);
+}
+
+/* A CPU snapshot of the daemon, the redis nodes, ourselves and the whole
+ * machine (to tell how much else was running: the machine is shared). */
+struct cpu_snap {
+    uint64_t t_us;
+    long long daemon_ticks;
+    long long redis_ticks;
+    long long self_us;
+    long long mach_busy, mach_total;
+};
+
+static void cpu_snap(struct cpu_snap *s)
+{
+    s->t_us = now_us();
+    s->daemon_ticks = opt.daemon_pid > 0 ? proc_cpu_ticks(opt.daemon_pid) : -1;
+    s->redis_ticks = 0;
+    for (int i = 0; i < opt.n_redis_pids; i++) {
+        long long t = proc_cpu_ticks(opt.redis_pids[i]);
+        if (t < 0) {
+            s->redis_ticks = -1;
+            break;
+        }
+        s->redis_ticks += t;
+    }
+    if (opt.n_redis_pids == 0) {
+        s->redis_ticks = -1;
+    }
+    s->self_us = self_cpu_us();
+    proc_stat_ticks(&s->mach_busy, &s->mach_total);
+}
+
+/* Machine-wide CPU between a and b, in percent of one core (200 = both
+ * cores of a 2-core machine busy). */
+static double machine_pct(const struct cpu_snap *a, const struct cpu_snap *b)
+{
+    if (a->mach_total < 0 || b->mach_total <= a->mach_total) {
+        return -1;
+    }
+    double frac = (double)(b->mach_busy - a->mach_busy) /
+                  (double)(b->mach_total - a->mach_total);
+    return frac * (double)sysconf(_SC_NPROCESSORS_ONLN) * 100.0;
+}
+
+/* Percent of one core used between a and b; -1 when unknown. */
+static double ticks_pct(long long a, long long b, uint64_t dt_us)
+{
+    if (a < 0 || b < 0 || dt_us == 0) {
+        return -1;
+    }
+    double hz = (double)sysconf(_SC_CLK_TCK);
+    return (double)(b - a) / hz * 1e6 / (double)dt_us * 100.0;
+}
+
+/* ---- samples and percentiles ------------------------------------------ */
+
+struct samples {
+    uint32_t *v;
+    size_t n, cap;
+};
+
+static void samples_add(struct samples *s, uint64_t us)
+{
+    if (s->n == s->cap) {
+        if (s->cap >= SAMPLES_CAP) {
+            return; /* enough for any percentile we print */
+        }
+        size_t cap = s->cap ? s->cap * 2 : 65536;
+        uint32_t *v = realloc(s->v, cap * sizeof(*v));
+        if (v == NULL) {
+            return;
+        }
+        s->v = v;
+        s->cap = cap;
+    }
+    s->v[s->n++] = us > UINT32_MAX ? UINT32_MAX : (uint32_t)us;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void samples_sort(struct samples *s)
+{
+    qsort(s->v, s->n, sizeof(*s->v), cmp_u32);
+}
+
+/* Nearest-rank percentile of sorted samples; -1 when empty. */
+static long pct(const struct samples *s, double p)
+{
+    if (s->n == 0) {
+        return -1;
+    }
+    size_t rank = (size_t)ceil(p / 100.0 * (double)s->n);
+    if (rank < 1) {
+        rank = 1;
+    }
+    if (rank > s->n) {
+        rank = s->n;
+    }
+    return (long)s->v[rank - 1];
+}
+
+static double samples_mean(const struct samples *s)
+{
+    if (s->n == 0) {
+        return -1;
+    }
+    double sum = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        sum += s->v[i];
+    }
+    return sum / (double)s->n;
+}
+
+/* ---- error codes -------------------------------------------------------- */
+
+static const char *const err_codes[] = {
+    "bad_request", "not_held", "busy",     "done",     "too_large", "limit",
+    "no_quorum",   "shutting_down", "internal", "other", "io",
+};
+#define N_ERR (sizeof(err_codes) / sizeof(err_codes[0]))
+#define ERR_OTHER 9
+#define ERR_IO 10
+#define ERR_BUSY_IDX 2
+#define ERR_NOT_HELD_IDX 1
+#define ERR_NO_QUORUM_IDX 6
+
+static int err_index(const char *s, size_t n)
+{
+    for (size_t i = 0; i < N_ERR; i++) {
+        if (strlen(err_codes[i]) == n && memcmp(err_codes[i], s, n) == 0) {
+            return (int)i;
+        }
+    }
+    return ERR_OTHER;
+}
+
+/* ---- the bench state ---------------------------------------------------- */
+
+enum phase {
+    PH_IDLE,    /* between runs */
+    PH_WARMUP,  /* load on, nothing recorded */
+    PH_MEASURE, /* load on, recorded */
+    PH_DRAIN,   /* no new cycles; in-flight ones finish */
+};
+
+enum cstate {
+    CS_STOPPED,
+    CS_ACQ,  /* acquire in flight */
+    CS_HOLD, /* contended: holding before the release */
+    CS_REL,  /* release in flight */
+};
+
+struct conn;
+struct iop;
+
+struct client {
+    int idx;
+    struct conn *conn; /* daemon: borrowed from the run's connections */
+    enum cstate st;
+    uint64_t t_cycle; /* start of the current cycle */
+    uint64_t t_req;   /* start of the current request */
+    char token[TOKEN_LEN + 1];
+    char resource[96];
+    size_t res_len;
+    struct event *hold_ev;
+    /* inproc: the key and channel of the resource */
+    char key[128];
+    size_t key_len;
+    char chan[128];
+    size_t chan_len;
+    /* daemon: request lines built once */
+    char acq_line[256];
+    size_t acq_len;
+    char rel_line[128];
+    size_t rel_len, rel_tok;
+};
+
+struct conn {
+    int fd;
+    int idx;
+    struct event *rev, *wev;
+    char *in;
+    size_t in_len, in_cap;
+    char *out;
+    size_t out_len, out_off, out_cap;
+    bool dead;
+    void (*on_line)(struct conn *c, const char *line, size_t len);
+    int inflight; /* bulk phases */
+    size_t next;  /* bulk phases: next index this connection sends */
+};
+
+struct run {
+    enum phase phase;
+    int conc;
+    struct client *clients;
+    int n_clients;
+    struct conn **conns;
+    int n_conns;
+    int active; /* clients not stopped */
+    uint64_t t_start, t_measure, t_end;
+    struct samples acq, cyc;
+    uint64_t cycles;
+    uint64_t acq_ok;
+    uint64_t errs[N_ERR];
+    uint64_t events;
+    struct cpu_snap cpu0, cpu1;
+    struct event *phase_ev;
+    struct event *deadline_ev;
+    unsigned run_no;
+};
+
+static struct event_base *base;
+static struct run R;
+static unsigned run_counter;
+
+/* ---- connections to the daemon ------------------------------------------ */
+
+static void conn_flush(struct conn *c);
+
+static int unix_connect(const char *path)
+{
+    struct sockaddr_un sa;
+    if (strlen(path) >= sizeof(sa.sun_path)) {
+        die("socket path too long: %s", path);
+    }
+    memset(&sa, 0, sizeof(sa));
+    sa.sun_family = AF_UNIX;
+    strcpy(sa.sun_path, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        return -1;
+    }
+    /* Blocking connect: with a full listen backlog it waits for the
+     * daemon to accept instead of failing with EAGAIN. */
+    for (int tries = 0; connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0;
+         tries++) {
+        if ((errno != EAGAIN && errno != EINTR) || tries > 1000) {
+            close(fd);
+            return -1;
+        }
+        usleep(1000);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    return fd;
+}
+
+static void conn_read_cb(evutil_socket_t fd, short what, void *arg);
+static void conn_write_cb(evutil_socket_t fd, short what, void *arg);
+
+static struct conn *conn_open(int idx,
+                              void (*on_line)(struct conn *, const char *,
+                                              size_t))
+{
+    int fd = unix_connect(opt.socket);
+    if (fd < 0) {
+        fprintf(stderr, "rlbench: connect %s: %s\n", opt.socket,
+                strerror(errno));
+        return NULL;
+    }
+    struct conn *c = xcalloc(1, sizeof(*c));
+    c->fd = fd;
+    c->idx = idx;
+    c->on_line = on_line;
+    c->in_cap = 16384;
+    c->in = xmalloc(c->in_cap);
+    c->out_cap = 4096;
+    c->out = xmalloc(c->out_cap);
+    c->rev = event_new(base, fd, EV_READ | EV_PERSIST, conn_read_cb, c);
+    c->wev = event_new(base, fd, EV_WRITE | EV_PERSIST, conn_write_cb, c);
+    event_add(c->rev, NULL);
+    return c;
+}
+
+static void conn_close(struct conn *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    event_free(c->rev);
+    event_free(c->wev);
+    close(c->fd);
+    free(c->in);
+    free(c->out);
+    free(c);
+}
+
+static void conn_append(struct conn *c, const char *s, size_t n)
+{
+    if (c->out_len + n > c->out_cap) {
+        if (c->out_off > 0) {
+            memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+            c->out_len -= c->out_off;
+            c->out_off = 0;
+        }
+        while (c->out_len + n > c->out_cap) {
+            c->out_cap *= 2;
+        }
+        char *o = realloc(c->out, c->out_cap);
+        if (o == NULL) {
+            die("out of memory");
+        }
+        c->out = o;
+    }
+    memcpy(c->out + c->out_len, s, n);
+    c->out_len += n;
+}
+
+static void conn_dead(struct conn *c)
+{
+    if (!c->dead) {
+        c->dead = true;
+        event_del(c->rev);
+        event_del(c->wev);
+        fprintf(stderr, "rlbench: connection %d closed by the daemon\n",
+                c->idx);
+    }
+}
+
+static void conn_flush(struct conn *c)
+{
+    while (c->out_off < c->out_len && !c->dead) {
+        ssize_t w = write(c->fd, c->out + c->out_off, c->out_len - c->out_off);
+        if (w > 0) {
+            c->out_off += (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno == EINTR) {
+            continue;
+        }
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            event_add(c->wev, NULL);
+            return;
+        }
+        conn_dead(c);
+        return;
+    }
+    c->out_off = c->out_len = 0;
+    event_del(c->wev);
+}
+
+static void conn_write_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    conn_flush(arg);
+}
+
+static void conn_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    struct conn *c = arg;
+    for (int rounds = 0; rounds < 4; rounds++) {
+        if (c->in_cap - c->in_len < 4096) {
+            c->in_cap *= 2;
+            char *p = realloc(c->in, c->in_cap);
+            if (p == NULL) {
+                die("out of memory");
+            }
+            c->in = p;
+        }
+        ssize_t r = read(fd, c->in + c->in_len, c->in_cap - c->in_len);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR &&
+                       errno != EWOULDBLOCK)) {
+            conn_dead(c);
+            return;
+        }
+        if (r < 0) {
+            break;
+        }
+        c->in_len += (size_t)r;
+        size_t start = 0;
+        for (;;) {
+            char *nl = memchr(c->in + start, '\n', c->in_len - start);
+            if (nl == NULL) {
+                break;
+            }
+            size_t len = (size_t)(nl - (c->in + start));
+            c->on_line(c, c->in + start, len);
+            start += len + 1;
+        }
+        if (start > 0) {
+            memmove(c->in, c->in + start, c->in_len - start);
+            c->in_len -= start;
+        }
+        if ((size_t)r < 4096) {
+            break; /* drained, most likely */
+        }
+    }
+    conn_flush(c);
+}
+
+/* ---- minimal response parsing ------------------------------------------- */
+
+/* Finds "key": in line and parses the integer after it. */
+static bool find_int(const char *l, size_t n, const char *key, long long *out)
+{
+    size_t kl = strlen(key);
+    const char *p = memmem(l, n, key, kl);
+    if (p == NULL) {
+        return false;
+    }
+    p += kl;
+    const char *end = l + n;
+    bool neg = false;
+    if (p < end && *p == '-') {
+        neg = true;
+        p++;
+    }
+    if (p >= end || *p < '0' || *p > '9') {
+        return false;
+    }
+    long long v = 0;
+    while (p < end && *p >= '0' && *p <= '9') {
+        v = v * 10 + (*p - '0');
+        p++;
+    }
+    *out = neg ? -v : v;
+    return true;
+}
+
+/* Finds "key":"..." and returns the string's bytes (no unescaping: the
+ * values we read are tokens and error codes). */
+static bool find_str(const char *l, size_t n, const char *key, const char **s,
+                     size_t *sl)
+{
+    size_t kl = strlen(key);
+    const char *p = memmem(l, n, key, kl);
+    if (p == NULL) {
+        return false;
+    }
+    p += kl;
+    const char *end = l + n;
+    if (p >= end || *p != '"') {
+        return false;
+    }
+    p++;
+    const char *q = memchr(p, '"', (size_t)(end - p));
+    if (q == NULL) {
+        return false;
+    }
+    *s = p;
+    *sl = (size_t)(q - p);
+    return true;
+}
+
+/* Parses a response: returns -1 for an event line, else 0 with *ok, the id
+ * (or -1), the error index and the token when present. */
+struct resp {
+    long long id;
+    bool ok;
+    int err;
+    const char *lock;
+    size_t lock_len;
+};
+
+static int parse_resp(const char *l, size_t n, struct resp *r)
+{
+    if (n >= 9 && memcmp(l, "{\"event\":", 9) == 0) {
+        return -1;
+    }
+    r->id = -1;
+    find_int(l, n, "\"id\":", &r->id);
+    r->ok = memmem(l, n, "\"ok\":true", 9) != NULL;
+    r->err = -1;
+    r->lock = NULL;
+    r->lock_len = 0;
+    if (r->ok) {
+        find_str(l, n, "\"lock\":", &r->lock, &r->lock_len);
+    } else {
+        const char *s;
+        size_t sl;
+        r->err = find_str(l, n, "\"code\":", &s, &sl) ? err_index(s, sl)
+                                                       : ERR_OTHER;
+    }
+    return 0;
+}
+
+/* ---- run bookkeeping ------------------------------------------------------ */
+
+static void run_record_err(int e)
+{
+    if (R.phase == PH_MEASURE && e >= 0 && (size_t)e < N_ERR) {
+        R.errs[e]++;
+    }
+}
+
+static void run_maybe_finish(void);
+
+static void client_stop(struct client *cl)
+{
+    if (cl->st != CS_STOPPED) {
+        cl->st = CS_STOPPED;
+        R.active--;
+    }
+    run_maybe_finish();
+}
+
+static bool run_loading(void)
+{
+    return R.phase == PH_WARMUP || R.phase == PH_MEASURE;
+}
+
+/* ---- daemon clients ------------------------------------------------------- */
+
+/* The request lines are built once per client (they only differ in the
+ * token), so the generator spends its CPU on I/O, not on printf. */
+static void d_build_lines(struct client *cl)
+{
+    if (opt.mode == MODE_CONTENDED) {
+        cl->acq_len = (size_t)snprintf(
+            cl->acq_line, sizeof(cl->acq_line),
+            "{\"id\":%d,\"op\":\"acquire\",\"resource\":\"%s\","
+            "\"ttl_ms\":%d,\"wait_ms\":%d}\n",
+            cl->idx, cl->resource, opt.ttl_ms, opt.wait_ms);
+    } else {
+        cl->acq_len = (size_t)snprintf(
+            cl->acq_line, sizeof(cl->acq_line),
+            "{\"id\":%d,\"op\":\"acquire\",\"resource\":\"%s\","
+            "\"ttl_ms\":%d}\n",
+            cl->idx, cl->resource, opt.ttl_ms);
+    }
+    cl->rel_len = (size_t)snprintf(
+        cl->rel_line, sizeof(cl->rel_line),
+        "{\"id\":%d,\"op\":\"release\",\"lock\":\"%0*d\"}\n", cl->idx,
+        TOKEN_LEN, 0);
+    cl->rel_tok = cl->rel_len - 3 - TOKEN_LEN;
+}
+
+static void d_send_acquire(struct client *cl, bool new_cycle)
+{
+    uint64_t t = now_us();
+    if (new_cycle) {
+        cl->t_cycle = t;
+    }
+    cl->t_req = t;
+    cl->st = CS_ACQ;
+    conn_append(cl->conn, cl->acq_line, cl->acq_len);
+}
+
+static void d_send_release(struct client *cl)
+{
+    memcpy(cl->rel_line + cl->rel_tok, cl->token, TOKEN_LEN);
+    cl->t_req = now_us();
+    cl->st = CS_REL;
+    conn_append(cl->conn, cl->rel_line, cl->rel_len);
+}
+
+static void hold_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct client *cl = arg;
+    if (opt.inproc) {
+        return; /* contended mode is daemon only */
+    }
+    d_send_release(cl);
+    conn_flush(cl->conn);
+}
+
+static void d_client_line(struct conn *c, const char *line, size_t len)
+{
+    struct resp r;
+    if (parse_resp(line, len, &r) < 0) {
+        R.events++;
+        return;
+    }
+    if (r.id < 0 || r.id >= R.n_clients) {
+        fprintf(stderr, "rlbench: answer without a known id: %.*s\n",
+                (int)(len > 200 ? 200 : len), line);
+        return;
+    }
+    struct client *cl = &R.clients[r.id];
+    (void)c;
+    uint64_t t = now_us();
+    if (cl->st == CS_ACQ) {
+        if (r.ok && r.lock_len == TOKEN_LEN) {
+            if (R.phase == PH_MEASURE) {
+                samples_add(&R.acq, t - cl->t_req);
+                R.acq_ok++;
+            }
+            memcpy(cl->token, r.lock, TOKEN_LEN);
+            cl->token[TOKEN_LEN] = '\0';
+            if (opt.hold_ms > 0) {
+                cl->st = CS_HOLD;
+                struct timeval tv = {opt.hold_ms / 1000,
+                                     (opt.hold_ms % 1000) * 1000};
+                evtimer_add(cl->hold_ev, &tv);
+            } else {
+                d_send_release(cl);
+            }
+            return;
+        }
+        run_record_err(r.ok ? ERR_OTHER : r.err);
+        if (run_loading()) {
+            d_send_acquire(cl, true);
+        } else {
+            client_stop(cl);
+        }
+        return;
+    }
+    if (cl->st == CS_REL) {
+        if (r.ok) {
+            if (R.phase == PH_MEASURE) {
+                samples_add(&R.cyc, t - cl->t_cycle);
+                R.cycles++;
+            }
+        } else {
+            run_record_err(r.err);
+        }
+        if (run_loading()) {
+            d_send_acquire(cl, true);
+        } else {
+            client_stop(cl);
+        }
+        return;
+    }
+    fprintf(stderr, "rlbench: unexpected answer for client %d in state %d\n",
+            cl->idx, (int)cl->st);
+}
+
+/* ---- in-process Redlock (the limit) ------------------------------------- */
+
+struct rnode {
+    int idx;
+    redisAsyncContext *ac;
+    bool up;
+    char sha_acq[41];
+    char sha_rel[41];
+};
+
+static struct rnode nodes[MAX_NODES];
+static int n_nodes;
+static int quorum;
+static int nodes_connected;
+
+enum iop_kind {
+    IOP_ACQUIRE,
+    IOP_RELEASE,
+};
+
+/* One Redlock round in flight; lives until every node answered. */
+struct iop {
+    struct client *cl;
+    enum iop_kind kind;
+    int ok, busy, failed, pending;
+    uint32_t busy_mask; /* nodes that said busy: nothing to roll back */
+    bool decided;
+    uint64_t start;
+    char token[TOKEN_LEN + 1];
+    struct iop *next_free;
+};
+
+static struct iop *iop_free_list;
+
+static struct iop *iop_get(void)
+{
+    struct iop *op = iop_free_list;
+    if (op != NULL) {
+        iop_free_list = op->next_free;
+    } else {
+        op = xmalloc(sizeof(*op));
+    }
+    memset(op, 0, sizeof(*op));
+    return op;
+}
+
+static void iop_put(struct iop *op)
+{
+    op->next_free = iop_free_list;
+    iop_free_list = op;
+}
+
+/* RESP for EVALSHA sha numkeys keys... args... */
+struct rbuf {
+    char b[1024];
+    size_t n;
+};
+
+/* Appends kind, the decimal n and CRLF (no printf: this is the limit). */
+static void rb_header(struct rbuf *r, char kind, size_t n)
+{
+    char tmp[24];
+    size_t i = sizeof(tmp);
+    do {
+        tmp[--i] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n != 0);
+    r->b[r->n++] = kind;
+    memcpy(r->b + r->n, tmp + i, sizeof(tmp) - i);
+    r->n += sizeof(tmp) - i;
+    r->b[r->n++] = '\r';
+    r->b[r->n++] = '\n';
+}
+
+static void rb_bulk(struct rbuf *r, const char *s, size_t n)
+{
+    rb_header(r, '$', n);
+    memcpy(r->b + r->n, s, n);
+    r->n += n;
+    r->b[r->n++] = '\r';
+    r->b[r->n++] = '\n';
+}
+
+/* EVALSHA sha numkeys args...; the total must fit the 1 KiB buffer (keys
+ * here are under 200 bytes). */
+static void rb_evalsha(struct rbuf *r, const char *sha, int numkeys, int argc,
+                       const char **argv, const size_t *lens)
+{
+    char nk = (char)('0' + numkeys);
+    r->n = 0;
+    rb_header(r, '*', (size_t)argc + 3);
+    rb_bulk(r, "EVALSHA", 7);
+    rb_bulk(r, sha, 40);
+    rb_bulk(r, &nk, 1);
+    for (int i = 0; i < argc; i++) {
+        rb_bulk(r, argv[i], lens[i]);
+    }
+}
+
+static void i_start_acquire(struct client *cl, bool new_cycle);
+static void i_start_release(struct client *cl);
+
+static int64_t validity_ms(uint32_t ttl, uint64_t elapsed_us)
+{
+    int64_t drift = (int64_t)ceil((double)ttl * opt.drift) + 2;
+    return (int64_t)ttl - (int64_t)((elapsed_us + 999) / 1000) - drift;
+}
+
+/* Removes a failed acquisition's key on the nodes that may hold it. */
+static void i_rollback(struct iop *op)
+{
+    struct client *cl = op->cl;
+    const char *argv[3] = {cl->key, op->token, ""};
+    size_t lens[3] = {cl->key_len, TOKEN_LEN, 0};
+    for (int i = 0; i < n_nodes; i++) {
+        if ((op->busy_mask & (1u << i)) || !nodes[i].up) {
+            continue;
+        }
+        struct rbuf rb;
+        rb_evalsha(&rb, nodes[i].sha_rel, 1, 3, argv, lens);
+        redisAsyncFormattedCommand(nodes[i].ac, NULL, NULL, rb.b, rb.n);
+    }
+}
+
+static void i_acquire_decided(struct iop *op, bool won, int err)
+{
+    struct client *cl = op->cl;
+    uint64_t t = now_us();
+    if (won) {
+        if (R.phase == PH_MEASURE) {
+            samples_add(&R.acq, t - cl->t_req);
+            R.acq_ok++;
+        }
+        memcpy(cl->token, op->token, TOKEN_LEN + 1);
+        i_start_release(cl);
+        return;
+    }
+    i_rollback(op);
+    run_record_err(err);
+    if (run_loading()) {
+        i_start_acquire(cl, true);
+    } else {
+        client_stop(cl);
+    }
+}
+
+static void i_release_decided(struct iop *op, bool ok, int err)
+{
+    struct client *cl = op->cl;
+    uint64_t t = now_us();
+    if (ok) {
+        if (R.phase == PH_MEASURE) {
+            samples_add(&R.cyc, t - cl->t_cycle);
+            R.cycles++;
+        }
+    } else {
+        run_record_err(err);
+    }
+    if (run_loading()) {
+        i_start_acquire(cl, true);
+    } else {
+        client_stop(cl);
+    }
+}
+
+static void i_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+    struct iop *op = privdata;
+    struct rnode *nd = ac->data;
+    redisReply *reply = r;
+    op->pending--;
+    if (R.clients == NULL) {
+        /* An answer after its run ended (drain timed out): just account. */
+        op->decided = true;
+        if (op->pending == 0) {
+            iop_put(op);
+        }
+        return;
+    }
+    if (op->kind == IOP_ACQUIRE) {
+        if (reply != NULL && reply->type == REDIS_REPLY_ARRAY &&
+            reply->elements == 2 &&
+            reply->element[0]->type == REDIS_REPLY_INTEGER) {
+            if (reply->element[0]->integer == 1) {
+                op->ok++;
+            } else {
+                op->busy++;
+                op->busy_mask |= 1u << nd->idx;
+            }
+        } else {
+            op->failed++;
+        }
+    } else {
+        if (reply != NULL && reply->type == REDIS_REPLY_INTEGER &&
+            reply->integer == 1) {
+            op->ok++;
+        } else if (reply != NULL && reply->type == REDIS_REPLY_INTEGER) {
+            op->busy++;
+        } else {
+            op->failed++;
+        }
+    }
+    if (!op->decided) {
+        if (op->ok >= quorum) {
+            op->decided = true;
+            if (op->kind == IOP_ACQUIRE) {
+                bool valid = validity_ms((uint32_t)opt.ttl_ms,
+                                         now_us() - op->start) > 0;
+                i_acquire_decided(op, valid, ERR_NO_QUORUM_IDX);
+            } else {
+                i_release_decided(op, true, -1);
+            }
+        } else if (op->ok + op->pending < quorum) {
+            op->decided = true;
+            int err = op->busy > 0 && op->ok + op->busy >= quorum
+                          ? (op->kind == IOP_ACQUIRE ? ERR_BUSY_IDX
+                                                     : ERR_NOT_HELD_IDX)
+                          : ERR_NO_QUORUM_IDX;
+            if (op->kind == IOP_ACQUIRE) {
+                i_acquire_decided(op, false, err);
+            } else {
+                i_release_decided(op, false, err);
+            }
+        }
+    }
+    if (op->decided && op->pending == 0) {
+        iop_put(op);
+    }
+}
+
+static void i_send_all(struct iop *op, const char *const *sha, int numkeys,
+                       int argc, const char **argv, const size_t *lens)
+{
+    (void)sha;
+    struct rbuf rb;
+    for (int i = 0; i < n_nodes; i++) {
+        if (!nodes[i].up) {
+            op->failed++;
+            continue;
+        }
+        rb_evalsha(&rb,
+                   op->kind == IOP_ACQUIRE ? nodes[i].sha_acq
+                                           : nodes[i].sha_rel,
+                   numkeys, argc, argv, lens);
+        if (redisAsyncFormattedCommand(nodes[i].ac, i_reply_cb, op, rb.b,
+                                       rb.n) == REDIS_OK) {
+            op->pending++;
+        } else {
+            op->failed++;
+        }
+    }
+    if (op->ok + op->pending < quorum) {
+        /* Not even a quorum could be asked: this client stops (retrying at
+         * once would only recurse). */
+        op->decided = true;
+        struct client *cl = op->cl;
+        run_record_err(ERR_NO_QUORUM_IDX);
+        if (op->pending == 0) {
+            iop_put(op);
+        }
+        fprintf(stderr, "rlbench: client %d: fewer than a quorum of nodes "
+                        "connected; stopping it\n",
+                cl->idx);
+        client_stop(cl);
+    }
+}
+
+static char fence_key[96];
+static size_t fence_key_len;
+static char ttl_str[16];
+static size_t ttl_len;
+
+static void i_start_acquire(struct client *cl, bool new_cycle)
+{
+    uint64_t t = now_us();
+    if (new_cycle) {
+        cl->t_cycle = t;
+    }
+    cl->t_req = t;
+    cl->st = CS_ACQ;
+    struct iop *op = iop_get();
+    op->cl = cl;
+    op->kind = IOP_ACQUIRE;
+    op->start = t;
+    new_token(op->token);
+    const char *argv[5] = {cl->key, fence_key, op->token, ttl_str, "0"};
+    size_t lens[5] = {cl->key_len, fence_key_len, TOKEN_LEN, ttl_len, 1};
+    i_send_all(op, NULL, 2, 5, argv, lens);
+}
+
+static void i_start_release(struct client *cl)
+{
+    cl->t_req = now_us();
+    cl->st = CS_REL;
+    struct iop *op = iop_get();
+    op->cl = cl;
+    op->kind = IOP_RELEASE;
+    op->start = cl->t_req;
+    memcpy(op->token, cl->token, TOKEN_LEN + 1);
+    const char *argv[3] = {cl->key, op->token, cl->chan};
+    size_t lens[3] = {cl->key_len, TOKEN_LEN, cl->chan_len};
+    i_send_all(op, NULL, 1, 3, argv, lens);
+}
+
+static void i_connect_cb(const redisAsyncContext *ac, int status)
+{
+    struct rnode *nd = ac->data;
+    if (status != REDIS_OK) {
+        die("node %d: connect: %s", nd->idx + 1, ac->errstr);
+    }
+    nd->up = true;
+    nodes_connected++;
+    if (nodes_connected == n_nodes) {
+        event_base_loopbreak(base);
+    }
+}
+
+static void i_disconnect_cb(const redisAsyncContext *ac, int status)
+{
+    struct rnode *nd = ac->data;
+    (void)status;
+    nd->up = false;
+    nd->ac = NULL;
+}
+
+static redisContext *sync_connect(const char *addr)
+{
+    struct timeval tv = {5, 0};
+    if (strncmp(addr, "unix://", 7) == 0) {
+        addr += 7;
+    }
+    if (strchr(addr, '/') != NULL) {
+        return redisConnectUnixWithTimeout(addr, tv);
+    }
+    char host[256];
+    const char *colon = strrchr(addr, ':');
+    if (colon == NULL || (size_t)(colon - addr) >= sizeof(host)) {
+        die("bad node address %s (unix path or host:port)", addr);
+    }
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    return redisConnectWithTimeout(host, atoi(colon + 1), tv);
+}
+
+static void script_load(redisContext *c, const char *src, char out[41],
+                        int idx)
+{
+    redisReply *r = redisCommand(c, "SCRIPT LOAD %s", src);
+    if (r == NULL || r->type != REDIS_REPLY_STRING || r->len != 40) {
+        die("node %d: SCRIPT LOAD failed: %s", idx + 1,
+            r != NULL && r->type == REDIS_REPLY_ERROR ? r->str : c->errstr);
+    }
+    memcpy(out, r->str, 40);
+    out[40] = '\0';
+    freeReplyObject(r);
+}
+
+static void inproc_setup(void)
+{
+    if (opt.n_redis < 1) {
+        die("--inproc needs --redis PATH[,PATH...]");
+    }
+    n_nodes = opt.n_redis;
+    quorum = n_nodes / 2 + 1;
+    fence_key_len = (size_t)snprintf(fence_key, sizeof(fence_key), "%sfence",
+                                     opt.prefix);
+    ttl_len = (size_t)snprintf(ttl_str, sizeof(ttl_str), "%d", opt.ttl_ms);
+    for (int i = 0; i < n_nodes; i++) {
+        struct rnode *nd = &nodes[i];
+        nd->idx = i;
+        redisContext *c = sync_connect(opt.redis[i]);
+        if (c == NULL || c->err) {
+            die("node %d (%s): %s", i + 1, opt.redis[i],
+                c ? c->errstr : "out of memory");
+        }
+        script_load(c, script_acquire, nd->sha_acq, i);
+        script_load(c, script_release, nd->sha_rel, i);
+        redisFree(c);
+        const char *a = opt.redis[i];
+        if (strncmp(a, "unix://", 7) == 0) {
+            a += 7;
+        }
+        redisAsyncContext *ac;
+        if (strchr(a, '/') != NULL) {
+            ac = redisAsyncConnectUnix(a);
+        } else {
+            char host[256];
+            const char *colon = strrchr(a, ':');
+            memcpy(host, a, (size_t)(colon - a));
+            host[colon - a] = '\0';
+            ac = redisAsyncConnect(host, atoi(colon + 1));
+        }
+        if (ac == NULL || ac->err) {
+            die("node %d: %s", i + 1, ac ? ac->errstr : "out of memory");
+        }
+        ac->data = nd;
+        nd->ac = ac;
+        redisLibeventAttach(ac, base);
+        redisAsyncSetConnectCallback(ac, i_connect_cb);
+        redisAsyncSetDisconnectCallback(ac, i_disconnect_cb);
+    }
+    event_base_dispatch(base); /* until every node connected */
+}
+
+static void inproc_teardown(void)
+{
+    for (int i = 0; i < n_nodes; i++) {
+        if (nodes[i].ac != NULL) {
+            redisAsyncFree(nodes[i].ac);
+            nodes[i].ac = NULL;
+        }
+    }
+    while (iop_free_list != NULL) {
+        struct iop *op = iop_free_list;
+        iop_free_list = op->next_free;
+        free(op);
+    }
+}
+
+/* ---- one load run --------------------------------------------------------- */
+
+static const char *mode_name(void)
+{
+    switch (opt.mode) {
+    case MODE_CYCLE:
+        return "cycle";
+    case MODE_CONTENDED:
+        return "contended";
+    case MODE_RENEW:
+        return "renew";
+    case MODE_CONNECTIONS:
+        return "connections";
+    }
+    return "?";
+}
+
+static const char *impl_name(void)
+{
+    if (opt.impl != NULL) {
+        return opt.impl;
+    }
+    return opt.inproc ? "limit" : "daemon";
+}
+
+static void run_end(void)
+{
+    event_base_loopbreak(base);
+}
+
+static void run_maybe_finish(void)
+{
+    if (R.phase == PH_DRAIN && R.active == 0) {
+        run_end();
+    }
+}
+
+static void deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    fprintf(stderr, "rlbench: drain timed out with %d client(s) still "
+                    "waiting for an answer\n",
+            R.active);
+    run_end();
+}
+
+static void phase_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    if (R.phase == PH_WARMUP) {
+        R.phase = PH_MEASURE;
+        R.t_measure = now_us();
+        cpu_snap(&R.cpu0);
+        struct timeval tv = {(time_t)opt.duration,
+                             (suseconds_t)((opt.duration -
+                                            floor(opt.duration)) *
+                                           1e6)};
+        evtimer_add(R.phase_ev, &tv);
+        return;
+    }
+    if (R.phase == PH_MEASURE) {
+        R.phase = PH_DRAIN;
+        R.t_end = now_us();
+        cpu_snap(&R.cpu1);
+        struct timeval tv = {(time_t)opt.drain,
+                             (suseconds_t)((opt.drain - floor(opt.drain)) *
+                                           1e6)};
+        evtimer_add(R.deadline_ev, &tv);
+        /* Clients holding (contended) release now and stop after. */
+        run_maybe_finish();
+    }
+}
+
+static void print_result(int idle)
+{
+    samples_sort(&R.acq);
+    samples_sort(&R.cyc);
+    double secs = (double)(R.t_end - R.t_measure) / 1e6;
+    double cps = secs > 0 ? (double)R.cycles / secs : 0;
+    uint64_t dt = R.cpu1.t_us - R.cpu0.t_us;
+    double dcpu = ticks_pct(R.cpu0.daemon_ticks, R.cpu1.daemon_ticks, dt);
+    double rcpu = ticks_pct(R.cpu0.redis_ticks, R.cpu1.redis_ticks, dt);
+    double bcpu = dt ? (double)(R.cpu1.self_us - R.cpu0.self_us) /
+                           (double)dt * 100.0
+                     : -1;
+    double mcpu = machine_pct(&R.cpu0, &R.cpu1);
+    long rss = opt.daemon_pid > 0 && !opt.inproc ? proc_rss_kb(opt.daemon_pid)
+                                                 : -1;
+    char errs[512];
+    size_t el = 0;
+    uint64_t nerr = 0;
+    errs[0] = '\0';
+    for (size_t i = 0; i < N_ERR; i++) {
+        if (R.errs[i] > 0) {
+            el += (size_t)snprintf(errs + el, sizeof(errs) - el, "%s%s:%" PRIu64,
+                                   el ? "," : "", err_codes[i], R.errs[i]);
+            nerr += R.errs[i];
+        }
+    }
+    if (opt.inproc) {
+        printf("\n== %s %s: %d client(s), %d node(s) in process, %.1f s ==\n",
+               mode_name(), impl_name(), R.conc, n_nodes, secs);
+    } else {
+        printf("\n== %s %s: %d client(s) over %d connection(s), %.1f s ==\n",
+               mode_name(), impl_name(), R.conc, R.n_conns, secs);
+    }
+    printf("  cycles/s        %10.0f   (%" PRIu64 " cycles)\n", cps, R.cycles);
+    printf("  acquire  us     p50 %ld  p99 %ld  p99.9 %ld  mean %.0f\n",
+           pct(&R.acq, 50), pct(&R.acq, 99), pct(&R.acq, 99.9),
+           samples_mean(&R.acq));
+    printf("  cycle    us     p50 %ld  p99 %ld  p99.9 %ld\n", pct(&R.cyc, 50),
+           pct(&R.cyc, 99), pct(&R.cyc, 99.9));
+    printf("  errors          %s\n", nerr ? errs : "none");
+    printf("  cpu %%           daemon %.0f  redis(all) %.0f  bench %.0f  "
+           "machine %.0f of %ld00\n",
+           dcpu, rcpu, bcpu, mcpu, sysconf(_SC_NPROCESSORS_ONLN));
+    if (rss >= 0) {
+        printf("  daemon rss      %ld kB\n", rss);
+    }
+    printf("RESULT mode=%s impl=%s conc=%d conns=%d nodes=%d secs=%.2f "
+           "cycles=%" PRIu64 " cps=%.0f p50_us=%ld p99_us=%ld p999_us=%ld "
+           "cyc_p50_us=%ld cyc_p99_us=%ld cyc_p999_us=%ld errors=%" PRIu64
+           " errs=%s daemon_cpu=%.1f redis_cpu=%.1f bench_cpu=%.1f "
+           "machine_cpu=%.1f rss_kb=%ld idle=%d held=%d%s%s\n",
+           mode_name(), impl_name(), R.conc, opt.inproc ? 0 : R.n_conns,
+           opt.inproc ? n_nodes : opt.n_redis, secs, R.cycles, cps,
+           pct(&R.acq, 50), pct(&R.acq, 99), pct(&R.acq, 99.9),
+           pct(&R.cyc, 50), pct(&R.cyc, 99), pct(&R.cyc, 99.9), nerr,
+           nerr ? errs : "-", dcpu, rcpu, bcpu, mcpu, rss, idle, opt.held,
+           opt.tag ? " tag=" : "", opt.tag ? opt.tag : "");
+    fflush(stdout);
+}
+
+static void run_load(int conc, int idle)
+{
+    memset(&R, 0, sizeof(R));
+    R.conc = conc;
+    R.run_no = ++run_counter;
+    R.n_clients = conc;
+    R.clients = xcalloc((size_t)conc, sizeof(*R.clients));
+    R.phase_ev = evtimer_new(base, phase_cb, NULL);
+    R.deadline_ev = evtimer_new(base, deadline_cb, NULL);
+    int pid = (int)getpid();
+
+    if (!opt.inproc) {
+        R.n_conns = opt.conns > 0 && opt.conns < conc ? opt.conns : conc;
+        R.conns = xcalloc((size_t)R.n_conns, sizeof(*R.conns));
+        for (int i = 0; i < R.n_conns; i++) {
+            R.conns[i] = conn_open(i, d_client_line);
+            if (R.conns[i] == NULL) {
+                die("could not open connection %d of %d", i + 1, R.n_conns);
+            }
+        }
+    }
+    for (int i = 0; i < conc; i++) {
+        struct client *cl = &R.clients[i];
+        cl->idx = i;
+        cl->st = CS_STOPPED;
+        if (opt.mode == MODE_CONTENDED) {
+            cl->res_len = (size_t)snprintf(cl->resource, sizeof(cl->resource),
+                                           "bc:%d:%u:%d", pid, R.run_no,
+                                           i % opt.resources);
+        } else {
+            cl->res_len = (size_t)snprintf(cl->resource, sizeof(cl->resource),
+                                           "b%s:%d:%u:%d",
+                                           opt.inproc ? "i" : "d", pid,
+                                           R.run_no, i);
+        }
+        cl->key_len = (size_t)snprintf(cl->key, sizeof(cl->key), "%slock:%s",
+                                       opt.prefix, cl->resource);
+        cl->chan_len = (size_t)snprintf(cl->chan, sizeof(cl->chan),
+                                        "%swake:%s", opt.prefix, cl->resource);
+        cl->hold_ev = evtimer_new(base, hold_cb, cl);
+        if (!opt.inproc) {
+            cl->conn = R.conns[i % R.n_conns];
+            d_build_lines(cl);
+        }
+    }
+
+    R.t_start = now_us();
+    if (opt.warmup > 0) {
+        R.phase = PH_WARMUP;
+        struct timeval tv = {(time_t)opt.warmup,
+                             (suseconds_t)((opt.warmup - floor(opt.warmup)) *
+                                           1e6)};
+        evtimer_add(R.phase_ev, &tv);
+    } else {
+        R.phase = PH_WARMUP;
+        struct timeval tv = {0, 0};
+        evtimer_add(R.phase_ev, &tv);
+    }
+    R.active = conc;
+    for (int i = 0; i < conc; i++) {
+        if (opt.inproc) {
+            i_start_acquire(&R.clients[i], true);
+        } else {
+            d_send_acquire(&R.clients[i], true);
+        }
+    }
+    for (int i = 0; i < R.n_conns; i++) {
+        conn_flush(R.conns[i]);
+    }
+    event_base_dispatch(base);
+
+    print_result(idle);
+
+    for (int i = 0; i < R.n_conns; i++) {
+        conn_close(R.conns[i]);
+    }
+    for (int i = 0; i < conc; i++) {
+        event_free(R.clients[i].hold_ev);
+    }
+    event_free(R.phase_ev);
+    event_free(R.deadline_ev);
+    free(R.conns);
+    free(R.clients);
+    R.clients = NULL;
+    R.conns = NULL;
+    free(R.acq.v);
+    free(R.cyc.v);
+    if (opt.inproc) {
+        /* Let late node answers of the last rounds come in. */
+        struct timeval tv = {0, 100000};
+        event_base_loopexit(base, &tv);
+        event_base_dispatch(base);
+    } else {
+        /* Give the daemon a moment to process the closes. */
+        usleep(200000);
+    }
+}
+
+/* ---- bulk phases: many locks over a few connections --------------------- */
+
+struct bulk {
+    struct conn **conns;
+    int n_conns;
+    size_t total;          /* requests to send */
+    size_t sent, answered;
+    size_t ok;
+    uint64_t errs[N_ERR];
+    uint64_t events;
+    char (*tokens)[TOKEN_LEN + 1]; /* per index */
+    bool release;          /* this phase releases tokens[] */
+    bool renew;
+    int ttl_ms;
+    const char *res_prefix;
+    bool done;
+    struct event *deadline;
+    struct samples lat;
+    uint64_t *t_sent;      /* per index */
+    double rate;           /* requests per second, 0: as fast as allowed */
+    uint64_t t0;
+    size_t allowed;        /* sends allowed so far by the rate */
+    struct event *pace;
+};
+
+static struct bulk B;
+
+static void bulk_send_more(struct conn *c)
+{
+    char buf[256];
+    size_t limit = B.rate > 0 ? B.allowed : B.total;
+    while (c->inflight < opt.window && B.sent < limit) {
+        size_t i = B.sent++;
+        int n;
+        if (B.release) {
+            if (B.tokens[i][0] == '\0') {
+                B.answered++;
+                continue;
+            }
+            n = snprintf(buf, sizeof(buf),
+                         "{\"id\":%zu,\"op\":\"release\",\"lock\":\"%s\"}\n",
+                         i, B.tokens[i]);
+        } else if (B.ttl_ms == 0) {
+            n = snprintf(buf, sizeof(buf), "{\"id\":%zu,\"op\":\"ping\"}\n", i);
+        } else {
+            n = snprintf(buf, sizeof(buf),
+                         "{\"id\":%zu,\"op\":\"acquire\",\"resource\":\"%s:%zu\","
+                         "\"ttl_ms\":%d%s}\n",
+                         i, B.res_prefix, i, B.ttl_ms,
+                         B.renew ? ",\"renew\":true" : "");
+        }
+        B.t_sent[i] = now_us();
+        conn_append(c, buf, (size_t)n);
+        c->inflight++;
+    }
+    if (B.answered >= B.total && !B.done) {
+        B.done = true;
+        event_base_loopbreak(base);
+    }
+}
+
+static void bulk_line(struct conn *c, const char *line, size_t len)
+{
+    struct resp r;
+    if (parse_resp(line, len, &r) < 0) {
+        B.events++;
+        return;
+    }
+    if (r.id < 0 || (size_t)r.id >= B.total) {
+        return; /* a keep-alive line of an earlier phase */
+    }
+    size_t i = (size_t)r.id;
+    c->inflight--;
+    B.answered++;
+    samples_add(&B.lat, now_us() - B.t_sent[i]);
+    if (r.ok) {
+        B.ok++;
+        if (!B.release && B.ttl_ms > 0 && r.lock_len == TOKEN_LEN) {
+            memcpy(B.tokens[i], r.lock, TOKEN_LEN);
+            B.tokens[i][TOKEN_LEN] = '\0';
+        } else if (B.release) {
+            B.tokens[i][0] = '\0';
+        }
+    } else if (r.err >= 0 && (size_t)r.err < N_ERR) {
+        B.errs[r.err]++;
+    }
+    bulk_send_more(c);
+}
+
+/* The pacing timer: lets rate * elapsed requests out in total. */
+static void bulk_pace_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    double el = (double)(now_us() - B.t0) / 1e6;
+    size_t allowed = (size_t)(B.rate * el);
+    B.allowed = allowed < B.total ? allowed : B.total;
+    for (int i = 0; i < B.n_conns && !B.done; i++) {
+        bulk_send_more(B.conns[i]);
+        conn_flush(B.conns[i]);
+    }
+    if (B.allowed < B.total && !B.done) {
+        struct timeval tv = {0, 10000};
+        evtimer_add(B.pace, &tv);
+    }
+}
+
+static void bulk_deadline_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    fprintf(stderr, "rlbench: bulk phase timed out: %zu of %zu answered\n",
+            B.answered, B.total);
+    B.done = true;
+    event_base_loopbreak(base);
+}
+
+/* Runs one bulk phase over conns: total acquires (ttl_ms > 0), pings
+ * (ttl_ms == 0) or releases (release) with opt.window in flight per
+ * connection. Returns seconds taken. */
+static double bulk_run(struct conn **conns, int n_conns, size_t total,
+                       bool release, bool renew, int ttl_ms,
+                       const char *res_prefix, double timeout_s, double rate)
+{
+    B.conns = conns;
+    B.n_conns = n_conns;
+    B.total = total;
+    B.sent = B.answered = B.ok = 0;
+    memset(B.errs, 0, sizeof(B.errs));
+    B.release = release;
+    B.renew = renew;
+    B.ttl_ms = ttl_ms;
+    B.res_prefix = res_prefix;
+    B.done = false;
+    B.lat.n = 0;
+    free(B.t_sent);
+    B.t_sent = xcalloc(total ? total : 1, sizeof(*B.t_sent));
+    uint64_t t0 = now_us();
+    B.t0 = t0;
+    B.rate = rate;
+    B.allowed = 0;
+    B.pace = evtimer_new(base, bulk_pace_cb, NULL);
+    if (rate > 0) {
+        struct timeval ptv = {0, 10000};
+        evtimer_add(B.pace, &ptv);
+    }
+    B.deadline = evtimer_new(base, bulk_deadline_cb, NULL);
+    struct timeval tv = {(time_t)timeout_s, 0};
+    evtimer_add(B.deadline, &tv);
+    for (int i = 0; i < n_conns; i++) {
+        conns[i]->on_line = bulk_line;
+        conns[i]->inflight = 0;
+    }
+    for (int i = 0; i < n_conns; i++) {
+        bulk_send_more(conns[i]);
+        conn_flush(conns[i]);
+    }
+    if (!B.done) {
+        event_base_dispatch(base);
+    }
+    event_free(B.deadline);
+    event_free(B.pace);
+    B.rate = 0;
+    return (double)(now_us() - t0) / 1e6;
+}
+
+static void bulk_errors(char *out, size_t cap)
+{
+    size_t el = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < N_ERR; i++) {
+        if (B.errs[i] > 0) {
+            el += (size_t)snprintf(out + el, cap - el, "%s%s:%" PRIu64,
+                                   el ? "," : "", err_codes[i], B.errs[i]);
+        }
+    }
+    if (el == 0) {
+        snprintf(out, cap, "-");
+    }
+}
+
+static void idle_line(struct conn *c, const char *line, size_t len)
+{
+    (void)c;
+    (void)line;
+    (void)len;
+}
+
+/* ---- /metrics over the same socket --------------------------------------- */
+
+/* metric_value: GET /metrics (blocking) and the value of the sample whose
+ * line starts with name (e.g. "redlockd_renewals_total{result=\"ok\"}");
+ * -1 when not found. */
+static double metric_value(const char *name)
+{
+    int fd = unix_connect(opt.socket);
+    if (fd < 0) {
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    static const char req[] =
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    if (write(fd, req, sizeof(req) - 1) != (ssize_t)(sizeof(req) - 1)) {
+        close(fd);
+        return -1;
+    }
+    size_t cap = 1 << 16, len = 0;
+    char *buf = xmalloc(cap + 1);
+    for (;;) {
+        if (len == cap) {
+            cap *= 2;
+            char *nb = realloc(buf, cap + 1);
+            if (nb == NULL) {
+                break;
+            }
+            buf = nb;
+        }
+        ssize_t r = read(fd, buf + len, cap - len);
+        if (r <= 0) {
+            break;
+        }
+        len += (size_t)r;
+    }
+    close(fd);
+    buf[len] = '\0';
+    double v = -1;
+    size_t nl = strlen(name);
+    for (char *p = buf; p != NULL && *p; p = strchr(p, '\n')) {
+        if (*p == '\n') {
+            p++;
+        }
+        if (strncmp(p, name, nl) == 0 && p[nl] == ' ') {
+            v = strtod(p + nl + 1, NULL);
+            break;
+        }
+    }
+    free(buf);
+    return v;
+}
+
+/* ---- renew mode ----------------------------------------------------------- */
+
+struct renew_sampler {
+    struct event *ev;
+    long long last_ticks;
+    uint64_t last_t;
+    double cpu_max;
+    long rss_max;
+    int n;
+    uint64_t until;
+    double cpu[4096]; /* per-second samples */
+    long rss[4096];
+};
+
+static struct renew_sampler S;
+
+static void sample_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    uint64_t t = now_us();
+    long long ticks = proc_cpu_ticks(opt.daemon_pid);
+    double p = ticks_pct(S.last_ticks, ticks, t - S.last_t);
+    long rss = proc_rss_kb(opt.daemon_pid);
+    if (p > S.cpu_max) {
+        S.cpu_max = p;
+    }
+    if (rss > S.rss_max) {
+        S.rss_max = rss;
+    }
+    if (S.n < 4096) {
+        S.cpu[S.n] = p;
+        S.rss[S.n] = rss;
+    }
+    S.n++;
+    fprintf(stderr, "  t=%4.0fs daemon cpu %5.1f%%  rss %ld kB  lost %" PRIu64
+                    "\n",
+            (double)S.n, p, rss, B.events);
+    printf("SAMPLE t=%d cpu=%.1f rss_kb=%ld lost_events=%" PRIu64 "%s%s\n",
+           S.n, p, rss, B.events, opt.tag ? " tag=" : "",
+           opt.tag ? opt.tag : "");
+    S.last_ticks = ticks;
+    S.last_t = t;
+    if (t >= S.until) {
+        event_base_loopbreak(base);
+        return;
+    }
+    struct timeval tv = {1, 0};
+    evtimer_add(S.ev, &tv);
+}
+
+static void mode_renew(void)
+{
+    if (opt.daemon_pid <= 0) {
+        die("--mode renew needs --daemon-pid");
+    }
+    int nc = opt.conns > 0 ? opt.conns : 4;
+    size_t k = (size_t)opt.locks;
+    struct conn **conns = xcalloc((size_t)nc, sizeof(*conns));
+    for (int i = 0; i < nc; i++) {
+        conns[i] = conn_open(i, bulk_line);
+        if (conns[i] == NULL) {
+            die("connect failed");
+        }
+    }
+    long rss0 = proc_rss_kb(opt.daemon_pid);
+    B.tokens = xcalloc(k, sizeof(*B.tokens));
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "rn:%d", (int)getpid());
+    fprintf(stderr, "rlbench: renew: acquiring %zu renewing locks (ttl %d ms) "
+                    "over %d connection(s)\n",
+            k, opt.ttl_ms, nc);
+    double rate = opt.ramp > 0 ? (double)k / opt.ramp : 0;
+    double acq_s = bulk_run(conns, nc, k, false, true, opt.ttl_ms, prefix,
+                            300 + opt.ramp, rate);
+    size_t acquired = B.ok;
+    char acq_errs[256];
+    bulk_errors(acq_errs, sizeof(acq_errs));
+    samples_sort(&B.lat);
+    long acq_p50 = pct(&B.lat, 50), acq_p99 = pct(&B.lat, 99);
+    long rss_held0 = proc_rss_kb(opt.daemon_pid);
+    double renew0 = metric_value("redlockd_renewals_total{result=\"ok\"}");
+    double renewf0 = metric_value(
+        "redlockd_renewals_total{result=\"failed\"}");
+    double lost0 = metric_value("redlockd_locks_lost_total");
+    fprintf(stderr, "rlbench: renew: %zu acquired in %.1f s; holding for "
+                    "%.0f s\n",
+            acquired, acq_s, opt.duration);
+
+    /* Hold: sample once a second. Events (lost) still count. */
+    for (int i = 0; i < nc; i++) {
+        conns[i]->on_line = bulk_line;
+    }
+    B.events = 0;
+    B.total = 0; /* answers of no phase are ignored */
+    memset(&S, 0, sizeof(S));
+    S.ev = evtimer_new(base, sample_cb, NULL);
+    uint64_t t0 = now_us();
+    long long ticks0 = proc_cpu_ticks(opt.daemon_pid);
+    S.last_ticks = ticks0;
+    S.last_t = t0;
+    S.until = t0 + (uint64_t)(opt.duration * 1e6);
+    S.rss_max = rss_held0;
+    struct timeval tv = {1, 0};
+    evtimer_add(S.ev, &tv);
+    event_base_dispatch(base);
+    event_free(S.ev);
+    uint64_t t1 = now_us();
+    long long ticks1 = proc_cpu_ticks(opt.daemon_pid);
+    double cpu = ticks_pct(ticks0, ticks1, t1 - t0);
+    long rss_end = proc_rss_kb(opt.daemon_pid);
+    double renew1 = metric_value("redlockd_renewals_total{result=\"ok\"}");
+    double renewf1 = metric_value(
+        "redlockd_renewals_total{result=\"failed\"}");
+    double lost1 = metric_value("redlockd_locks_lost_total");
+    uint64_t lost_events = B.events;
+    /* Medians of the per-second samples: the steady state, apart from
+     * spikes that the averages and maxima show. */
+    int ns = S.n < 4096 ? S.n : 4096;
+    struct samples cs = {0}, rs = {0};
+    for (int i = 0; i < ns; i++) {
+        samples_add(&cs, (uint64_t)(S.cpu[i] * 10.0 + 0.5));
+        samples_add(&rs, (uint64_t)S.rss[i]);
+    }
+    samples_sort(&cs);
+    samples_sort(&rs);
+    double cpu_p50 = cs.n ? (double)pct(&cs, 50) / 10.0 : -1;
+    long rss_p50 = rs.n ? pct(&rs, 50) : -1;
+    free(cs.v);
+    free(rs.v);
+
+    fprintf(stderr, "rlbench: renew: releasing\n");
+    double rel_s = bulk_run(conns, nc, k, true, false, 0, prefix, 300, 0);
+    char rel_errs[256];
+    bulk_errors(rel_errs, sizeof(rel_errs));
+    size_t released = B.ok;
+    uint64_t lost_events_all = lost_events + B.events;
+    double lost_all = metric_value("redlockd_locks_lost_total");
+    for (int i = 0; i < nc; i++) {
+        conn_close(conns[i]);
+    }
+    free(conns);
+    free(B.tokens);
+    B.tokens = NULL;
+    double secs = (double)(t1 - t0) / 1e6;
+    double renew_rate = renew1 >= 0 && renew0 >= 0 ? (renew1 - renew0) / secs
+                                                   : -1;
+    long rss_held = S.rss_max > rss_end ? S.rss_max : rss_end;
+    double per_lock = acquired
+                          ? (double)(rss_held - rss0) * 1024.0 /
+                                (double)acquired
+                          : 0;
+    printf("\n== renew daemon: %zu renewing locks, ttl %d ms, %d "
+           "connection(s), held %.0f s ==\n",
+           k, opt.ttl_ms, nc, secs);
+    printf("  acquired        %zu in %.1f s (%.0f/s, p50 %ld us, p99 %ld us)"
+           " errors %s\n",
+           acquired, acq_s, acq_s > 0 ? (double)acquired / acq_s : 0, acq_p50,
+           acq_p99, acq_errs);
+    printf("  daemon rss      before %ld kB, held %ld kB (%.0f bytes/lock)\n",
+           rss0, rss_held, per_lock);
+    printf("  daemon cpu      %.1f%% of one core on average, median %.1f%%, "
+           "max %.1f%% over 1 s\n",
+           cpu, cpu_p50, S.cpu_max);
+    printf("  daemon rss      median %ld kB over the hold\n", rss_p50);
+    printf("  renewals        %.0f ok (%.0f/s), %.0f failed, %.0f lost, "
+           "%" PRIu64 " lost events\n",
+           renew1 - renew0, renew_rate, renewf1 - renewf0, lost1 - lost0,
+           lost_events);
+    printf("  released        %zu in %.1f s, errors %s; %.0f locks lost by "
+           "the end of the release phase\n",
+           released, rel_s, rel_errs, lost_all - lost0);
+    printf("RESULT mode=renew impl=daemon locks=%zu acquired=%zu ttl_ms=%d "
+           "conns=%d ramp_s=%.0f secs=%.1f acquire_s=%.2f rss_base_kb=%ld "
+           "rss_held_kb=%ld "
+           "bytes_per_lock=%.0f cpu_pct=%.1f cpu_p50_pct=%.1f "
+           "cpu_max_pct=%.1f rss_p50_kb=%ld renew_ok=%.0f "
+           "renew_per_s=%.0f renew_failed=%.0f lost=%.0f lost_events=%" PRIu64
+           " released=%zu release_s=%.2f lost_total=%.0f lost_events_total=%"
+           PRIu64 " acq_errs=%s rel_errs=%s%s%s\n",
+           k, acquired, opt.ttl_ms, nc, opt.ramp, secs, acq_s, rss0, rss_held,
+           per_lock,
+           cpu, cpu_p50, S.cpu_max, rss_p50, renew1 - renew0, renew_rate,
+           renewf1 - renewf0, lost1 - lost0, lost_events, released, rel_s,
+           lost_all - lost0, lost_events_all, acq_errs, rel_errs,
+           opt.tag ? " tag=" : "", opt.tag ? opt.tag : "");
+    fflush(stdout);
+}
+
+/* ---- held locks and idle connections ------------------------------------ */
+
+static struct conn **held_conns;
+static int n_held_conns;
+static char (*held_tokens)[TOKEN_LEN + 1];
+
+static void held_acquire(void)
+{
+    n_held_conns = 1;
+    held_conns = xcalloc(1, sizeof(*held_conns));
+    held_conns[0] = conn_open(0, bulk_line);
+    if (held_conns[0] == NULL) {
+        die("connect failed");
+    }
+    B.tokens = xcalloc((size_t)opt.held, sizeof(*B.tokens));
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "bh:%d", (int)getpid());
+    long rss0 = opt.daemon_pid > 0 ? proc_rss_kb(opt.daemon_pid) : -1;
+    double s = bulk_run(held_conns, 1, (size_t)opt.held, false, false,
+                        opt.held_ttl_ms, prefix, 300, 0);
+    long rss1 = opt.daemon_pid > 0 ? proc_rss_kb(opt.daemon_pid) : -1;
+    char errs[256];
+    bulk_errors(errs, sizeof(errs));
+    held_tokens = B.tokens;
+    B.tokens = NULL;
+    printf("held: %zu of %d locks acquired in %.1f s (errors %s); daemon rss "
+           "%ld -> %ld kB\n",
+           B.ok, opt.held, s, errs, rss0, rss1);
+    fflush(stdout);
+}
+
+static void held_release(void)
+{
+    B.tokens = held_tokens;
+    bulk_run(held_conns, 1, (size_t)opt.held, true, false, 0, "", 300, 0);
+    conn_close(held_conns[0]);
+    free(held_conns);
+    free(held_tokens);
+    B.tokens = NULL;
+}
+
+static struct conn **idle_conns;
+
+static void idle_open(void)
+{
+    long rss0 = opt.daemon_pid > 0 ? proc_rss_kb(opt.daemon_pid) : -1;
+    idle_conns = xcalloc((size_t)opt.idle, sizeof(*idle_conns));
+    uint64_t t0 = now_us();
+    for (int i = 0; i < opt.idle; i++) {
+        idle_conns[i] = conn_open(i, bulk_line);
+        if (idle_conns[i] == NULL) {
+            die("idle connection %d of %d failed", i + 1, opt.idle);
+        }
+    }
+    /* One ping each, so every connection has its framing decided and its
+     * buffers allocated like a real NDJSON client's. */
+    int saved = opt.window;
+    opt.window = 1;
+    for (int i = 0; i < opt.idle; i++) {
+        idle_conns[i]->next = 0;
+    }
+    /* A ping per connection: total = idle, one in flight per connection. */
+    B.tokens = NULL;
+    bulk_run(idle_conns, opt.idle, (size_t)opt.idle, false, false, 0, "",
+             120, 0);
+    opt.window = saved;
+    for (int i = 0; i < opt.idle; i++) {
+        idle_conns[i]->on_line = idle_line;
+    }
+    double s = (double)(now_us() - t0) / 1e6;
+    usleep(200000);
+    long rss1 = opt.daemon_pid > 0 ? proc_rss_kb(opt.daemon_pid) : -1;
+    double per = opt.idle > 0 && rss0 >= 0
+                     ? (double)(rss1 - rss0) * 1024.0 / opt.idle
+                     : -1;
+    printf("\n== connections: %d idle NDJSON connection(s) opened in %.1f s "
+           "(%zu pings answered) ==\n",
+           opt.idle, s, B.ok);
+    printf("  daemon rss      %ld -> %ld kB (%.0f bytes per connection)\n",
+           rss0, rss1, per);
+    printf("RESULT mode=idle impl=daemon idle=%d pings=%zu rss_base_kb=%ld "
+           "rss_idle_kb=%ld bytes_per_conn=%.0f%s%s\n",
+           opt.idle, B.ok, rss0, rss1, per, opt.tag ? " tag=" : "",
+           opt.tag ? opt.tag : "");
+    fflush(stdout);
+}
+
+static void idle_close(void)
+{
+    for (int i = 0; i < opt.idle; i++) {
+        conn_close(idle_conns[i]);
+    }
+    free(idle_conns);
+}
+
+/* ---- readiness ------------------------------------------------------------ */
+
+/* wait_ready: polls health on the socket until a quorum of nodes is up;
+ * returns 0, or 1 after secs seconds. */
+static int wait_ready(double secs)
+{
+    uint64_t until = now_us() + (uint64_t)(secs * 1e6);
+    do {
+        int fd = unix_connect(opt.socket);
+        if (fd >= 0) {
+            int fl = fcntl(fd, F_GETFL);
+            fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+            struct timeval tv = {1, 0};
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+            static const char req[] = "{\"id\":1,\"op\":\"health\"}\n";
+            char buf[4096];
+            ssize_t n = -1;
+            if (write(fd, req, sizeof(req) - 1) == (ssize_t)(sizeof(req) - 1)) {
+                n = read(fd, buf, sizeof(buf) - 1);
+            }
+            close(fd);
+            if (n > 0) {
+                buf[n] = '\0';
+                if (strstr(buf, "\"ok\":true") != NULL) {
+                    return 0;
+                }
+            }
+        }
+        usleep(50000);
+    } while (now_us() < until);
+    fprintf(stderr, "rlbench: %s not ready after %.0f s\n", opt.socket, secs);
+    return 1;
+}
+
+/* ---- main ----------------------------------------------------------------- */
+
+static void usage(void)
+{
+    fputs(
+        "usage: rlbench [options]\n"
+        "  --socket PATH        the daemon's unix socket\n"
+        "  --mode M             cycle | contended | renew | connections\n"
+        "  --concurrency LIST   clients per run, e.g. 1,16,64,256\n"
+        "  --duration S         measured seconds per run (10)\n"
+        "  --warmup S           unmeasured seconds before each run (2)\n"
+        "  --drain S            bound on finishing in-flight cycles (5)\n"
+        "  --daemon-pid PID     sample the daemon's CPU and RSS\n"
+        "  --redis-pids LIST    sample these redis-servers' CPU (summed)\n"
+        "  --inproc             the in-process limit (no daemon)\n"
+        "  --redis LIST         node addresses for --inproc: unix paths or\n"
+        "                       host:port, comma separated or repeated\n"
+        "  --conns N            share N connections among the clients\n"
+        "                       (pipelined); default one per client\n"
+        "  --resources R        contended: resources shared (4)\n"
+        "  --wait-ms N          contended: wait_ms of each acquire (1000)\n"
+        "  --hold-ms N          contended: hold each lock N ms (0)\n"
+        "  --ttl-ms N           lock ttl (10000; renew mode: 30000)\n"
+        "  --locks K            renew: renewing locks to hold (100000)\n"
+        "  --window N           renew/held: in flight per connection (256)\n"
+        "  --ramp S             renew: spread the acquisitions over S s\n"
+        "                       (0: as fast as the window allows)\n"
+        "  --idle N             connections: idle connections (1000)\n"
+        "  --held K             hold K locks during the cycle runs\n"
+        "  --impl NAME          label in RESULT lines\n"
+        "  --tag TEXT           extra tag in RESULT lines\n"
+        "  --prefix STR         key prefix of the daemon (redlock:)\n"
+        "  --token getrandom|uuid  --inproc token source (getrandom)\n"
+        "  --wait-ready S       poll health until a quorum is up (exit 0),\n"
+        "                       or give up after S seconds (exit 1)\n",
+        stderr);
+    exit(2);
+}
+
+static int parse_list(const char *s, int *out, int max)
+{
+    int n = 0;
+    char *copy = strdup(s);
+    char *save = NULL;
+    for (char *t = strtok_r(copy, ",", &save); t != NULL && n < max;
+         t = strtok_r(NULL, ",", &save)) {
+        int v = atoi(t);
+        if (v <= 0) {
+            die("bad list entry '%s'", t);
+        }
+        out[n++] = v;
+    }
+    free(copy);
+    return n;
+}
+
+static void add_redis(const char *s)
+{
+    char *copy = strdup(s);
+    char *save = NULL;
+    for (char *t = strtok_r(copy, ",", &save); t != NULL;
+         t = strtok_r(NULL, ",", &save)) {
+        if (opt.n_redis >= MAX_NODES) {
+            die("at most %d nodes", MAX_NODES);
+        }
+        opt.redis[opt.n_redis++] = strdup(t);
+    }
+    free(copy);
+}
+
+int main(int argc, char **argv)
+{
+    bool ttl_given = false;
+    double ready_secs = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEEDV()                                                                \
+    do {                                                                       \
+        if (v == NULL) {                                                       \
+            die("%s needs a value", a);                                        \
+        }                                                                      \
+        i++;                                                                   \
+    } while (0)
+        if (strcmp(a, "--socket") == 0) {
+            NEEDV();
+            opt.socket = v;
+        } else if (strcmp(a, "--mode") == 0) {
+            NEEDV();
+            if (strcmp(v, "cycle") == 0) {
+                opt.mode = MODE_CYCLE;
+            } else if (strcmp(v, "contended") == 0) {
+                opt.mode = MODE_CONTENDED;
+            } else if (strcmp(v, "renew") == 0) {
+                opt.mode = MODE_RENEW;
+            } else if (strcmp(v, "connections") == 0) {
+                opt.mode = MODE_CONNECTIONS;
+            } else {
+                die("unknown mode %s", v);
+            }
+        } else if (strcmp(a, "--concurrency") == 0 || strcmp(a, "-c") == 0) {
+            NEEDV();
+            opt.n_conc = parse_list(v, opt.conc, MAX_CONC);
+        } else if (strcmp(a, "--duration") == 0) {
+            NEEDV();
+            opt.duration = atof(v);
+        } else if (strcmp(a, "--warmup") == 0) {
+            NEEDV();
+            opt.warmup = atof(v);
+        } else if (strcmp(a, "--drain") == 0) {
+            NEEDV();
+            opt.drain = atof(v);
+        } else if (strcmp(a, "--daemon-pid") == 0) {
+            NEEDV();
+            opt.daemon_pid = atoi(v);
+        } else if (strcmp(a, "--redis-pids") == 0) {
+            NEEDV();
+            opt.n_redis_pids = parse_list(v, opt.redis_pids, MAX_PIDS);
+        } else if (strcmp(a, "--inproc") == 0) {
+            opt.inproc = true;
+        } else if (strcmp(a, "--redis") == 0) {
+            NEEDV();
+            add_redis(v);
+        } else if (strcmp(a, "--conns") == 0) {
+            NEEDV();
+            opt.conns = atoi(v);
+        } else if (strcmp(a, "--resources") == 0) {
+            NEEDV();
+            opt.resources = atoi(v);
+        } else if (strcmp(a, "--wait-ms") == 0) {
+            NEEDV();
+            opt.wait_ms = atoi(v);
+        } else if (strcmp(a, "--hold-ms") == 0) {
+            NEEDV();
+            opt.hold_ms = atoi(v);
+        } else if (strcmp(a, "--ttl-ms") == 0) {
+            NEEDV();
+            opt.ttl_ms = atoi(v);
+            ttl_given = true;
+        } else if (strcmp(a, "--locks") == 0) {
+            NEEDV();
+            opt.locks = atoi(v);
+        } else if (strcmp(a, "--window") == 0) {
+            NEEDV();
+            opt.window = atoi(v);
+        } else if (strcmp(a, "--idle") == 0) {
+            NEEDV();
+            opt.idle = atoi(v);
+        } else if (strcmp(a, "--ramp") == 0) {
+            NEEDV();
+            opt.ramp = atof(v);
+        } else if (strcmp(a, "--held") == 0) {
+            NEEDV();
+            opt.held = atoi(v);
+        } else if (strcmp(a, "--impl") == 0) {
+            NEEDV();
+            opt.impl = v;
+        } else if (strcmp(a, "--tag") == 0) {
+            NEEDV();
+            opt.tag = v;
+        } else if (strcmp(a, "--wait-ready") == 0) {
+            NEEDV();
+            ready_secs = atof(v);
+        } else if (strcmp(a, "--token") == 0) {
+            NEEDV();
+            token_uuid = strcmp(v, "uuid") == 0;
+        } else if (strcmp(a, "--prefix") == 0) {
+            NEEDV();
+            opt.prefix = v;
+        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage();
+        } else {
+            fprintf(stderr, "rlbench: unknown option %s\n", a);
+            usage();
+        }
+#undef NEEDV
+    }
+    if (ready_secs > 0) {
+        if (opt.socket == NULL) {
+            die("--wait-ready needs --socket");
+        }
+        return wait_ready(ready_secs);
+    }
+    if (opt.n_conc == 0) {
+        opt.conc[0] = 64;
+        opt.n_conc = 1;
+    }
+    if (opt.mode == MODE_RENEW && !ttl_given) {
+        opt.ttl_ms = 30000;
+    }
+    if (opt.mode == MODE_CONNECTIONS && opt.idle == 0) {
+        opt.idle = 1000;
+    }
+    if (opt.resources < 1 || opt.window < 1 || opt.ttl_ms < 10 ||
+        opt.duration <= 0 || opt.warmup < 0 || opt.drain <= 0) {
+        die("bad option value");
+    }
+    if (!opt.inproc && opt.socket == NULL) {
+        die("--socket PATH is required (or --inproc --redis ...)");
+    }
+    if (opt.inproc && opt.mode != MODE_CYCLE) {
+        die("--inproc runs the cycle mode only");
+    }
+    signal(SIGPIPE, SIG_IGN);
+
+    /* Many clients need many descriptors. */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+
+    base = event_base_new();
+    if (base == NULL) {
+        die("cannot create the event loop");
+    }
+    if (opt.inproc) {
+        inproc_setup();
+    }
+    if (opt.mode == MODE_RENEW) {
+        mode_renew();
+    } else {
+        if (opt.mode == MODE_CONNECTIONS) {
+            idle_open();
+        }
+        if (opt.held > 0 && !opt.inproc) {
+            held_acquire();
+        }
+        for (int i = 0; i < opt.n_conc; i++) {
+            run_load(opt.conc[i], opt.mode == MODE_CONNECTIONS ? opt.idle : 0);
+        }
+        if (opt.held > 0 && !opt.inproc) {
+            held_release();
+        }
+        if (opt.mode == MODE_CONNECTIONS) {
+            idle_close();
+        }
+    }
+    if (opt.inproc) {
+        inproc_teardown();
+    }
+    free(B.t_sent);
+    free(B.lat.v);
+    event_base_free(base);
+    return 0;
+}

@@ -1,0 +1,465 @@
+#!/usr/bin/env bash
+# tests/bench/run.sh: redlockd benchmarks, one command.
+#
+# Starts throw-away redis-server nodes on unix sockets under mktemp -d
+# (--save '' --appendonly no) and an optimized redlockd against five of
+# them, then runs interleaved repetitions (daemon, in-process limit,
+# node-redlock, node-redlock with auto-pipelining; A B C D A B C D ...) of
+# the acquire/release cycle at each concurrency, the renew run (100,000
+# renewing locks by default), and writes BENCHMARKS.md plus a PNG.
+#
+#   tests/bench/run.sh              the comparison + renew (about 15 min)
+#   tests/bench/run.sh --quick      a smoke run, about 2 minutes; writes its
+#                                   report under tests/bench/out/quick/ only
+#   tests/bench/run.sh --scaling    "How cost grows": node count, client
+#                                   connections, held locks
+#   tests/bench/run.sh --profile    perf (cpu-clock) and callgrind of the
+#                                   daemon under the cycle load
+#   tests/bench/run.sh --renew      only the renewing-locks run
+#   tests/bench/run.sh --all        everything above but --quick
+#   options: --no-node (skip node-redlock), --no-build, --reps N,
+#            --report-only (regenerate BENCHMARKS.md from tests/bench/out)
+#
+# Environment (defaults in brackets, --quick ones after the slash):
+#   BENCH_DURATION [10/3] measured seconds per run
+#   BENCH_WARMUP [2/1]    unmeasured seconds before each run
+#   BENCH_REPS [3/1]      repetitions; tables show medians
+#   BENCH_CONC [1,16,64,256]
+#   BENCH_RENEW_LOCKS [100000/10000]  BENCH_RENEW_TTL [30000]
+#   BENCH_RENEW_DURATION [45/10]      BENCH_RENEW_RAMP [10/2] (seconds over
+#                         which the renewing locks are taken, so that their
+#                         renewals spread out; 0 = as fast as possible)
+#   BENCH_SCALING_DURATION [5]  BENCH_SCALING_NODES [1,3,5,7]
+#   BENCH_SCALING_CONNS [1,10,100,1000,10000]
+#   BENCH_SCALING_HELD [1,1000,10000,100000]
+#   BENCH_PROFILE_DURATION [10]
+#   BENCH_OUT [tests/bench/out]  where raw results and logs go
+#
+# Every load loop is bounded (rlbench and node_redlock_bench.mjs stop by
+# themselves; each is also run under `timeout`), everything listens on unix
+# sockets only, and every process this script starts is stopped on exit.
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+
+QUICK=0 SCALING=0 PROFILE=0 COMPARE=1 RENEW=1 NODE=1 BUILD=1 REPORT_ONLY=0
+REPS_ARG=
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --quick) QUICK=1 ;;
+    --scaling) SCALING=1 COMPARE=0 RENEW=0 ;;
+    --profile) PROFILE=1 COMPARE=0 RENEW=0 ;;
+    --renew) RENEW=1 COMPARE=0 ;;
+    --all) SCALING=1 PROFILE=1 COMPARE=1 RENEW=1 ;;
+    --no-node) NODE=0 ;;
+    --no-build) BUILD=0 ;;
+    --reps) REPS_ARG=$2; shift ;;
+    --report-only) REPORT_ONLY=1 COMPARE=0 RENEW=0 ;;
+    -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
+    esac
+    shift
+done
+if [ "$QUICK" = 1 ]; then
+    COMPARE=1 RENEW=1
+fi
+
+OUT=${BENCH_OUT:-$HERE/out}
+if [ "$QUICK" = 1 ]; then
+    OUT=$OUT/quick
+    DUR=${BENCH_DURATION:-3} WARM=${BENCH_WARMUP:-1} REPS=${BENCH_REPS:-1}
+    RENEW_LOCKS=${BENCH_RENEW_LOCKS:-10000}
+    RENEW_DUR=${BENCH_RENEW_DURATION:-10} RENEW_RAMP=${BENCH_RENEW_RAMP:-2}
+else
+    DUR=${BENCH_DURATION:-10} WARM=${BENCH_WARMUP:-2} REPS=${BENCH_REPS:-3}
+    RENEW_LOCKS=${BENCH_RENEW_LOCKS:-100000}
+    RENEW_DUR=${BENCH_RENEW_DURATION:-45} RENEW_RAMP=${BENCH_RENEW_RAMP:-10}
+fi
+[ -n "$REPS_ARG" ] && REPS=$REPS_ARG
+CONC=${BENCH_CONC:-1,16,64,256}
+RENEW_TTL=${BENCH_RENEW_TTL:-30000}
+SC_DUR=${BENCH_SCALING_DURATION:-5}
+SC_NODES=${BENCH_SCALING_NODES:-1,3,5,7}
+SC_CONNS=${BENCH_SCALING_CONNS:-1,10,100,1000,10000}
+SC_HELD=${BENCH_SCALING_HELD:-1,1000,10000,100000}
+PROF_DUR=${BENCH_PROFILE_DURATION:-10}
+mkdir -p "$OUT"
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+
+log() { printf '%s run.sh: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# Which daemon a section measured: the commit the binary was built from
+# (+dirty when sidecar/ had uncommitted changes then), and when it ran.
+BUILD_COMMIT=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo none)
+if [ -n "$(cd "$ROOT" && git status --porcelain -- sidecar 2>/dev/null)" ]; then
+    BUILD_COMMIT="$BUILD_COMMIT+dirty"
+fi
+stamp() {
+    printf '%s %s\n' "$BUILD_COMMIT" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+        >"$OUT/commit-$1.txt"
+}
+
+report() {
+    local md=$ROOT/BENCHMARKS.md png=$HERE/throughput_p99.png
+    if [ "$QUICK" = 1 ]; then
+        md=$OUT/BENCHMARKS.md png=$OUT/throughput_p99.png
+    fi
+    "$PY" "$HERE/report.py" --out-dir "$OUT" --md "$md" --png "$png" \
+        --root "$ROOT"
+}
+
+if [ "$REPORT_ONLY" = 1 ]; then
+    report
+    exit 0
+fi
+
+# ---- build ------------------------------------------------------------------
+BIN=$OUT/bin
+mkdir -p "$BIN"
+DAEMON= RLBENCH=
+CFLAGS_BENCH="-std=c11 -D_GNU_SOURCE -O2 -g -fno-omit-frame-pointer"
+if [ "$BUILD" = 1 ]; then
+    log "building an optimized daemon (build-bench, --buildtype=release)"
+    if { [ -d "$ROOT/build-bench" ] ||
+        meson setup "$ROOT/build-bench" "$ROOT" --buildtype=release \
+            >"$OUT/meson-setup.log" 2>&1; } &&
+        ninja -C "$ROOT/build-bench" sidecar/redlockd \
+            >"$OUT/ninja.log" 2>&1; then
+        DAEMON=$ROOT/build-bench/sidecar/redlockd
+        if ninja -C "$ROOT/build-bench" tests/bench/rlbench \
+            >>"$OUT/ninja.log" 2>&1; then
+            RLBENCH=$ROOT/build-bench/tests/bench/rlbench
+        fi
+    else
+        log "meson build failed (see $OUT/ninja.log); building with gcc -O2"
+        (cd "$ROOT" && gcc $CFLAGS_BENCH -DREDLOCKD_VERSION='"0.1.0"' \
+            -Isidecar sidecar/*.c -lhiredis -levent -luuid -lcjson -lm \
+            -o "$BIN/redlockd")
+        DAEMON=$BIN/redlockd
+    fi
+    if [ -z "$RLBENCH" ]; then
+        gcc $CFLAGS_BENCH -Wall -Wextra "$HERE/rlbench.c" -lhiredis -levent \
+            -luuid -lm -o "$BIN/rlbench"
+        RLBENCH=$BIN/rlbench
+    fi
+else
+    DAEMON=${REDLOCKD:-$ROOT/build-bench/sidecar/redlockd}
+    RLBENCH=${RLBENCH:-$BIN/rlbench}
+fi
+[ -x "$DAEMON" ] || { echo "run.sh: no daemon at $DAEMON" >&2; exit 1; }
+[ -x "$RLBENCH" ] || { echo "run.sh: no rlbench at $RLBENCH" >&2; exit 1; }
+log "daemon: $DAEMON; rlbench: $RLBENCH"
+
+"$PY" "$HERE/report.py" --check-scripts --root "$ROOT" |
+    tee "$OUT/script-check.txt" >&2 || true
+
+# ---- node-redlock -------------------------------------------------------------
+if [ "$NODE" = 1 ] && [ "$COMPARE" = 1 ]; then
+    if command -v node >/dev/null && command -v npm >/dev/null; then
+        if [ ! -d "$HERE/node_modules/redlock" ] ||
+            [ ! -d "$HERE/node_modules/ioredis" ]; then
+            log "installing node-redlock and ioredis (npm ci)"
+            (cd "$HERE" && timeout 300 npm ci --no-audit --no-fund \
+                >"$OUT/npm.log" 2>&1) || {
+                log "npm ci failed (see $OUT/npm.log): skipping node-redlock"
+                NODE=0
+            }
+        fi
+    else
+        log "node or npm not found: skipping node-redlock"
+        NODE=0
+    fi
+fi
+
+# ---- processes ----------------------------------------------------------------
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/rlbench.XXXXXX")
+REDIS_PIDS=()
+DAEMON_PID=
+cleanup() {
+    local rc=$?
+    if [ -n "$DAEMON_PID" ]; then
+        kill -TERM "$DAEMON_PID" 2>/dev/null || true
+        wait "$DAEMON_PID" 2>/dev/null || true
+    fi
+    for p in "${REDIS_PIDS[@]}"; do
+        kill -TERM "$p" 2>/dev/null || true
+    done
+    for p in "${REDIS_PIDS[@]}"; do
+        wait "$p" 2>/dev/null || true
+    done
+    rm -rf "$TMP"
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+MAXN=5
+[ "$SCALING" = 1 ] && MAXN=7
+for i in $(seq 1 $MAXN); do
+    redis-server --port 0 --unixsocket "$TMP/r$i.sock" --unixsocketperm 700 \
+        --save '' --appendonly no --dir "$TMP" --daemonize no \
+        --maxclients 20000 --logfile "$TMP/r$i.log" &
+    REDIS_PIDS+=($!)
+done
+for i in $(seq 1 $MAXN); do
+    for _ in $(seq 1 100); do
+        [ -S "$TMP/r$i.sock" ] && break
+        sleep 0.05
+    done
+    [ -S "$TMP/r$i.sock" ] || { echo "run.sh: redis $i did not start" >&2; exit 1; }
+done
+redis_pids() { # first N redis pids, comma separated
+    local n=$1
+    local IFS=,
+    echo "${REDIS_PIDS[*]:0:$n}"
+}
+redis_socks() { # first N sockets, comma separated
+    local n=$1 s= i
+    for i in $(seq 1 "$n"); do s="$s${s:+,}$TMP/r$i.sock"; done
+    echo "$s"
+}
+SOCK=$TMP/rl.sock
+DAEMON_LOG=$OUT/daemon.log
+
+start_daemon() { # start_daemon N_NODES [extra flags...]
+    local n=$1
+    shift
+    stop_daemon
+    local args=() i
+    for i in $(seq 1 "$n"); do args+=(--node "unix://$TMP/r$i.sock"); done
+    "$DAEMON" "${args[@]}" --socket "$SOCK" --log-level warn \
+        --max-connections 20000 "$@" >>"$DAEMON_LOG" 2>&1 &
+    DAEMON_PID=$!
+    "$RLBENCH" --socket "$SOCK" --wait-ready 20 ||
+        { echo "run.sh: the daemon did not become ready" >&2; exit 1; }
+}
+stop_daemon() {
+    if [ -n "$DAEMON_PID" ]; then
+        kill -TERM "$DAEMON_PID" 2>/dev/null || true
+        local rc=0
+        wait "$DAEMON_PID" 2>/dev/null || rc=$?
+        if [ "$rc" != 0 ]; then
+            log "note: the daemon exited with status $rc"
+            echo "NOTE daemon_exit=$rc" >>"$OUT/notes.txt"
+        fi
+        DAEMON_PID=
+    fi
+}
+
+bound() { # seconds a run of $1 concurrencies may take
+    awk -v n="$1" -v d="$DUR" -v w="$WARM" 'BEGIN{print int(n*(d+w+8)+60)}'
+}
+
+# Runs one measurement; its output goes to rlbench.log and its RESULT lines
+# (tagged) to $1.
+rl() {
+    local file=$1 tag=$2 last=$OUT/.last.log
+    shift 2
+    timeout -k 5 "$(bound 1)" "$RLBENCH" --tag "$tag" "$@" >"$last" 2>&1 ||
+        log "rlbench exited with $? ($tag)"
+    cat "$last" >>"$OUT/rlbench.log"
+    grep '^RESULT ' "$last" >>"$file" || true
+}
+nodejs() {
+    local file=$1 tag=$2 last=$OUT/.last.log
+    shift 2
+    (cd "$HERE" && timeout -k 5 "$(bound 1)" node node_redlock_bench.mjs \
+        --tag "$tag" "$@" >"$last" 2>&1) ||
+        log "node_redlock_bench exited with $? ($tag)"
+    cat "$last" >>"$OUT/node.log"
+    grep '^RESULT ' "$last" >>"$file" || true
+}
+
+machine_info() {
+    {
+        echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        echo "uname: $(uname -srmo)"
+        lscpu | grep -E '^(Model name|CPU\(s\)|Thread|Core|Socket|Hypervisor|L3)' |
+            sed 's/  */ /g'
+        echo "memory: $(awk '/MemTotal/{printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
+        echo "redis: $(redis-server --version | head -1)"
+        echo "node: $(node --version 2>/dev/null || echo none)"
+        echo "hiredis: $(pkg-config --modversion hiredis 2>/dev/null || echo ?)"
+        echo "libevent: $(pkg-config --modversion libevent 2>/dev/null || echo ?)"
+        echo "gcc: $(gcc -dumpfullversion 2>/dev/null || echo ?)"
+        echo "git: $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo 'no commit')"
+        echo "loadavg at start: $(cat /proc/loadavg)"
+    } >"$OUT/machine.txt"
+}
+
+# ---- the comparison -------------------------------------------------------------
+if [ "$COMPARE" = 1 ]; then
+    stamp compare
+    machine_info
+    RES=$OUT/results.txt
+    : >"$RES"
+    rm -f "$OUT/notes.txt"
+    : >"$OUT/rlbench.log"
+    : >"$OUT/node.log"
+    : >"$OUT/daemon.log"
+    start_daemon 5
+    RP=$(redis_pids 5)
+    log "comparison: $REPS rep(s) x concurrency $CONC, ${DUR}s each (+${WARM}s warmup)"
+    for rep in $(seq 1 "$REPS"); do
+        for c in ${CONC//,/ }; do
+            log "rep $rep, $c client(s): daemon"
+            rl "$RES" "r$rep" --socket "$SOCK" --mode cycle --concurrency "$c" \
+                --duration "$DUR" --warmup "$WARM" --daemon-pid "$DAEMON_PID" \
+                --redis-pids "$RP" --redis "$(redis_socks 5)"
+            log "rep $rep, $c client(s): in-process limit"
+            rl "$RES" "r$rep" --inproc --redis "$(redis_socks 5)" --mode cycle \
+                --concurrency "$c" --duration "$DUR" --warmup "$WARM" \
+                --redis-pids "$RP"
+            if [ "$c" = 1 ] || [ "$c" = 64 ]; then
+                # The price of the daemon's token source (libuuid), right
+                # after the plain limit so that both see the same machine.
+                log "rep $rep, $c client(s): in-process limit, libuuid tokens"
+                rl "$RES" "r$rep" --inproc --redis "$(redis_socks 5)" \
+                    --mode cycle --concurrency "$c" --duration "$DUR" \
+                    --warmup "$WARM" --redis-pids "$RP" --token uuid \
+                    --impl limit-uuid
+            fi
+            if [ "$NODE" = 1 ]; then
+                log "rep $rep, $c client(s): node-redlock"
+                nodejs "$RES" "r$rep" --redis "$(redis_socks 5)" \
+                    --concurrency "$c" --duration "$DUR" --warmup "$WARM" \
+                    --redis-pids "$RP"
+                log "rep $rep, $c client(s): node-redlock, auto-pipelining"
+                nodejs "$RES" "r$rep" --redis "$(redis_socks 5)" \
+                    --concurrency "$c" --duration "$DUR" --warmup "$WARM" \
+                    --redis-pids "$RP" --auto-pipelining
+            fi
+        done
+    done
+
+    # Contention: the daemon's FIFO wait queues (no comparison).
+    log "contended: 64 clients on 4 resources, wait_ms 1000"
+    rl "$RES" "contended" --socket "$SOCK" --mode contended --concurrency 64 \
+        --resources 4 --wait-ms 1000 --duration "$DUR" --warmup "$WARM" \
+        --daemon-pid "$DAEMON_PID" --redis-pids "$RP" --redis "$(redis_socks 5)"
+
+    stop_daemon
+fi
+
+# ---- renewing locks -------------------------------------------------------------
+if [ "$RENEW" = 1 ]; then
+    stamp renew
+    log "renew: $RENEW_LOCKS renewing locks, ttl $RENEW_TTL ms, ${RENEW_DUR}s"
+    DAEMON_LOG=$OUT/daemon-renew.log
+    : >"$DAEMON_LOG"
+    start_daemon 5 # a fresh daemon, so its RSS starts from nothing
+    RENEW_OUT=$OUT/renew.txt
+    : >"$RENEW_OUT"
+    timeout -k 5 $((RENEW_DUR + RENEW_RAMP + 400)) "$RLBENCH" --socket "$SOCK" \
+        --mode renew --locks "$RENEW_LOCKS" --ttl-ms "$RENEW_TTL" \
+        --duration "$RENEW_DUR" --ramp "$RENEW_RAMP" --daemon-pid "$DAEMON_PID" \
+        --tag renew >"$OUT/renew.log" 2>&1 || log "renew run exited with $?"
+    grep -E '^(RESULT|SAMPLE)' "$OUT/renew.log" >>"$RENEW_OUT" || true
+    stop_daemon
+    DAEMON_LOG=$OUT/daemon.log
+fi
+
+# ---- how cost grows -----------------------------------------------------------
+if [ "$SCALING" = 1 ]; then
+    stamp scaling
+    SC=$OUT/scaling.txt
+    : >"$SC"
+    SAVE_DUR=$DUR
+    DUR=$SC_DUR
+    for n in ${SC_NODES//,/ }; do
+        log "scaling: $n node(s)"
+        start_daemon "$n"
+        rl "$SC" "nodes$n" --socket "$SOCK" --mode cycle --concurrency 64 \
+            --duration "$DUR" --warmup 1 --daemon-pid "$DAEMON_PID" \
+            --redis-pids "$(redis_pids "$n")" --redis "$(redis_socks "$n")"
+        rl "$SC" "nodes$n" --inproc --redis "$(redis_socks "$n")" --mode cycle \
+            --concurrency 64 --duration "$DUR" --warmup 1 \
+            --redis-pids "$(redis_pids "$n")"
+    done
+    start_daemon 5
+    RP=$(redis_pids 5)
+    for c in ${SC_CONNS//,/ }; do
+        log "scaling: $c client connection(s), one request in flight each"
+        rl "$SC" "conns$c" --socket "$SOCK" --mode cycle --concurrency "$c" \
+            --duration "$DUR" --warmup 1 --drain 20 --daemon-pid "$DAEMON_PID" \
+            --redis-pids "$RP" --redis "$(redis_socks 5)"
+    done
+    for c in ${SC_CONNS//,/ }; do
+        log "scaling: $c idle connection(s) + 16 active clients"
+        start_daemon 5
+        rl "$SC" "idle$c" --socket "$SOCK" --mode connections --idle "$c" \
+            --concurrency 16 --duration "$DUR" --warmup 1 \
+            --daemon-pid "$DAEMON_PID" --redis-pids "$RP" \
+            --redis "$(redis_socks 5)"
+    done
+    for h in ${SC_HELD//,/ }; do
+        log "scaling: $h held lock(s) + 64 active clients"
+        start_daemon 5
+        rl "$SC" "held$h" --socket "$SOCK" --mode cycle --held "$h" \
+            --concurrency 64 --duration "$DUR" --warmup 1 \
+            --daemon-pid "$DAEMON_PID" --redis-pids "$RP" \
+            --redis "$(redis_socks 5)"
+    done
+    stop_daemon
+    DUR=$SAVE_DUR
+fi
+
+# ---- profile --------------------------------------------------------------------
+if [ "$PROFILE" = 1 ]; then
+    stamp profile
+    PROF=$OUT/profile
+    mkdir -p "$PROF"
+    start_daemon 5
+    if perf record -e cpu-clock -o "$PROF/probe.data" -- true >/dev/null 2>&1; then
+        log "profile: perf record (cpu-clock sampling), 64 clients, ${PROF_DUR}s"
+        perf record -e cpu-clock -F 2000 -g -p "$DAEMON_PID" \
+            -o "$PROF/perf.data" -- sleep $((PROF_DUR + 1)) \
+            >"$PROF/perf-record.log" 2>&1 &
+        PERF_PID=$!
+        timeout -k 5 $((PROF_DUR + 60)) "$RLBENCH" --socket "$SOCK" \
+            --mode cycle --concurrency 64 --duration "$PROF_DUR" --warmup 0.5 \
+            --daemon-pid "$DAEMON_PID" --tag perf >"$PROF/perf-load.log" 2>&1 || true
+        wait "$PERF_PID" || true
+        perf report -i "$PROF/perf.data" --stdio --no-children \
+            --sort dso,sym 2>/dev/null | grep -v '^#' | grep '%' |
+            grep -v -- '--' | head -60 >"$PROF/perf-self.txt" || true
+        perf report -i "$PROF/perf.data" --stdio --children \
+            --sort sym 2>/dev/null | grep -v '^#' | grep -E '^ +[0-9]' |
+            head -60 >"$PROF/perf-children.txt" || true
+    fi
+    stop_daemon
+    if command -v valgrind >/dev/null; then
+        log "profile: callgrind, 64 clients, ${PROF_DUR}s (the daemon runs ~50x slower)"
+        args=()
+        for i in 1 2 3 4 5; do args+=(--node "unix://$TMP/r$i.sock"); done
+        valgrind --tool=callgrind --callgrind-out-file="$PROF/callgrind.out" \
+            "$DAEMON" "${args[@]}" --socket "$SOCK" --log-level warn \
+            --node-timeout-ms 2000 >"$PROF/callgrind.log" 2>&1 &
+        DAEMON_PID=$!
+        "$RLBENCH" --socket "$SOCK" --wait-ready 60 || true
+        timeout -k 5 $((PROF_DUR + 60)) "$RLBENCH" --socket "$SOCK" \
+            --mode cycle --concurrency 64 --duration "$PROF_DUR" --warmup 0.5 \
+            --tag callgrind >"$PROF/callgrind-load.log" 2>&1 || true
+        stop_daemon
+        callgrind_annotate --inclusive=no "$PROF/callgrind.out" 2>/dev/null |
+            head -70 >"$PROF/callgrind-self.txt" || true
+        callgrind_annotate --inclusive=yes "$PROF/callgrind.out" 2>/dev/null |
+            head -70 >"$PROF/callgrind-inclusive.txt" || true
+    fi
+fi
+
+# ---- report ---------------------------------------------------------------------
+if ! command -v gnuplot >/dev/null; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+        log "installing gnuplot-nox for the PNG"
+        timeout 300 apt-get install -y -qq gnuplot-nox >"$OUT/apt.log" 2>&1 ||
+            { timeout 300 apt-get update -qq >>"$OUT/apt.log" 2>&1 &&
+                timeout 300 apt-get install -y -qq gnuplot-nox >>"$OUT/apt.log" 2>&1; } ||
+            log "gnuplot could not be installed: no PNG"
+    fi
+fi
+report
+log "done: results in $OUT"
