@@ -441,6 +441,17 @@ static bool line_is_blank(const char *p, size_t n)
     return true;
 }
 
+/* A line over the limit: answer once and close (the stream cannot be
+ * resynchronised without reading the whole line). */
+static void ndjson_too_large(struct client *cl, size_t max)
+{
+    METRIC_INC(requests_bad);
+    log_warn(cl->subject, "line over %zu bytes: closing", max);
+    write_ndjson_error(cl, NULL, 0, ERR_TOO_LARGE,
+                       "request line over the limit (--max-line-bytes)");
+    client_close_after_flush(cl);
+}
+
 static void ndjson_read(struct client *cl)
 {
     struct server *s = cl->srv;
@@ -456,23 +467,13 @@ static void ndjson_read(struct client *cl)
             evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
         if (eol.pos < 0) {
             if (evbuffer_get_length(in) > max) {
-                METRIC_INC(requests_bad);
-                log_warn(cl->subject, "line over %zu bytes: closing", max);
-                write_ndjson_error(cl, NULL, 0, ERR_TOO_LARGE,
-                                   "request line over the limit "
-                                   "(--max-line-bytes)");
-                client_close_after_flush(cl);
+                ndjson_too_large(cl, max);
             }
             return;
         }
         size_t len = (size_t)eol.pos;
         if (len > max) {
-            METRIC_INC(requests_bad);
-            log_warn(cl->subject, "line over %zu bytes: closing", max);
-            write_ndjson_error(cl, NULL, 0, ERR_TOO_LARGE,
-                               "request line over the limit "
-                               "(--max-line-bytes)");
-            client_close_after_flush(cl);
+            ndjson_too_large(cl, max);
             return;
         }
         const char *line =

@@ -58,6 +58,15 @@ struct wake {
 
 static void wake_node_connect(struct wake_node *wn);
 
+/* Reconnects after the capped, jittered back-off shared with node.c. */
+static void wake_node_retry_later(struct wake_node *wn)
+{
+    uint32_t d = redlock_backoff_ms(wn->attempt++, 50, 5000,
+                                    (double)random() / RAND_MAX);
+    struct timeval tv = {(time_t)(d / 1000), (suseconds_t)(d % 1000) * 1000};
+    evtimer_add(wn->retry_ev, &tv);
+}
+
 static size_t chan_hash(const char *s, size_t len)
 {
     uint64_t h = 1469598103934665603ULL;
@@ -140,11 +149,7 @@ static void connect_cb(const redisAsyncContext *ac, int status)
     if (status != REDIS_OK) {
         wn->ac = NULL; /* hiredis frees it */
         if (!wn->w->closing && wn->w->count > 0) {
-            uint32_t d = redlock_backoff_ms(wn->attempt++, 50, 5000,
-                                            (double)random() / RAND_MAX);
-            struct timeval tv = {(time_t)(d / 1000),
-                                 (suseconds_t)(d % 1000) * 1000};
-            evtimer_add(wn->retry_ev, &tv);
+            wake_node_retry_later(wn);
         }
         return;
     }
@@ -184,11 +189,7 @@ static void disconnect_cb(const redisAsyncContext *ac, int status)
     wn->ac = NULL;
     wn->ready = false;
     if (!wn->w->closing && wn->w->count > 0) {
-        uint32_t d = redlock_backoff_ms(wn->attempt++, 50, 5000,
-                                        (double)random() / RAND_MAX);
-        struct timeval tv = {(time_t)(d / 1000),
-                             (suseconds_t)(d % 1000) * 1000};
-        evtimer_add(wn->retry_ev, &tv);
+        wake_node_retry_later(wn);
     }
 }
 
@@ -212,11 +213,7 @@ static void wake_node_connect(struct wake_node *wn)
         if (ac != NULL) {
             redisAsyncFree(ac);
         }
-        uint32_t d = redlock_backoff_ms(wn->attempt++, 50, 5000,
-                                        (double)random() / RAND_MAX);
-        struct timeval tv = {(time_t)(d / 1000),
-                             (suseconds_t)(d % 1000) * 1000};
-        evtimer_add(wn->retry_ev, &tv);
+        wake_node_retry_later(wn);
         return;
     }
     ac->data = wn;

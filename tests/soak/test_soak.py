@@ -7,7 +7,7 @@ import soak
 
 
 def test_soak_rss_flat():
-    seconds = int(os.environ.get("SOAK_SECONDS", "45"))
+    seconds = int(os.environ.get("SOAK_SECONDS", "90"))
     r = soak.run(seconds, max_growth_kb=4096)
     assert len(r["samples"]) >= seconds - 2, r["samples"]
     assert r["exit_code"] == 0, r
