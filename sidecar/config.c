@@ -141,6 +141,11 @@ static const struct option_def options[] = {
     {"max-conn-locks", 0, "max_conn_locks", NULL, OPT_INT,
      FIELD(max_conn_locks, int), "100000", 1, 100000000, NULL, NULL, "N",
      "locks held by one connection"},
+    {"max-conn-waiters", 0, "max_conn_waiters", NULL, OPT_INT,
+     FIELD(max_conn_waiters, int), "1024", 1, 100000000, NULL, NULL, "N",
+     "acquires waiting (wait_ms) from one connection; the default equals "
+     "that of --max-inflight, which bounds them already: lower it so that "
+     "one connection cannot take most of --max-waiters"},
     {"shutdown-timeout-ms", 0, "shutdown_timeout_ms", NULL, OPT_INT,
      FIELD(shutdown_timeout_ms, int), "2000", 100, 60000, NULL, NULL, "N",
      "time allowed at exit for releasing held locks, in ms"},
@@ -446,6 +451,17 @@ static int apply_redis_password(struct config *cfg, char *err, size_t errlen)
         }
     }
     if (pw == NULL) {
+        /* A user named in a URI needs a password from somewhere. */
+        for (int i = 0; i < cfg->n_nodes; i++) {
+            if (cfg->nodes[i].user != NULL && cfg->nodes[i].password == NULL) {
+                set_err(err, errlen,
+                        "node %s: a user without a password: give "
+                        "user:password@ in the URI, --redis-password-file "
+                        "or REDLOCKD_REDIS_PASSWORD",
+                        cfg->nodes[i].display);
+                return -1;
+            }
+        }
         return 0;
     }
     int rc = 0;
@@ -610,7 +626,9 @@ static int uri_query(const char *q, size_t n, bool is_unix,
 }
 
 /* uri_userinfo: "user:password" (n bytes) into out->user (NULL when empty)
- * and out->password, both percent-decoded. */
+ * and out->password, both percent-decoded. A bare "user" (an ACL user whose
+ * password comes from --redis-password-file or REDLOCKD_REDIS_PASSWORD)
+ * leaves out->password NULL; config_load() insists that one is given. */
 static int uri_userinfo(const char *s, size_t n, struct node_addr *out,
                         const char *shown, char *err, size_t errlen)
 {
@@ -619,10 +637,22 @@ static int uri_userinfo(const char *s, size_t n, struct node_addr *out,
     int rc;
 
     if (colon == NULL) {
-        set_err(err, errlen,
-                "credentials must be user:password@ or :password@ in '%s'",
-                shown);
-        return -1;
+        if (n == 0) {
+            set_err(err, errlen,
+                    "credentials must be user@, user:password@ or "
+                    ":password@ in '%s'",
+                    shown);
+            return -1;
+        }
+        rc = pct_decode(s, n, &out->user);
+        if (rc != 0) {
+            set_err(err, errlen,
+                    rc == -2 ? "out of memory"
+                             : "bad %%-escape in user in '%s'",
+                    shown);
+            return -1;
+        }
+        return 0;
     }
     ulen = (size_t)(colon - s);
     plen = n - ulen - 1;
@@ -770,11 +800,12 @@ static int uri_unix(const char *s, struct node_addr *out, const char *shown,
 
 /* config_parse_node_uri: parses uri into out (zeroed first; its strings are
  * heap copies, freed by node_addr_free):
- *   redis://[[user]:password@]host[:port][/db][?persistent=1]
+ *   redis://[[user]:password@ | user@]host[:port][/db][?persistent=1]
  *     host a name, IPv4 or [IPv6]; port defaults to 6379; db 0..1000000
- *     (SELECT only when > 0); user and password are percent-decoded;
+ *     (SELECT only when > 0); user and password are percent-decoded; with
+ *     user@ alone the password comes from --redis-password-file;
  *   unix:///absolute/path.sock[?db=N][&persistent=1]
- *     also unix://[user]:password@/path.sock.
+ *     also unix://[user]:password@/path.sock and unix://user@/path.sock.
  * persistent is 1/0/true/false. Returns 0, or -1 with one line in err that
  * shows the URI with its password as "***"; out is then empty. */
 int config_parse_node_uri(const char *uri, struct node_addr *out, char *err,

@@ -49,6 +49,7 @@ struct config {
     int max_waiters;       /* waiting acquires in this daemon, default 100000 */
     int max_inflight;      /* requests in flight per connection, default 1024 */
     int max_conn_locks;    /* locks held per connection, default 100000 */
+    int max_conn_waiters;  /* waiting acquires per connection, default 1024 */
     int socket_mode;       /* permission bits of the socket, default 0660 */
     enum log_level log_level;   /* default LOG_INFO */
     enum log_format log_format; /* default LOG_FORMAT_TEXT */

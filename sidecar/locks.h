@@ -20,6 +20,7 @@ struct client;
 struct lock_owner {
     struct lock *head; /* borrowed: locks are owned by the table */
     size_t count;
+    size_t waiters;        /* ops: this connection's calls in a wait queue */
     struct client *client; /* borrowed: the connection that embeds this */
 };
 

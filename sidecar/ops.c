@@ -206,6 +206,22 @@ static void waitq_free_if_empty(struct ops *o, struct waitq *q)
     free(q);
 }
 
+/* Whether one more waiter may queue: NULL, or why not. A call counts
+ * against its connection's --max-conn-waiters while it is queued and its
+ * session is known (an HTTP connection answers one request at a time, so
+ * it never has more than one waiter). */
+static const char *waiter_refusal(const struct ops *o, const struct call *call)
+{
+    if (o->n_waiters >= o->cfg->max_waiters) {
+        return "too many waiters in this daemon (--max-waiters)";
+    }
+    if (call->session != NULL &&
+        call->session->waiters >= (size_t)o->cfg->max_conn_waiters) {
+        return "too many waiters on this connection (--max-conn-waiters)";
+    }
+    return NULL;
+}
+
 static void waitq_push(struct ops *o, struct waitq *q, struct call *call)
 {
     call->wnext = NULL;
@@ -218,6 +234,9 @@ static void waitq_push(struct ops *o, struct waitq *q, struct call *call)
     q->tail = call;
     call->waitq = q;
     call->waiting = true;
+    if (call->session != NULL) {
+        call->session->waiters++;
+    }
     o->n_waiters++;
     METRIC_ADD(waiters, 1);
 }
@@ -245,6 +264,9 @@ static void waitq_unlink(struct ops *o, struct call *call)
     if (call->retry_ev != NULL) {
         event_free(call->retry_ev);
         call->retry_ev = NULL;
+    }
+    if (call->session != NULL) {
+        call->session->waiters--;
     }
     o->n_waiters--;
     METRIC_ADD(waiters, -1);
@@ -476,12 +498,21 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
     if (can_wait) {
         bool fresh = false;
         if (q == NULL) {
+            /* Refused before waitq_get(), which would leave an empty queue
+             * (and its wake-up watch) behind. */
+            const char *refusal = waiter_refusal(o, call);
+            if (refusal != NULL) {
+                METRIC_INC(acquire_error);
+                reply_error(call, ERR_LIMIT, refusal);
+                return;
+            }
             fresh = waitq_find(o, call->req.resource, call->req.resource_len) ==
                     NULL;
             q = waitq_get(o, call->req.resource, call->req.resource_len);
-            if (q == NULL || o->n_waiters >= o->cfg->max_waiters) {
+            if (q == NULL) {
+                log_error(NULL, "acquire: out of memory queueing a waiter");
                 METRIC_INC(acquire_error);
-                reply_error(call, ERR_LIMIT, "too many waiters in this daemon");
+                reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
                 return;
             }
             waitq_push(o, q, call);
@@ -918,11 +949,10 @@ static void op_acquire(struct ops *o, struct call *call)
     struct waitq *q = waitq_find(o, call->req.resource, call->req.resource_len);
     if (q != NULL && q->head != NULL && call->req.wait_ms > 0) {
         /* Others are already waiting: first come, first served. */
-        if (o->n_waiters >= o->cfg->max_waiters) {
+        const char *refusal = waiter_refusal(o, call);
+        if (refusal != NULL) {
             METRIC_INC(acquire_error);
-            reply_error(call, ERR_LIMIT,
-                        "too many waiters in this daemon "
-                        "(--max-waiters)");
+            reply_error(call, ERR_LIMIT, refusal);
             return;
         }
         waitq_push(o, q, call);
@@ -967,6 +997,11 @@ void ops_submit(struct ops *o, struct call *call)
 
 void ops_call_abandoned(struct ops *o, struct call *call)
 {
+    if (call->waitq != NULL && call->session != NULL) {
+        /* The session dies with its connection, possibly before the call
+         * leaves the queue (a head whose attempt is in flight). */
+        call->session->waiters--;
+    }
     call->client = NULL;
     call->session = NULL;
     if (call->waitq == NULL) {

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from extra import (PwRedis, curl1, free_port, http, metric, mkdtemp_open,
-                   scrape)
+                   scrape, wait_metric)
 from extra import xdaemons  # noqa: F401 (fixture)
 from rl import (SLOW, Closed, Resp, assert_error, assert_ok,
                 lock_key, poll_until, rname)
@@ -242,6 +242,92 @@ def test_max_conn_locks(cluster, daemon_factory):
         assert_ok(b.call("acquire", resource=rname("mcl"), ttl_ms=10000))
         assert_ok(a.call("release", lock=toks[0]))
         assert_ok(a.call("acquire", resource=res4, ttl_ms=10000))
+
+
+def _no_answer(c, id_, secs):
+    """Asserts that c gets no answer for id_ within secs (it is queued)."""
+    try:
+        r = c.response(id_, timeout=secs)
+    except socket.timeout:
+        return
+    raise AssertionError("waiter %r answered at once: %r" % (id_, r))
+
+
+def test_max_conn_waiters(cluster, daemon_factory):
+    """--max-conn-waiters 2: a third waiter on one connection is refused,
+    other connections still queue, the count follows waiters that time out
+    or are granted, and a closed connection's waiters leave no trace."""
+    d = daemon_factory.start(cluster, name="mcw",
+                             extra=["--max-conn-waiters", "2"])
+    res = rname("mcw")
+
+    def wait_waiters(n):
+        v, secs = wait_metric(d.socket, "redlockd_waiters", n, 5.0 * SLOW)
+        assert v == n, "redlockd_waiters %r, want %d" % (v, n)
+
+    def errors():
+        return metric(scrape(d.socket), "redlockd_acquisitions_total",
+                      result="error") or 0
+
+    with d.client() as h, d.client(timeout=30.0) as a, \
+            d.client(timeout=30.0) as b:
+        held = h.call("acquire", resource=res, ttl_ms=60000)
+        assert_ok(held)
+        # Two waiters on one connection: the first gives up after 1.5 s.
+        a.send({"op": "acquire", "id": "a1", "resource": res,
+                "wait_ms": 1500})
+        wait_waiters(1)
+        a.send({"op": "acquire", "id": "a2", "resource": res,
+                "wait_ms": 30000})
+        wait_waiters(2)
+        e0 = errors()
+        r = a.call("acquire", resource=res, wait_ms=30000, timeout=5.0)
+        print("third waiter on one connection: %r" % r)
+        assert_error(r, "limit", "--max-conn-waiters")
+        assert errors() == e0 + 1, "the refusal is not counted"
+        # Without wait_ms it is no waiter: busy, not limit.
+        assert_error(a.call("acquire", resource=res), "busy")
+        # Another connection still queues.
+        b.send({"op": "acquire", "id": "b1", "resource": res,
+                "wait_ms": 30000})
+        wait_waiters(3)
+        _no_answer(b, "b1", 0.2)
+        # a1 times out: a has room for one more.
+        r = a.response("a1", timeout=10.0 * SLOW)
+        assert_error(r, "busy")
+        wait_waiters(2)
+        a.send({"op": "acquire", "id": "a3", "resource": res,
+                "wait_ms": 30000})
+        wait_waiters(3)
+        _no_answer(a, "a3", 0.2)
+        assert_error(a.call("acquire", resource=res, wait_ms=30000),
+                     "limit", "--max-conn-waiters")
+        # A grant: the release hands the lock to a2, the head of the queue.
+        assert_ok(h.call("release", lock=held["lock"]))
+        r = a.response("a2", timeout=5.0 * SLOW)
+        assert_ok(r, "a2 after the release")
+        wait_waiters(2)  # b1, a3
+        a.send({"op": "acquire", "id": "a4", "resource": res,
+                "wait_ms": 30000})
+        wait_waiters(3)
+        _no_answer(a, "a4", 0.2)
+        assert_error(a.call("acquire", resource=res, wait_ms=30000),
+                     "limit", "--max-conn-waiters")
+        # Closing a drops its two waiters and releases a2's lock, which
+        # goes to b1, next in line ...
+        a.close()
+        assert_ok(b.response("b1", timeout=5.0 * SLOW), "b1 after a closed")
+        wait_waiters(0)
+        # ... and a new connection starts from zero.
+        with d.client(timeout=30.0) as a2:
+            for i in (1, 2):
+                a2.send({"op": "acquire", "id": "n%d" % i, "resource": res,
+                         "wait_ms": 30000})
+                wait_waiters(i)
+            assert_error(a2.call("acquire", resource=res, wait_ms=30000),
+                         "limit", "--max-conn-waiters")
+            _no_answer(a2, "n1", 0.1)
+        wait_waiters(0)
 
 
 def test_max_locks(cluster, daemon_factory):

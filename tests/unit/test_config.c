@@ -38,7 +38,7 @@ static int n_tmp_files;
 
 static const char *const env_vars[] = {
     "REDLOCKD_NODES",     "REDLOCKD_SOCKET",     "REDLOCKD_PREFIX",
-    "REDLOCKD_LOG_LEVEL", "REDLOCKD_LOG_FORMAT",
+    "REDLOCKD_LOG_LEVEL", "REDLOCKD_LOG_FORMAT", "REDLOCKD_REDIS_PASSWORD",
 };
 
 /* ---- helpers ---------------------------------------------------------- */
@@ -208,6 +208,7 @@ static void test_defaults(void **state)
     assert_int_equal(c.max_waiters, 100000);
     assert_int_equal(c.max_inflight, 1024);
     assert_int_equal(c.max_conn_locks, 100000);
+    assert_int_equal(c.max_conn_waiters, 1024);
     assert_int_equal(c.socket_mode, 0660);
     assert_int_equal(c.log_level, LOG_INFO);
     assert_int_equal(c.log_format, LOG_FORMAT_TEXT);
@@ -231,6 +232,8 @@ static const struct int_flag int_flags[] = {
     {"--max-waiters", 1, 10000000, offsetof(struct config, max_waiters)},
     {"--max-inflight", 1, 1000000, offsetof(struct config, max_inflight)},
     {"--max-conn-locks", 1, 100000000, offsetof(struct config, max_conn_locks)},
+    {"--max-conn-waiters", 1, 100000000,
+     offsetof(struct config, max_conn_waiters)},
     {"--shutdown-timeout-ms", 100, 60000,
      offsetof(struct config, shutdown_timeout_ms)},
 };
@@ -528,9 +531,9 @@ static void test_equals_form(void **state)
              "--prefix=p:", "--drift-factor=0.2", "--node-timeout-ms=250",
              "--max-line-bytes=2048", "--max-connections=7", "--max-locks=8",
              "--max-waiters=9", "--max-inflight=10", "--max-conn-locks=11",
-             "--socket-mode=0600", "--log-level=warn", "--log-format=json",
-             "--shutdown-timeout-ms=100", "--metrics-listen=[::1]:9100",
-             "--redis-server=/rs"),
+             "--max-conn-waiters=12", "--socket-mode=0600", "--log-level=warn",
+             "--log-format=json", "--shutdown-timeout-ms=100",
+             "--metrics-listen=[::1]:9100", "--redis-server=/rs"),
         CONFIG_OK);
     assert_string_equal(c.nodes[0].display, "h:1");
     assert_string_equal(c.socket_path, "/s");
@@ -543,6 +546,7 @@ static void test_equals_form(void **state)
     assert_int_equal(c.max_waiters, 9);
     assert_int_equal(c.max_inflight, 10);
     assert_int_equal(c.max_conn_locks, 11);
+    assert_int_equal(c.max_conn_waiters, 12);
     assert_int_equal(c.socket_mode, 0600);
     assert_int_equal(c.log_level, LOG_WARN);
     assert_int_equal(c.log_format, LOG_FORMAT_JSON);
@@ -614,6 +618,7 @@ static void test_help_version(void **state)
         "--max-waiters N",
         "--max-inflight N",
         "--max-conn-locks N",
+        "--max-conn-waiters N",
         "--shutdown-timeout-ms N",
         "--log-level LEVEL",
         "--log-format FMT",
@@ -989,6 +994,7 @@ static void test_file_all_keys(void **state)
         " \"node_timeout_ms\": 50, \"max_line_bytes\": \"128k\",\n"
         " \"max_connections\": 3, \"max_locks\": 4, \"max_waiters\": 5,\n"
         " \"max_inflight\": 6, \"max_conn_locks\": 7,\n"
+        " \"max_conn_waiters\": 8,\n"
         " \"shutdown_timeout_ms\": 60000, \"log_level\": \"warn\",\n"
         " \"log_format\": \"json\", \"metrics_listen\": \"[::]:9100\",\n"
         " \"dev\": false, \"redis_server\": \"/usr/bin/rs\"}");
@@ -1016,6 +1022,7 @@ static void test_file_all_keys(void **state)
     assert_int_equal(c.max_waiters, 5);
     assert_int_equal(c.max_inflight, 6);
     assert_int_equal(c.max_conn_locks, 7);
+    assert_int_equal(c.max_conn_waiters, 8);
     assert_int_equal(c.shutdown_timeout_ms, 60000);
     assert_int_equal(c.log_level, LOG_WARN);
     assert_int_equal(c.log_format, LOG_FORMAT_JSON);
@@ -1190,6 +1197,10 @@ static const struct uri_case good_uris[] = {
      false, "h:1"},
     {"redis://:" SECRET "@h:1", NODE_ADDR_TCP, "h", 1, NULL, SECRET, 0, false,
      "h:1"},
+    {"redis://alice@h:1", NODE_ADDR_TCP, "h", 1, "alice", NULL, 0, false,
+     "h:1"},
+    {"unix://alice@/tmp/r.sock", NODE_ADDR_UNIX, "/tmp/r.sock", 0, "alice",
+     NULL, 0, false, "unix:/tmp/r.sock"},
     {"redis://al%69ce:p%40ss%3Aw%2F@h", NODE_ADDR_TCP, "h", 6379, "alice",
      "p@ss:w/", 0, false, "h:6379"},
     {"redis://:p@ss/w?rd@[::1]:2", NODE_ADDR_TCP, "::1", 2, NULL, "p@ss/w?rd",
@@ -1308,8 +1319,9 @@ static const struct bad_uri bad_uris[] = {
     {"redis://h:1?foo=1", "unknown parameter 'foo' in 'redis://h:1?foo=1'"},
     {"redis://h:1?persistent=yes",
      "bad persistent 'yes' (1 or 0) in 'redis://h:1?persistent=yes'"},
-    {"redis://" SECRET "@h:1",
-     "credentials must be user:password@ or :password@ in 'redis://***@h:1'"},
+    {"redis://@h:1", "credentials must be user@, user:password@ or "
+                     ":password@ in 'redis://***@h:1'"},
+    {"redis://u%zz@h", "bad %-escape in user in 'redis://***@h'"},
     {"redis://u:@h:1", "empty password in 'redis://u:***@h:1'"},
     {"redis://:" SECRET "%zz@h",
      "bad %-escape in password in 'redis://:***@h'"},
@@ -1390,6 +1402,54 @@ static void test_uri_flag_errors(void **state)
     assert_string_equal(err, "--node: bad port '99999' in "
                              "'redis://a:***@h:99999'");
     config_free(&c);
+}
+
+/* A URI's own password wins; --redis-password-file (first line) or else
+ * REDLOCKD_REDIS_PASSWORD fills in the others, an ACL user's (user@) too;
+ * a user with no password from anywhere is refused. */
+static void test_redis_password(void **state)
+{
+    const char *pwfile = write_file(SECRET "\nsecond line\n");
+    const char *empty = write_file("\n");
+    struct config c;
+    char err[ERRLEN];
+
+    (void)state;
+    assert_int_equal(LOAD(&c, err, "--node", "redis://rl@h:1", "--node",
+                          "unix://rl@/tmp/r.sock", "--node", "redis://h:2",
+                          "--node", "redis://u:own@h:3",
+                          "--redis-password-file", pwfile),
+                     CONFIG_OK);
+    assert_string_equal(c.nodes[0].user, "rl");
+    assert_string_equal(c.nodes[0].password, SECRET);
+    assert_string_equal(c.nodes[1].user, "rl");
+    assert_string_equal(c.nodes[1].password, SECRET);
+    assert_null(c.nodes[2].user);
+    assert_string_equal(c.nodes[2].password, SECRET);
+    assert_string_equal(c.nodes[3].password, "own");
+    config_free(&c);
+
+    setenv("REDLOCKD_REDIS_PASSWORD", "fromenv", 1);
+    assert_int_equal(LOAD(&c, err, "--node", "redis://rl@h:1"), CONFIG_OK);
+    assert_string_equal(c.nodes[0].user, "rl");
+    assert_string_equal(c.nodes[0].password, "fromenv");
+    config_free(&c);
+    /* The file wins over the environment. */
+    assert_int_equal(LOAD(&c, err, "--node", "redis://rl@h:1",
+                          "--redis-password-file", pwfile),
+                     CONFIG_OK);
+    assert_string_equal(c.nodes[0].password, SECRET);
+    config_free(&c);
+    unsetenv("REDLOCKD_REDIS_PASSWORD");
+
+    EXPECT_ERR("node h:1: a user without a password: give user:password@ "
+               "in the URI, --redis-password-file or REDLOCKD_REDIS_PASSWORD",
+               "--node", "redis://h:2", "--node", "redis://rl@h:1");
+    char want[ERRLEN];
+    snprintf(want, sizeof want, "--redis-password-file %s: empty first line",
+             empty);
+    EXPECT_ERR(want, "--node", "redis://rl@h:1", "--redis-password-file",
+               empty);
 }
 
 /* ---- ownership -------------------------------------------------------- */
@@ -1749,7 +1809,7 @@ int main(void)
         T(test_token_hash),       T(test_log_json),
         T(test_log_text),         T(test_log_levels),
         T(test_log_truncation),   T(test_log_errno_kept),
-        T(test_log_lines_atomic),
+        T(test_log_lines_atomic), T(test_redis_password),
     };
 
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -1,0 +1,251 @@
+"""Issue 6: Redis ACL users, live. The five nodes get the least-privilege
+user that docs/operations.md recommends (its `ACL SETUSER redlockd ...` line
+is read from there, so the documented line is the tested one) and a default
+user with a password of its own, so only the ACL user gets in. The daemon
+authenticates as that user with the password in the URI, from
+--redis-password-file or from REDLOCKD_REDIS_PASSWORD; every operation runs
+without a single refusal in ACL LOG; a wrong password leaves the nodes down
+with a clear log line; the password shows nowhere."""
+
+import os
+import re
+
+from extra import http
+from extra import xdaemons  # noqa: F401 (fixture)
+from rl import (REPO, SLOW, Resp, RespError, assert_error, assert_ok,
+                lock_key, poll_until, pytest, resp_cmd, rname, run_bin)
+
+USER = "redlockd"
+DOCS = REPO / "docs" / "operations.md"
+DB = 3  # the last node is named with ?db=3: SELECT runs as the user too
+
+
+def _acl_rules(password):
+    """The documented ACL SETUSER line's rules, with the real password."""
+    lines = [ln.strip() for ln in DOCS.read_text().splitlines()
+             if ln.strip().startswith("ACL SETUSER %s " % USER)]
+    assert len(lines) == 1, "docs/operations.md should hold one `ACL " \
+        "SETUSER %s` line, found %r" % (USER, lines)
+    words = lines[0].split()[3:]
+    assert ">PASSWORD" in words, lines[0]
+    return [">" + password if w == ">PASSWORD" else w for w in words]
+
+
+def _lock_down(cluster, password):
+    """Adds the ACL user to every node and gives the default user a
+    password the daemon does not know (the tests use it to inspect)."""
+    admin = "admin-%s" % os.urandom(8).hex()
+    rules = _acl_rules(password)
+    for nd in cluster.nodes:
+        assert nd.cmd("ACL", "SETUSER", USER, *rules) == "OK"
+        assert nd.cmd("ACL", "SETUSER", "default", "resetpass",
+                      ">" + admin) == "OK"
+        nd.password = admin
+        assert nd.cmd("ACL", "LOG", "RESET") == "OK"
+        try:
+            resp_cmd(nd.path, "PING")
+            raise AssertionError("node %d still answers without AUTH" % nd.k)
+        except RespError as e:
+            assert "NOAUTH" in str(e), e
+    print("ACL SETUSER %s %s" % (USER, " ".join(
+        "***" if r.startswith(">") else r for r in rules)))
+
+
+def _node_args(cluster, userinfo):
+    args = []
+    for i, nd in enumerate(cluster.nodes):
+        q = "?db=%d" % DB if i == len(cluster.nodes) - 1 else ""
+        args += ["--node", "unix://%s@%s%s" % (userinfo, nd.path, q)]
+    return args
+
+
+def _get_key(cluster, key):
+    """GET key on every node, the last one in db DB."""
+    out = cluster.get_all(key)[:-1]
+    nd = cluster.nodes[-1]
+    with Resp(nd.path, password=nd.password) as r:
+        r.cmd("SELECT", DB)
+        out.append(r.cmd("GET", key))
+    return out
+
+
+def _acl_refusals(cluster):
+    """Every ACL LOG entry on every node, as (node, reason, object)."""
+    out = []
+    for nd in cluster.nodes:
+        for e in nd.cmd("ACL", "LOG"):
+            d = dict(zip(e[0::2], e[1::2]))
+            out.append((nd.k, d.get(b"reason"), d.get(b"object"),
+                        d.get(b"username")))
+    return out
+
+
+def _health(d):
+    r = http(d.socket, "GET", "/v1/health", timeout=5.0)
+    return r.status, r.json(), r.body.decode()
+
+
+def _proc_text(d, what):
+    with open("/proc/%d/%s" % (d.pid, what), "rb") as f:
+        return f.read().decode(errors="replace")
+
+
+def _exercise(d, cluster):
+    """Every command the daemon sends: acquire with a fence, extend, a
+    waiter woken by a release (SUBSCRIBE, PUBLISH), complete, EVAL after
+    a SCRIPT FLUSH, release."""
+    res = rname("acl")
+    key = lock_key(res)
+    with d.client() as a, d.client(timeout=15.0) as b:
+        r = a.call("acquire", resource=res, ttl_ms=20000, fence=True)
+        assert_ok(r, "acquire as the ACL user")
+        assert r.get("fence", 0) >= 1, r
+        tok = r["lock"].encode()
+        on = _get_key(cluster, key)
+        print("lock on the nodes: %r" % on)
+        assert on == [tok] * 5, on
+        assert_ok(a.call("extend", lock=r["lock"], ttl_ms=30000))
+        b.send({"op": "acquire", "id": "w", "resource": res,
+                "wait_ms": 10000, "ttl_ms": 20000})
+        # The waiter queues and subscribes (as the user) before the release.
+        subs, _ = poll_until(lambda: all(
+            nd.cmd("PUBSUB", "NUMSUB", "redlock:wake:" + res)[1] > 0
+            for nd in cluster.nodes), 3.0 * SLOW)
+        assert subs, "the waiter did not subscribe on every node"
+        assert_ok(a.call("release", lock=r["lock"]))
+        w = b.response("w", timeout=10.0 * SLOW)
+        assert_ok(w, "the waiter after the release")
+        assert_ok(b.call("complete", lock=w["lock"], keep_ms=5000))
+        assert _get_key(cluster, key) == [b"done:" + w["lock"].encode()] * 5
+        # The script cache lost on one node: EVAL, then SCRIPT LOAD again.
+        cluster.nodes[0].cmd("SCRIPT", "FLUSH")
+        res2 = rname("acl2")
+        r = a.call("acquire", resource=res2, ttl_ms=5000)
+        assert_ok(r, "acquire after SCRIPT FLUSH")
+        assert cluster.nodes[0].cmd("GET", lock_key(res2)) == \
+            r["lock"].encode()
+        assert_ok(a.call("release", lock=r["lock"]))
+    keys = cluster.keys_all("*")[:-1]
+    for k, ks in enumerate(keys):
+        assert all(x.startswith(b"redlock:lock:") or x == b"redlock:fence"
+                   for x in ks), "node %d: %r" % (k + 1, ks)
+
+
+def _no_secret(d, secret, texts):
+    for what, text in texts.items():
+        assert secret not in text, "the password shows in %s: %r" % (
+            what, text[max(0, text.find(secret) - 80):
+                       text.find(secret) + 40])
+    print("password absent from %s" % ", ".join(sorted(texts)))
+
+
+def test_acl_user_password_in_uri(cluster, xdaemons):
+    pw = "aclpw-%s" % os.urandom(8).hex()
+    _lock_down(cluster, pw)
+    d = xdaemons.start(cluster, name="acl",
+                       node_args=_node_args(cluster, "%s:%s" % (USER, pw)))
+    st, h, htext = _health(d)
+    print("health: %s" % htext)
+    assert st == 200 and h["ok"] is True, h
+    assert all(n["up"] and not n.get("last_error") for n in h["nodes"]), h
+    _exercise(d, cluster)
+    refused = _acl_refusals(cluster)
+    print("ACL LOG entries: %r" % refused)
+    assert refused == [], "the documented ACL user lacks rights: %r" % refused
+    texts = {"health": htext,
+             "metrics": http(d.socket, "GET", "/metrics").body.decode()}
+    xdaemons.teardown()
+    texts["log"] = d.stderr_text()
+    _no_secret(d, pw, texts)
+
+
+def _start_pw_elsewhere(cluster, xdaemons, how, pw, name, **kw):
+    """A daemon naming only the user in its URIs, the password given by
+    how: "file" (--redis-password-file) or "env" (REDLOCKD_REDIS_PASSWORD).
+    """
+    extra, env = [], {"REDLOCKD_REDIS_PASSWORD": ""}
+    if how == "file":
+        f = cluster.dir / ("%s.pw" % name)
+        f.write_text(pw + "\n")
+        os.chmod(f, 0o600)
+        extra = ["--redis-password-file", str(f)]
+    else:
+        env = {"REDLOCKD_REDIS_PASSWORD": pw}
+    return xdaemons.start(cluster, name=name, extra=extra, env=env,
+                          node_args=_node_args(cluster, USER), **kw)
+
+
+@pytest.mark.parametrize("how", ["file", "env"])
+def test_acl_user_password_elsewhere(cluster, xdaemons, how):
+    pw = "aclpw-%s" % os.urandom(8).hex()
+    _lock_down(cluster, pw)
+    d = _start_pw_elsewhere(cluster, xdaemons, how, pw, "acl" + how)
+    st, h, htext = _health(d)
+    assert st == 200 and h["ok"] is True, h
+    _exercise(d, cluster)
+    refused = _acl_refusals(cluster)
+    assert refused == [], "the documented ACL user lacks rights: %r" % refused
+    texts = {"cmdline": _proc_text(d, "cmdline"), "health": htext}
+    xdaemons.teardown()
+    texts["log"] = d.stderr_text()
+    _no_secret(d, pw, texts)
+
+
+@pytest.mark.parametrize("how", ["uri", "file", "env"])
+def test_acl_wrong_password(cluster, xdaemons, how):
+    pw = "aclpw-%s" % os.urandom(8).hex()
+    bad = "wrongpw-%s" % os.urandom(8).hex()
+    _lock_down(cluster, pw)
+    ready = dict(ready=lambda x: os.path.exists(x.socket))
+    if how == "uri":
+        d = xdaemons.start(cluster, name="aclbad",
+                           node_args=_node_args(cluster, "%s:%s" % (USER,
+                                                                    bad)),
+                           **ready)
+    else:
+        d = _start_pw_elsewhere(cluster, xdaemons, how, bad, "aclbad" + how,
+                                **ready)
+
+    def all_refused():
+        st, h, _ = _health(d)
+        return h if all(n.get("last_error") for n in h["nodes"]) else None
+
+    h, secs = poll_until(all_refused, 5.0 * SLOW, 0.05)
+    st, h, htext = _health(d)
+    print("health %d after %.0f ms: %s" % (st, secs * 1000, htext))
+    assert st == 503 and h["ok"] is False, h
+    for n in h["nodes"]:
+        assert n["up"] is False, n
+        assert "WRONGPASS" in (n.get("last_error") or ""), n
+    with d.client() as c:
+        assert_error(c.call("acquire", resource=rname("aclbad")),
+                     "no_quorum")
+    log = d.stderr_text()
+    lines = [ln for ln in log.splitlines()
+             if re.search(r"handshake failed: WRONGPASS", ln)]
+    print("log: %s" % (lines[0] if lines else log[-2000:]))
+    for nd in cluster.nodes:
+        assert any(str(nd.path) in ln for ln in lines), \
+            "no WRONGPASS line naming node %d:\n%s" % (nd.k, log[-3000:])
+    texts = {"health": htext,
+             "metrics": http(d.socket, "GET", "/metrics").body.decode()}
+    if how != "uri":  # a URI in argv shows its password there: that is
+        texts["cmdline"] = _proc_text(d, "cmdline")  # why the others exist
+    xdaemons.teardown()
+    texts["log"] = d.stderr_text()
+    _no_secret(d, bad, texts)
+    _no_secret(d, pw, texts)
+    # The refusals are AUTH failures for our user, nothing else.
+    refused = _acl_refusals(cluster)
+    assert refused and all(r[1] == b"auth" and r[3] == USER.encode()
+                           for r in refused), refused
+
+
+def test_acl_user_without_password_is_refused():
+    p = run_bin(["--node", "redis://%s@127.0.0.1:1" % USER],
+                env={"REDLOCKD_REDIS_PASSWORD": ""})
+    err = p.stderr.decode(errors="replace")
+    print("exit %d: %s" % (p.returncode, err.strip()))
+    assert p.returncode == 2, (p.returncode, err)
+    assert "a user without a password" in err, err
+    assert len(err.strip().splitlines()) == 1, err
