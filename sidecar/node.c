@@ -1,28 +1,43 @@
-/* node.c: one Redis node behind one hiredis async connection.
+/* node.c: one Redis node behind one connection of our own.
  *
  * Life of a connection:
  *
- *   DOWN --reconnect timer--> CONNECTING --connect cb--> handshake
- *     (AUTH, SELECT, SCRIPT LOAD x n; all with the connect deadline)
+ *   DOWN --reconnect timer--> CONNECTING --socket connected--> handshake
+ *     (AUTH, SELECT, INFO, SCRIPT LOAD x n; all with the connect deadline)
  *     --last handshake reply--> UP --drop, stall, error--> DOWN
  *
- * Commands are written with redisAsyncFormattedCommand (we format RESP
- * ourselves, once) and kept in a FIFO in send order. Redis answers in order
- * and every command gets the same timeout, so deadlines grow along the FIFO:
- * one timer armed for the oldest live command serves them all. A command
- * that times out gets its callback at once (NODE_TIMEOUT) and stays in the
- * FIFO, marked done, until hiredis hands back its reply or drops it. */
+ * Writes: commands are formatted as RESP once (per op, see node_prepare)
+ * and appended to the node's output buffer; the buffer goes out in one
+ * write() at the end of the current event-loop turn (flush_ev is made
+ * active, so it runs after every callback already active in this turn).
+ * Every request read from every client in one turn therefore reaches each
+ * node in one write, and EV_WRITE is armed only while the socket is full.
+ * hiredis's async layer did the same with an epoll_ctl pair and a buffer
+ * regrown by realloc per batch: a third of the daemon's instructions.
+ *
+ * Reads: hiredis's redisReader parses the replies (into pooled reply
+ * objects); commands are kept in a FIFO in send order and Redis answers in
+ * order, so each reply belongs to the FIFO's head. Every command gets the
+ * same timeout, so deadlines grow along the FIFO: one timer armed for the
+ * oldest live command serves them all. A command that times out gets its
+ * callback at once (NODE_TIMEOUT) and stays in the FIFO, marked done, until
+ * its reply arrives or the connection drops. */
 #include "node.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <event2/event.h>
-#include <hiredis/adapters/libevent.h>
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
 #include "config.h"
@@ -116,12 +131,25 @@ struct node {
     const struct node_addr *addr; /* borrowed: owned by the config */
     struct node_options opts;
     struct event_base *base; /* borrowed */
-    redisAsyncContext *ac;   /* owned by hiredis once connected */
+    int fd;                  /* the connection, -1 when none */
+    bool connected;          /* connect() has completed on fd */
+    bool dropping;           /* node_drop() is failing the FIFO */
+    uint64_t conn_gen;       /* bumped on every drop */
+    redisReader *reader;     /* owned: reply parser of this connection */
+    struct event *read_ev;   /* EV_READ|EV_PERSIST on fd */
+    struct event *write_ev;  /* EV_WRITE on fd: connect done, or room again */
+    struct event *flush_ev;  /* made active to write at the end of a turn */
+    bool flush_pending;      /* flush_ev is active */
+    bool write_armed;        /* write_ev is added */
+    char *obuf;              /* owned: output not yet written */
+    size_t olen, ooff, ocap; /* bytes [ooff, olen) are unsent */
     enum node_state state;
     node_state_fn *state_cb;
     void *state_priv;
     struct event *conn_timer; /* reconnect delay / connect deadline */
     struct event *cmd_timer;  /* deadline of the oldest live command */
+    bool cmd_timer_on;        /* cmd_timer is added ... */
+    uint64_t cmd_timer_at;    /* ... to fire at this time */
     struct event *ping_timer; /* heartbeat while idle */
     uint64_t last_send_us;    /* when a command was last written */
     uint64_t last_reply_us;   /* when a reply last arrived */
@@ -129,6 +157,7 @@ struct node {
     int handshake_left;       /* replies still expected before UP */
     bool handshake_failed;
     char sha[SCRIPT__COUNT][SHA_LEN + 1];
+    bool sha_ok[SCRIPT__COUNT];   /* sha equals known_sha: prepared sends ok */
     struct node_cmd *head, *tail; /* FIFO of commands in hiredis */
     struct node_cmd *live;        /* first command not yet timed out */
     int pending;                  /* commands in the FIFO */
@@ -148,6 +177,7 @@ struct node {
 
 static void node_connect(struct node *node);
 static void node_drop(struct node *node, const char *why);
+static void reply_free(void *obj);
 
 static uint64_t now_us(void)
 {
@@ -292,8 +322,11 @@ static void fifo_unlink(struct node *node, struct node_cmd *cmd)
 
 static void cmd_timer_arm(struct node *node)
 {
+    /* Deadlines only grow along the FIFO, so a timer already armed fires
+     * no later than needed; it is left armed when the FIFO empties rather
+     * than deleted and re-added for every batch. */
     if (node->live == NULL ||
-        event_pending(node->cmd_timer, EV_TIMEOUT, NULL)) {
+        (node->cmd_timer_on && node->cmd_timer_at <= node->live->deadline_us)) {
         return;
     }
     uint64_t now = now_us();
@@ -302,6 +335,8 @@ static void cmd_timer_arm(struct node *node)
     struct timeval tv = {(time_t)(wait / 1000000u),
                          (suseconds_t)(wait % 1000000u)};
     evtimer_add(node->cmd_timer, &tv);
+    node->cmd_timer_on = true;
+    node->cmd_timer_at = now + wait;
 }
 
 /* The deadline timer: time out every live command past its deadline, and
@@ -313,6 +348,7 @@ static void cmd_timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct node *node = arg;
     uint64_t now = now_us();
+    node->cmd_timer_on = false;
     while (node->live != NULL && node->live->deadline_us <= now) {
         struct node_cmd *cmd = node->live;
         node->live = cmd->next;
@@ -341,6 +377,8 @@ static void cmd_timer_cb(evutil_socket_t fd, short what, void *arg)
                              (suseconds_t)(node->opts.timeout_ms % 1000) *
                                  1000};
         evtimer_add(node->cmd_timer, &tv);
+        node->cmd_timer_on = true;
+        node->cmd_timer_at = now + (uint64_t)node->opts.timeout_ms * 1000u;
         return;
     }
     cmd_timer_arm(node);
@@ -373,179 +411,282 @@ static void scripts_reload(struct node *node)
     }
 }
 
-/* hiredis reply callback: r is NULL when the connection is going away. */
-static void node_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
+/* ---- output ---------------------------------------------------------- */
+
+/* Appends bytes to the output buffer and makes sure they are written at the
+ * end of this loop turn (or when the socket has room again). */
+static int out_append(struct node *node, const char *buf, size_t len)
 {
-    (void)ac;
-    struct node_cmd *cmd = privdata;
-    struct node *node = cmd->node;
-    redisReply *reply = r;
-    uint64_t now = now_us();
-
-    if (reply != NULL && cmd->prep != NULL &&
-        reply->type == REDIS_REPLY_ERROR &&
-        strncmp(reply->str, "NOSCRIPT", 8) == 0 && !cmd->done &&
-        node->ac != NULL) {
-        /* The server lost its script cache (SCRIPT FLUSH): send the same
-         * arguments with the script body, keeping the caller's callback. */
-        const struct node_prep *pp = cmd->prep;
-        const char *src = script_source[cmd->script];
-        size_t src_len = strlen(src);
-        char head[64];
-        int hl = snprintf(head, sizeof(head), "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n",
-                          pp->argc + 3, src_len);
-        const char *rest_body = pp->buf + pp->rest_off;
-        size_t rest_body_len = pp->len - pp->rest_off;
-        size_t total = (size_t)hl + src_len + 2 + rest_body_len;
-        char *buf = malloc(total + 1);
-        if (buf != NULL) {
-            memcpy(buf, head, (size_t)hl);
-            memcpy(buf + hl, src, src_len);
-            memcpy(buf + hl + src_len, "\r\n", 2);
-            memcpy(buf + hl + src_len + 2, rest_body, rest_body_len);
-            buf[total] = '\0';
-            fifo_unlink(node, cmd);
-            cmd->sent_us = now;
-            cmd->deadline_us = now + (uint64_t)node->opts.timeout_ms * 1000u;
-            fifo_push(node, cmd);
-            int rc = redisAsyncFormattedCommand(node->ac, node_reply_cb, cmd,
-                                                buf, total);
-            free(buf);
-            if (rc == REDIS_OK) {
-                if (!node->reloading) {
-                    /* Load the scripts again so that later commands need
-                     * no second round trip. */
-                    log_warn(node->subject,
-                             "NOSCRIPT: resent as EVAL; reloading scripts");
-                    scripts_reload(node);
-                }
-                cmd_timer_arm(node);
-                return;
+    if (node->olen + len > node->ocap) {
+        if (node->ooff > 0) {
+            /* Unsent bytes move to the front before the buffer grows. */
+            memmove(node->obuf, node->obuf + node->ooff,
+                    node->olen - node->ooff);
+            node->olen -= node->ooff;
+            node->ooff = 0;
+        }
+        if (node->olen + len > node->ocap) {
+            size_t cap = node->ocap ? node->ocap : 16384;
+            while (cap < node->olen + len) {
+                cap *= 2;
             }
+            char *nb = realloc(node->obuf, cap);
+            if (nb == NULL) {
+                return -1;
+            }
+            node->obuf = nb;
+            node->ocap = cap;
         }
     }
+    memcpy(node->obuf + node->olen, buf, len);
+    node->olen += len;
+    if (!node->flush_pending && !node->write_armed) {
+        node->flush_pending = true;
+        event_active(node->flush_ev, EV_WRITE, 1);
+    }
+    return 0;
+}
 
-    fifo_unlink(node, cmd);
-    if (reply != NULL) {
-        double rtt = (double)(now - cmd->sent_us) / 1000.0;
-        node->rtt_ms = rtt;
-        node->last_reply_us = now;
-        metrics_observe_node(node->index, now - cmd->sent_us);
+/* Writes what the socket takes; arms EV_WRITE for the rest. */
+static void node_flush(struct node *node)
+{
+    if (node->fd < 0 || !node->connected) {
+        return; /* sent once the connect completes */
     }
-    if (!cmd->done) {
-        cmd->done = true;
-        if (cmd->cb != NULL) {
-            cmd->cb(node, reply, reply != NULL ? NODE_REPLY : NODE_DISCONNECTED,
-                    cmd->privdata);
+    while (node->ooff < node->olen) {
+        ssize_t n =
+            write(node->fd, node->obuf + node->ooff, node->olen - node->ooff);
+        if (n > 0) {
+            node->ooff += (size_t)n;
+            continue;
         }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (!node->write_armed) {
+                node->write_armed = true;
+                event_add(node->write_ev, NULL);
+            }
+            return;
+        }
+        node_set_error(node, "write: %s", strerror(n < 0 ? errno : EPIPE));
+        node_drop(node, "write error");
+        return;
     }
-    cmd_put(node, cmd);
-    if (node->head == NULL && node->cmd_timer != NULL) {
-        evtimer_del(node->cmd_timer);
+    node->olen = node->ooff = 0;
+    if (node->ocap > 1024 * 1024) {
+        /* Let a burst's buffer go; the next write starts small again. */
+        free(node->obuf);
+        node->obuf = NULL;
+        node->ocap = 0;
+    }
+    if (node->write_armed) {
+        node->write_armed = false;
+        event_del(node->write_ev);
     }
 }
 
-/* Sends a formatted command; the caller has filled cmd's callback. buf must
- * have a readable byte at buf[len] (a NUL): hiredis 0.14 peeks one byte past
- * the first argument when looking for SUBSCRIBE, past the end for PING. */
-static int node_write(struct node *node, struct node_cmd *cmd, const char *buf,
-                      size_t len, int timeout_ms)
+static void flush_cb(evutil_socket_t fd, short what, void *arg)
 {
-    uint64_t now = now_us();
-    node->last_send_us = now;
-    cmd->sent_us = now;
-    cmd->deadline_us = now + (uint64_t)timeout_ms * 1000u;
-    fifo_push(node, cmd);
-    if (redisAsyncFormattedCommand(node->ac, node_reply_cb, cmd, buf, len) !=
-        REDIS_OK) {
-        fifo_unlink(node, cmd);
-        cmd_put(node, cmd);
+    (void)fd;
+    (void)what;
+    struct node *node = arg;
+    node->flush_pending = false;
+    node_flush(node);
+}
+
+/* ---- replies ----------------------------------------------------------- */
+
+/* Resends a command that met NOSCRIPT (the server lost its script cache,
+ * e.g. SCRIPT FLUSH) as EVAL with the script body, keeping the caller's
+ * callback. Returns 0 when resent. */
+static int node_resend_as_eval(struct node *node, struct node_cmd *cmd,
+                               uint64_t now)
+{
+    const struct node_prep *pp = cmd->prep;
+    const char *src = script_source[cmd->script];
+    size_t src_len = strlen(src);
+    char head[64];
+    int hl = snprintf(head, sizeof(head), "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n",
+                      pp->argc + 3, src_len);
+    const char *rest_body = pp->buf + pp->rest_off;
+    size_t rest_body_len = pp->len - pp->rest_off;
+    if (out_append(node, head, (size_t)hl) != 0 ||
+        out_append(node, src, src_len) != 0 ||
+        out_append(node, "\r\n", 2) != 0 ||
+        out_append(node, rest_body, rest_body_len) != 0) {
+        /* Half a command may be in the buffer: the stream is broken. */
+        node_set_error(node, "out of memory%s", "");
+        node_drop(node, "out of memory");
         return -1;
+    }
+    fifo_unlink(node, cmd);
+    cmd->sent_us = now;
+    cmd->deadline_us = now + (uint64_t)node->opts.timeout_ms * 1000u;
+    fifo_push(node, cmd);
+    if (!node->reloading) {
+        /* Load the scripts again so that later commands need no second
+         * round trip. */
+        log_warn(node->subject, "NOSCRIPT: resent as EVAL; reloading scripts");
+        scripts_reload(node);
     }
     cmd_timer_arm(node);
     return 0;
 }
 
-/* ---- RESP formatting --------------------------------------------------- */
-
-/* A growable byte buffer that starts on the stack (or in a prep). */
-struct resp {
-    char *buf;
-    size_t len, cap;
-    char *stack; /* the initial buffer, not to be freed */
-    bool failed;
-};
-
-static void resp_init(struct resp *r, char *stack, size_t cap)
+/* One reply, for the FIFO's head. */
+static void node_handle_reply(struct node *node, redisReply *reply,
+                              uint64_t now)
 {
-    r->buf = r->stack = stack;
-    r->len = 0;
-    r->cap = cap;
-    r->failed = false;
+    struct node_cmd *cmd = node->head;
+    if (cmd->prep != NULL && reply->type == REDIS_REPLY_ERROR &&
+        strncmp(reply->str, "NOSCRIPT", 8) == 0 && !cmd->done &&
+        node_resend_as_eval(node, cmd, now) == 0) {
+        return;
+    }
+    if (node->head != cmd) {
+        return; /* the resend failed and dropped the connection */
+    }
+    fifo_unlink(node, cmd);
+    node->rtt_ms = (double)(now - cmd->sent_us) / 1000.0;
+    node->last_reply_us = now;
+    metrics_observe_node(node->index, now - cmd->sent_us);
+    if (!cmd->done) {
+        cmd->done = true;
+        if (cmd->cb != NULL) {
+            cmd->cb(node, reply, NODE_REPLY, cmd->privdata);
+        }
+    }
+    cmd_put(node, cmd);
 }
 
-static char *resp_room(struct resp *r, size_t more)
+/* Reads what the socket has and runs a callback per complete reply. */
+static void read_cb(evutil_socket_t fd, short what, void *arg)
 {
-    if (r->failed) {
-        return NULL;
-    }
-    if (r->len + more > r->cap) {
-        size_t cap = r->cap * 2;
-        while (cap < r->len + more) {
-            cap *= 2;
-        }
-        char *nb = r->buf == r->stack ? malloc(cap) : realloc(r->buf, cap);
-        if (nb == NULL) {
-            r->failed = true;
-            return NULL;
-        }
-        if (r->buf == r->stack) {
-            memcpy(nb, r->stack, r->len);
-        }
-        r->buf = nb;
-        r->cap = cap;
-    }
-    return r->buf + r->len;
-}
-
-static void resp_raw(struct resp *r, const char *s, size_t n)
-{
-    char *p = resp_room(r, n);
-    if (p != NULL) {
-        memcpy(p, s, n);
-        r->len += n;
-    }
-}
-
-/* "<kind><n>\r\n" without printf: this runs for every argument of every
- * command on every node. */
-static void resp_header(struct resp *r, char kind, size_t n)
-{
-    char tmp[24];
-    char *end = tmp + sizeof(tmp);
-    char *p = end;
-    *--p = '\n';
-    *--p = '\r';
+    (void)fd;
+    (void)what;
+    struct node *node = arg;
+    char buf[16384];
+    uint64_t gen = node->conn_gen;
+    ssize_t n;
     do {
-        *--p = (char)('0' + n % 10);
-        n /= 10;
-    } while (n > 0);
-    *--p = kind;
-    resp_raw(r, p, (size_t)(end - p));
+        n = read(node->fd, buf, sizeof(buf));
+    } while (n < 0 && errno == EINTR);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+        if (n == 0) {
+            node_set_error(node, "connection closed by the server%s", "");
+        } else {
+            node_set_error(node, "connection lost: %s", strerror(errno));
+        }
+        node_drop(node, "read");
+        return;
+    }
+    if (n < 0) {
+        return;
+    }
+    if (redisReaderFeed(node->reader, buf, (size_t)n) != REDIS_OK) {
+        node_set_error(node, "out of memory%s", "");
+        node_drop(node, "reader");
+        return;
+    }
+    /* One clock reading serves the whole batch of replies. */
+    uint64_t now = now_us();
+    for (;;) {
+        void *r = NULL;
+        if (redisReaderGetReply(node->reader, &r) != REDIS_OK) {
+            node_set_error(node, "protocol error: %s", node->reader->errstr);
+            log_warn(node->subject, "%s: %s", node->addr->display,
+                     node->last_error);
+            node_drop(node, "protocol error");
+            return;
+        }
+        if (r == NULL) {
+            return;
+        }
+        if (node->head == NULL) {
+            reply_free(r);
+            node_set_error(node, "protocol error: %s",
+                           "a reply nobody asked for");
+            log_warn(node->subject, "%s: %s", node->addr->display,
+                     node->last_error);
+            node_drop(node, "protocol error");
+            return;
+        }
+        node_handle_reply(node, r, now);
+        reply_free(r);
+        if (node->conn_gen != gen) {
+            return; /* a callback dropped this connection */
+        }
+    }
 }
 
-static void resp_bulk(struct resp *r, const char *s, size_t n)
+/* Queues a formatted command; the caller has filled cmd's callback. */
+static int node_write(struct node *node, struct node_cmd *cmd, const char *buf,
+                      size_t len, int timeout_ms)
 {
-    resp_header(r, '$', n);
-    resp_raw(r, s, n);
-    resp_raw(r, "\r\n", 2);
+    if (out_append(node, buf, len) != 0) {
+        cmd_put(node, cmd);
+        return -1;
+    }
+    uint64_t now = now_us();
+    node->last_send_us = now;
+    cmd->sent_us = now;
+    cmd->deadline_us = now + (uint64_t)timeout_ms * 1000u;
+    fifo_push(node, cmd);
+    cmd_timer_arm(node);
+    return 0;
+}
+
+/* ---- RESP formatting ---------------------------------------------------- */
+
+/* Sizes first, then one pass without bounds checks or printf: this runs for
+ * every argument of every command. */
+static size_t resp_digits(size_t n)
+{
+    size_t d = 1;
+    while (n >= 10) {
+        n /= 10;
+        d++;
+    }
+    return d;
+}
+
+static size_t resp_bulk_len(size_t n)
+{
+    return 5 + resp_digits(n) + n; /* $<n>\r\n<bytes>\r\n */
+}
+
+/* "<kind><n>\r\n" */
+static char *resp_put_header(char *p, char kind, size_t n)
+{
+    size_t d = resp_digits(n);
+    *p = kind;
+    for (size_t i = d; i > 0; i--) {
+        p[i] = (char)('0' + n % 10);
+        n /= 10;
+    }
+    p += d + 1;
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
+}
+
+static char *resp_put_bulk(char *p, const char *s, size_t n)
+{
+    p = resp_put_header(p, '$', n);
+    memcpy(p, s, n);
+    p += n;
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
 }
 
 /* ---- public send API --------------------------------------------------- */
 
 static bool node_accepts(const struct node *node)
 {
-    return node->state == NODE_UP && node->ac != NULL &&
+    return node->state == NODE_UP && node->fd >= 0 &&
            node->pending < node->opts.max_pending;
 }
 
@@ -559,25 +700,25 @@ int node_prepare(struct node_prep *p, enum node_script script, int argc,
     if (known_sha[script][0] == '\0') {
         return -1; /* no node has loaded the scripts yet */
     }
-    struct resp r;
-    resp_init(&r, p->inline_buf, sizeof(p->inline_buf));
-    resp_header(&r, '*', (size_t)argc + 3);
-    resp_bulk(&r, "EVALSHA", 7);
-    resp_bulk(&r, known_sha[script], SHA_LEN);
-    p->rest_off = r.len;
-    resp_bulk(&r, &numkeys[script_numkeys[script]], 1);
+    size_t len = 3 + resp_digits((size_t)argc + 3) + resp_bulk_len(7) +
+                 resp_bulk_len(SHA_LEN) + resp_bulk_len(1);
     for (int i = 0; i < argc; i++) {
-        resp_bulk(&r, argv[i], argvlen[i]);
+        len += resp_bulk_len(argvlen[i]);
     }
-    resp_raw(&r, "", 1); /* the NUL hiredis may peek at */
-    if (r.failed) {
-        if (r.buf != r.stack) {
-            free(r.buf);
-        }
+    char *buf = len <= sizeof(p->inline_buf) ? p->inline_buf : malloc(len);
+    if (buf == NULL) {
         return -1;
     }
-    p->buf = r.buf;
-    p->len = r.len - 1;
+    char *q = resp_put_header(buf, '*', (size_t)argc + 3);
+    q = resp_put_bulk(q, "EVALSHA", 7);
+    q = resp_put_bulk(q, known_sha[script], SHA_LEN);
+    p->rest_off = (size_t)(q - buf);
+    q = resp_put_bulk(q, &numkeys[script_numkeys[script]], 1);
+    for (int i = 0; i < argc; i++) {
+        q = resp_put_bulk(q, argv[i], argvlen[i]);
+    }
+    p->buf = buf;
+    p->len = (size_t)(q - buf);
     return 0;
 }
 
@@ -592,8 +733,7 @@ void node_prep_free(struct node_prep *p)
 int node_send_prepared(struct node *node, const struct node_prep *p,
                        node_reply_fn *cb, void *privdata)
 {
-    if (!node_accepts(node) || p->buf == NULL ||
-        strcmp(node->sha[p->script], known_sha[p->script]) != 0) {
+    if (!node_accepts(node) || p->buf == NULL || !node->sha_ok[p->script]) {
         return -1;
     }
     struct node_cmd *cmd = cmd_get(node);
@@ -643,22 +783,23 @@ static int node_send_argv(struct node *node, int argc, const char **argv,
     }
     cmd->cb = cb;
     cmd->privdata = privdata;
-    char stack[512];
-    struct resp full;
-    resp_init(&full, stack, sizeof(stack));
-    resp_header(&full, '*', (size_t)argc);
+    size_t len = 3 + resp_digits((size_t)argc);
     for (int i = 0; i < argc; i++) {
-        resp_bulk(&full, argv[i], argvlen[i]);
+        len += resp_bulk_len(argvlen[i]);
     }
-    int rc = -1;
-    resp_raw(&full, "", 1); /* the NUL hiredis may peek at */
-    if (!full.failed) {
-        rc = node_write(node, cmd, full.buf, full.len - 1, timeout_ms);
-    } else {
+    char stack[512];
+    char *buf = len <= sizeof(stack) ? stack : malloc(len);
+    if (buf == NULL) {
         cmd_put(node, cmd);
+        return -1;
     }
-    if (full.buf != full.stack) {
-        free(full.buf);
+    char *q = resp_put_header(buf, '*', (size_t)argc);
+    for (int i = 0; i < argc; i++) {
+        q = resp_put_bulk(q, argv[i], argvlen[i]);
+    }
+    int rc = node_write(node, cmd, buf, (size_t)(q - buf), timeout_ms);
+    if (buf != stack) {
+        free(buf);
     }
     return rc;
 }
@@ -900,7 +1041,10 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         node->sha[script][SHA_LEN] = '\0';
         if (known_sha[script][0] == '\0') {
             memcpy(known_sha[script], node->sha[script], SHA_LEN + 1);
-        } else if (strcmp(known_sha[script], node->sha[script]) != 0) {
+        }
+        node->sha_ok[script] =
+            strcmp(known_sha[script], node->sha[script]) == 0;
+        if (!node->sha_ok[script]) {
             log_error(node->subject,
                       "SCRIPT LOAD returned an unexpected SHA1 "
                       "for script %d",
@@ -929,24 +1073,14 @@ static void handshake_send(struct node *node, int argc, const char **argv,
     }
 }
 
-static void node_connect_cb(const redisAsyncContext *ac, int status)
+/* Queues the handshake; it goes out as soon as the socket connects. */
+static void handshake_start(struct node *node)
 {
-    struct node *node = ac->data;
-    if (status != REDIS_OK) {
-        /* hiredis frees the context after this callback. */
-        node_set_error(node, "connect: %s", ac->errstr);
-        log_debug(node->subject, "%s: %s", node->addr->display,
-                  node->last_error);
-        node->ac = NULL;
-        evtimer_del(node->conn_timer);
-        node_set_state(node, NODE_DOWN);
-        node_schedule_reconnect(node);
-        return;
-    }
     const char *argv[4];
     size_t lens[4];
     node->handshake_left = 0;
     node->handshake_failed = false;
+    memset(node->sha_ok, 0, sizeof(node->sha_ok));
     if (node->addr->password != NULL) {
         int argc = 0;
         argv[argc++] = "AUTH";
@@ -972,55 +1106,78 @@ static void node_connect_cb(const redisAsyncContext *ac, int status)
         argv[2] = script_source[s];
         handshake_send(node, 3, argv, lens, s);
     }
-    if (node->handshake_failed) {
-        /* Not dropped here: we are inside hiredis's connect handler. The
-         * connect deadline (conn_timer) drops the connection instead. */
-        node_set_error(node, "handshake: cannot queue commands%s", "");
-    }
 }
 
-static void node_disconnect_cb(const redisAsyncContext *ac, int status)
+/* EV_WRITE: the connect finished (either way), or the socket has room. */
+static void write_cb(evutil_socket_t fd, short what, void *arg)
 {
-    struct node *node = ac->data;
-    /* hiredis frees the context after this callback. */
-    node->ac = NULL;
-    if (node->state == NODE_CLOSED) {
-        return;
+    (void)what;
+    struct node *node = arg;
+    if (!node->connected) {
+        int err = 0;
+        socklen_t len = sizeof(err);
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
+            err = errno;
+        }
+        if (err != 0) {
+            node_set_error(node, "connect: %s", strerror(err));
+            log_debug(node->subject, "%s: %s", node->addr->display,
+                      node->last_error);
+            node_drop(node, "connect failed");
+            return;
+        }
+        node->connected = true;
     }
-    if (status != REDIS_OK && node->last_error[0] == '\0') {
-        node_set_error(node, "connection lost: %s", ac->errstr);
-    } else if (node->last_error[0] == '\0') {
-        node_set_error(node, "connection closed%s", "");
-    }
-    evtimer_del(node->conn_timer);
-    node_set_state(node, NODE_DOWN);
-    node_schedule_reconnect(node);
+    node_flush(node);
 }
 
-/* Drops the connection; pending callbacks run with NODE_DISCONNECTED and
- * node_disconnect_cb schedules the reconnect. */
+/* Closes the connection and fails every command in the FIFO with
+ * NODE_DISCONNECTED, in send order; schedules the reconnect unless the node
+ * is being destroyed. */
 static void node_drop(struct node *node, const char *why)
 {
+    if (node->fd < 0 || node->dropping) {
+        return;
+    }
     log_debug(node->subject, "%s: dropping connection (%s)",
               node->addr->display, why);
-    if (node->ac != NULL) {
-        /* Mark down first: no new command may join a dying connection. */
-        if (node->state == NODE_UP) {
-            node_set_state(node, NODE_DOWN);
+    node->dropping = true;
+    node->conn_gen++;
+    /* Mark down first: no new command may join a dying connection. */
+    if (node->state != NODE_CLOSED) {
+        if (node->last_error[0] == '\0') {
+            node_set_error(node, "connection closed%s", "");
         }
-        redisAsyncContext *ac = node->ac;
-        /* redisAsyncFree runs every pending callback, then the disconnect
-         * callback (only for connections that were established). */
-        redisAsyncFree(ac);
-        if (node->ac != NULL) {
-            /* Not yet connected: no disconnect callback comes. */
-            node->ac = NULL;
-            if (node->state != NODE_CLOSED) {
-                evtimer_del(node->conn_timer);
-                node_set_state(node, NODE_DOWN);
-                node_schedule_reconnect(node);
+        evtimer_del(node->conn_timer);
+        node_set_state(node, NODE_DOWN);
+    }
+    event_del(node->read_ev);
+    event_del(node->write_ev);
+    event_del(node->flush_ev);
+    node->flush_pending = node->write_armed = false;
+    close(node->fd);
+    node->fd = -1;
+    node->connected = false;
+    redisReaderFree(node->reader);
+    node->reader = NULL;
+    node->olen = node->ooff = 0;
+    while (node->head != NULL) {
+        struct node_cmd *cmd = node->head;
+        fifo_unlink(node, cmd);
+        if (!cmd->done) {
+            cmd->done = true;
+            if (cmd->cb != NULL) {
+                cmd->cb(node, NULL, NODE_DISCONNECTED, cmd->privdata);
             }
         }
+        cmd_put(node, cmd);
+    }
+    evtimer_del(node->cmd_timer);
+    node->cmd_timer_on = false;
+    node->dropping = false;
+    node->reloading = false;
+    if (node->state != NODE_CLOSED) {
+        node_schedule_reconnect(node);
     }
 }
 
@@ -1042,39 +1199,118 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* A non-blocking socket connecting to the node; sets *connected when the
+ * connect completed at once. Returns the fd, or -1 with errno set. */
+static int socket_connect(const struct node_addr *a, bool *connected)
+{
+    *connected = false;
+    if (a->kind == NODE_ADDR_UNIX) {
+        struct sockaddr_un sun = {.sun_family = AF_UNIX};
+        if (strlen(a->path) >= sizeof(sun.sun_path)) {
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        strcpy(sun.sun_path, a->path);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            return -1;
+        }
+        if (connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0) {
+            *connected = true;
+            return fd;
+        }
+        if (errno == EINPROGRESS) {
+            return fd;
+        }
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    char port[8];
+    snprintf(port, sizeof(port), "%d", a->port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM};
+    struct addrinfo *res = NULL;
+    /* Blocking, like hiredis's connect was: names resolve from
+     * /etc/hosts or a local resolver in the pods this runs in. */
+    int gai = getaddrinfo(a->host, port, &hints, &res);
+    if (gai != 0) {
+        errno = gai == EAI_SYSTEM ? errno : EHOSTUNREACH;
+        return -1;
+    }
+    int fd = -1, e = ECONNREFUSED;
+    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+        fd = socket(ai->ai_family,
+                    ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                    ai->ai_protocol);
+        if (fd < 0) {
+            e = errno;
+            continue;
+        }
+        int one = 1;
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+            *connected = true;
+            break;
+        }
+        if (errno == EINPROGRESS) {
+            break;
+        }
+        e = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0) {
+        errno = e;
+    }
+    return fd;
+}
+
 static void node_connect(struct node *node)
 {
-    const struct node_addr *a = node->addr;
-    redisAsyncContext *ac = a->kind == NODE_ADDR_UNIX
-                                ? redisAsyncConnectUnix(a->path)
-                                : redisAsyncConnect(a->host, a->port);
-    if (ac == NULL || ac->err) {
-        node_set_error(node, "connect: %s", ac ? ac->errstr : "out of memory");
-        if (ac != NULL) {
-            redisAsyncFree(ac);
-        }
+    bool connected;
+    int fd = socket_connect(node->addr, &connected);
+    if (fd < 0) {
+        node_set_error(node, "connect: %s", strerror(errno));
+        log_debug(node->subject, "%s: %s", node->addr->display,
+                  node->last_error);
         node_set_state(node, NODE_DOWN);
         node_schedule_reconnect(node);
         return;
     }
-    ac->data = node;
-    node->ac = ac;
-    ac->c.reader->fn = &pooled_reply_fns;
-    if (redisLibeventAttach(ac, node->base) != REDIS_OK) {
-        node_set_error(node, "connect: cannot attach to event loop%s", "");
-        redisAsyncFree(ac);
-        node->ac = NULL;
+    node->reader = redisReaderCreateWithFunctions(&pooled_reply_fns);
+    if (node->reader == NULL ||
+        event_assign(node->read_ev, node->base, fd, EV_READ | EV_PERSIST,
+                     read_cb, node) != 0 ||
+        event_assign(node->write_ev, node->base, fd, EV_WRITE | EV_PERSIST,
+                     write_cb, node) != 0 ||
+        event_add(node->read_ev, NULL) != 0) {
+        redisReaderFree(node->reader);
+        node->reader = NULL;
+        close(fd);
+        node_set_error(node, "connect: %s", "out of memory");
         node_set_state(node, NODE_DOWN);
         node_schedule_reconnect(node);
         return;
     }
-    redisAsyncSetConnectCallback(ac, node_connect_cb);
-    redisAsyncSetDisconnectCallback(ac, node_disconnect_cb);
+    node->fd = fd;
+    node->connected = connected;
     node_set_state(node, NODE_CONNECTING);
     struct timeval tv = {(time_t)(node->opts.connect_timeout_ms / 1000),
                          (suseconds_t)(node->opts.connect_timeout_ms % 1000) *
                              1000};
     evtimer_add(node->conn_timer, &tv);
+    if (!connected) {
+        node->write_armed = true; /* write_cb finishes the connect */
+        event_add(node->write_ev, NULL);
+    }
+    handshake_start(node);
+    if (node->handshake_failed) {
+        node_set_error(node, "handshake: cannot queue commands%s", "");
+        node_drop(node, "handshake");
+    }
 }
 
 struct node *node_create(struct event_base *base, int index,
@@ -1094,12 +1330,18 @@ struct node *node_create(struct event_base *base, int index,
     node->state_cb = state_cb;
     node->state_priv = state_priv;
     node->rtt_ms = -1;
+    node->fd = -1;
     snprintf(node->subject, sizeof(node->subject), "node %d", index + 1);
     node->conn_timer = evtimer_new(base, conn_timer_cb, node);
     node->cmd_timer = evtimer_new(base, cmd_timer_cb, node);
     node->ping_timer = event_new(base, -1, EV_PERSIST, ping_timer_cb, node);
+    /* The socket events get their fd on each connect (event_assign). */
+    node->read_ev = event_new(base, -1, EV_READ | EV_PERSIST, read_cb, node);
+    node->write_ev = event_new(base, -1, EV_WRITE | EV_PERSIST, write_cb, node);
+    node->flush_ev = event_new(base, -1, 0, flush_cb, node);
     if (node->conn_timer == NULL || node->cmd_timer == NULL ||
-        node->ping_timer == NULL) {
+        node->ping_timer == NULL || node->read_ev == NULL ||
+        node->write_ev == NULL || node->flush_ev == NULL) {
         node_destroy(node);
         return NULL;
     }
@@ -1119,20 +1361,15 @@ void node_destroy(struct node *node)
         METRIC_ADD(nodes_up, -1);
     }
     node->state = NODE_CLOSED;
-    if (node->ac != NULL) {
-        redisAsyncContext *ac = node->ac;
-        redisAsyncFree(ac);
-        node->ac = NULL;
+    node_drop(node, "closed"); /* runs every pending callback */
+    struct event *evs[] = {node->conn_timer, node->cmd_timer, node->ping_timer,
+                           node->read_ev,    node->write_ev,  node->flush_ev};
+    for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
+        if (evs[i] != NULL) {
+            event_free(evs[i]);
+        }
     }
-    if (node->conn_timer != NULL) {
-        event_free(node->conn_timer);
-    }
-    if (node->cmd_timer != NULL) {
-        event_free(node->cmd_timer);
-    }
-    if (node->ping_timer != NULL) {
-        event_free(node->ping_timer);
-    }
+    free(node->obuf);
     while (node->free_cmds != NULL) {
         struct node_cmd *c = node->free_cmds;
         node->free_cmds = c->next;
