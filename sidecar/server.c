@@ -8,7 +8,11 @@
  *            out as each completes, carrying the request's id)
  *   HTTP:   http_parse -> http_route -> struct call -> ops_submit
  *           (one request at a time, so answers keep request order)
- *   answer -> server_call_done -> output buffer -> socket
+ *   answer -> server_call_done -> output buffer -> socket, written at the
+ *             end of the loop turn (flush_ev), one write for every answer
+ *             that turn produced; EV_WRITE is enabled on the bufferevent
+ *             only while the socket is full, which saves the epoll_ctl pair
+ *             bufferevent spends on each answer
  *
  * Back-pressure: a connection stops being read while it has max_inflight
  * calls outstanding or more than OUT_HIGH bytes unsent, and resumes when
@@ -66,6 +70,9 @@ struct client {
     bool lingering;          /* our side shut; discarding until EOF */
     size_t discarded;        /* bytes thrown away while lingering */
     struct event *linger_ev; /* owned: bound on lingering */
+    struct event *flush_ev;  /* owned: made active to write this turn */
+    bool flush_pending;      /* flush_ev is active */
+    bool write_on;           /* EV_WRITE enabled: the socket was full */
     bool http_busy;          /* an HTTP request is being answered */
     bool http_continue_sent; /* 100 Continue sent for the current head */
     bool metrics_only;       /* from --metrics-listen: no lock routes */
@@ -179,6 +186,9 @@ static void client_free(struct client *cl)
     if (cl->linger_ev != NULL) {
         event_free(cl->linger_ev);
     }
+    if (cl->flush_ev != NULL) {
+        event_free(cl->flush_ev);
+    }
     if (cl->prev != NULL) {
         cl->prev->next = cl->next;
     } else {
@@ -280,6 +290,12 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg)
 static void client_write_cb(struct bufferevent *bev, void *arg)
 {
     struct client *cl = arg;
+    if (cl->write_on && !cl->closing &&
+        evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+        /* Drained: back to writing at the end of each turn. */
+        cl->write_on = false;
+        bufferevent_disable(bev, EV_WRITE);
+    }
     if (cl->closing) {
         if (!cl->lingering &&
             evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
@@ -323,6 +339,45 @@ static void client_maybe_resume(struct client *cl)
 /* ---- writing answers ------------------------------------------------------
  */
 
+/* Queues bytes for the client; they go out at the end of this loop turn. */
+static void client_out(struct client *cl, const void *data, size_t len)
+{
+    evbuffer_add(bufferevent_get_output(cl->bev), data, len);
+    if (!cl->flush_pending && !cl->write_on) {
+        cl->flush_pending = true;
+        event_active(cl->flush_ev, EV_WRITE, 1);
+    }
+}
+
+/* End of the turn: write everything queued; what does not fit is left to
+ * the bufferevent (EV_WRITE), which also reports a broken socket. */
+static void client_flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct client *cl = arg;
+    cl->flush_pending = false;
+    if (cl->write_on) {
+        return;
+    }
+    struct evbuffer *out = bufferevent_get_output(cl->bev);
+    evutil_socket_t sock = bufferevent_getfd(cl->bev);
+    while (evbuffer_get_length(out) > 0) {
+        if (evbuffer_write(out, sock) <= 0) {
+            cl->write_on = true;
+            bufferevent_enable(cl->bev, EV_WRITE);
+            return;
+        }
+    }
+    if (cl->closing) {
+        if (!cl->lingering) {
+            client_finish_close(cl);
+        }
+        return;
+    }
+    client_maybe_resume(cl);
+}
+
 static void write_ndjson_error(struct client *cl, const char *id, size_t id_len,
                                enum proto_err err, const char *msg)
 {
@@ -335,7 +390,7 @@ static void write_ndjson_error(struct client *cl, const char *id, size_t id_len,
     size_t n = proto_encode_response(&rsp, buf, sizeof(buf) - 1);
     if (n > 0) {
         buf[n++] = '\n';
-        bufferevent_write(cl->bev, buf, n);
+        client_out(cl, buf, n);
     }
 }
 
@@ -346,10 +401,9 @@ static void write_http(struct client *cl, int status, const char *ctype,
     char head[512];
     size_t hl = http_format_head(status, ctype, len, keep_alive, allow, head,
                                  sizeof(head));
-    struct evbuffer *out = bufferevent_get_output(cl->bev);
-    evbuffer_add(out, head, hl);
+    client_out(cl, head, hl);
     if (!head_only && len > 0) {
-        evbuffer_add(out, body, len);
+        client_out(cl, body, len);
     }
 }
 
@@ -386,7 +440,7 @@ void server_call_done(struct call *call, const struct response *rsp)
                            call->keep_alive, NULL, call->head_only);
             } else {
                 buf[n++] = '\n';
-                bufferevent_write(cl->bev, buf, n);
+                client_out(cl, buf, n);
             }
         }
         bool http = call->http;
@@ -423,9 +477,8 @@ void server_send_event(struct client *cl, const char *json, size_t len)
     if (cl == NULL || cl->closing || cl->framing != FRAMING_NDJSON) {
         return;
     }
-    struct evbuffer *out = bufferevent_get_output(cl->bev);
-    evbuffer_add(out, json, len);
-    evbuffer_add(out, "\n", 1);
+    client_out(cl, json, len);
+    client_out(cl, "\n", 1);
 }
 
 /* ---- NDJSON ---------------------------------------------------------------
@@ -515,9 +568,8 @@ static void ndjson_read(struct client *cl)
             call_unlink(cl, call);
             call_free(s, call);
             if (json != NULL) {
-                struct evbuffer *out = bufferevent_get_output(cl->bev);
-                evbuffer_add(out, json, n);
-                evbuffer_add(out, "\n", 1);
+                client_out(cl, json, n);
+                client_out(cl, "\n", 1);
                 free(json);
             }
             continue;
@@ -577,7 +629,7 @@ static void http_next(struct client *cl)
         if (pr == HTTP_INCOMPLETE) {
             if (h.head_done && h.expect_continue && !cl->http_continue_sent) {
                 static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-                bufferevent_write(cl->bev, cont, sizeof(cont) - 1);
+                client_out(cl, cont, sizeof(cont) - 1);
                 cl->http_continue_sent = true;
             }
             return;
@@ -777,6 +829,12 @@ static void client_accept(struct server *s, evutil_socket_t fd,
         free(cl);
         return;
     }
+    cl->flush_ev = event_new(s->base, -1, 0, client_flush_cb, cl);
+    if (cl->flush_ev == NULL) {
+        bufferevent_free(cl->bev);
+        free(cl);
+        return;
+    }
     cl->srv = s;
     cl->metrics_only = metrics_only;
     cl->id = ++s->next_id;
@@ -794,7 +852,7 @@ static void client_accept(struct server *s, evutil_socket_t fd,
     bufferevent_setcb(cl->bev, client_read_cb, client_write_cb, client_event_cb,
                       cl);
     bufferevent_setwatermark(cl->bev, EV_WRITE, OUT_LOW, 0);
-    bufferevent_enable(cl->bev, EV_READ | EV_WRITE);
+    bufferevent_enable(cl->bev, EV_READ);
     log_debug(cl->subject, "connected");
 }
 
