@@ -71,6 +71,8 @@ struct client {
     size_t discarded;        /* bytes thrown away while lingering */
     struct event *linger_ev; /* owned: bound on lingering */
     struct event *flush_ev;  /* owned: made active to write this turn */
+    struct event *read_ev;   /* owned: EV_READ on the socket */
+    bool reading;            /* read_ev is added */
     bool flush_pending;      /* flush_ev is active */
     bool write_on;           /* EV_WRITE enabled: the socket was full */
     bool http_busy;          /* an HTTP request is being answered */
@@ -97,6 +99,20 @@ struct server {
 
 static void client_read_cb(struct bufferevent *bev, void *arg);
 static void client_maybe_resume(struct client *cl);
+
+/* Reading is ours, not the bufferevent's: its reads cost an
+ * ioctl(FIONREAD) each. */
+static void client_reading(struct client *cl, bool on)
+{
+    if (on != cl->reading) {
+        cl->reading = on;
+        if (on) {
+            event_add(cl->read_ev, NULL);
+        } else {
+            event_del(cl->read_ev);
+        }
+    }
+}
 
 /* ---- calls ----------------------------------------------------------------
  */
@@ -189,6 +205,9 @@ static void client_free(struct client *cl)
     if (cl->flush_ev != NULL) {
         event_free(cl->flush_ev);
     }
+    if (cl->read_ev != NULL) {
+        event_free(cl->read_ev);
+    }
     if (cl->prev != NULL) {
         cl->prev->next = cl->next;
     } else {
@@ -233,14 +252,14 @@ static void client_finish_close(struct client *cl)
     cl->lingering = true;
     struct timeval tv = {LINGER_MS / 1000, (LINGER_MS % 1000) * 1000};
     evtimer_add(cl->linger_ev, &tv);
-    bufferevent_enable(cl->bev, EV_READ);
+    client_reading(cl, true);
 }
 
 /* Closes now if nothing is left to send, else after the flush. */
 static void client_close_after_flush(struct client *cl)
 {
     cl->closing = true;
-    bufferevent_disable(cl->bev, EV_READ);
+    client_reading(cl, false);
     client_detach(cl);
     if (evbuffer_get_length(bufferevent_get_output(cl->bev)) == 0) {
         client_finish_close(cl);
@@ -272,7 +291,7 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg)
         /* A half-close (socat, `printf .. | nc -U`): still answer what was
          * asked, then close; session locks go with the close. */
         cl->peer_eof = true;
-        bufferevent_disable(cl->bev, EV_READ);
+        client_reading(cl, false);
         if (cl->inflight == 0 || cl->closing) {
             client_close_after_flush(cl);
         }
@@ -310,7 +329,7 @@ static void client_pause(struct client *cl)
 {
     if (!cl->read_paused) {
         cl->read_paused = true;
-        bufferevent_disable(cl->bev, EV_READ);
+        client_reading(cl, false);
     }
 }
 
@@ -328,7 +347,7 @@ static void client_maybe_resume(struct client *cl)
     if (cl->inflight < cl->srv->cfg->max_inflight &&
         evbuffer_get_length(bufferevent_get_output(cl->bev)) <= OUT_LOW) {
         cl->read_paused = false;
-        bufferevent_enable(cl->bev, EV_READ);
+        client_reading(cl, true);
         /* Lines may already sit in the input buffer. */
         if (evbuffer_get_length(bufferevent_get_input(cl->bev)) > 0) {
             client_read_cb(cl->bev, cl);
@@ -362,12 +381,18 @@ static void client_flush_cb(evutil_socket_t fd, short what, void *arg)
     }
     struct evbuffer *out = bufferevent_get_output(cl->bev);
     evutil_socket_t sock = bufferevent_getfd(cl->bev);
-    while (evbuffer_get_length(out) > 0) {
-        if (evbuffer_write(out, sock) <= 0) {
-            cl->write_on = true;
-            bufferevent_enable(cl->bev, EV_WRITE);
-            return;
-        }
+    /* A bufferevent keeps the front of its output frozen so that only it
+     * drains it; thaw it for this write. */
+    evbuffer_unfreeze(out, 1);
+    int n = 1;
+    while (n > 0 && evbuffer_get_length(out) > 0) {
+        n = evbuffer_write(out, sock);
+    }
+    evbuffer_freeze(out, 1);
+    if (evbuffer_get_length(out) > 0) {
+        cl->write_on = true;
+        bufferevent_enable(cl->bev, EV_WRITE);
+        return;
     }
     if (cl->closing) {
         if (!cl->lingering) {
@@ -756,6 +781,41 @@ static void client_read_cb(struct bufferevent *bev, void *arg)
     }
 }
 
+static void client_event_cb(struct bufferevent *bev, short events, void *arg);
+
+/* EV_READ: one read into the input buffer, then the framing's reader. */
+static void client_sock_read_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    struct client *cl = arg;
+    struct evbuffer *in = bufferevent_get_input(cl->bev);
+    struct evbuffer_iovec v;
+    /* The bufferevent freezes its input's end so that only it adds. */
+    evbuffer_unfreeze(in, 0);
+    if (evbuffer_reserve_space(in, 4096, &v, 1) < 1) {
+        evbuffer_freeze(in, 0);
+        log_error(cl->subject, "out of memory");
+        client_free(cl);
+        return;
+    }
+    ssize_t n;
+    do {
+        n = read(fd, v.iov_base, v.iov_len);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        v.iov_len = (size_t)n;
+        evbuffer_commit_space(in, &v, 1);
+    }
+    evbuffer_freeze(in, 0);
+    if (n > 0) {
+        client_read_cb(cl->bev, cl);
+    } else if (n == 0) {
+        client_event_cb(cl->bev, BEV_EVENT_READING | BEV_EVENT_EOF, cl);
+    } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+        client_event_cb(cl->bev, BEV_EVENT_READING | BEV_EVENT_ERROR, cl);
+    }
+}
+
 /* ---- listener -------------------------------------------------------------
  */
 
@@ -830,7 +890,15 @@ static void client_accept(struct server *s, evutil_socket_t fd,
         return;
     }
     cl->flush_ev = event_new(s->base, -1, 0, client_flush_cb, cl);
-    if (cl->flush_ev == NULL) {
+    cl->read_ev =
+        event_new(s->base, fd, EV_READ | EV_PERSIST, client_sock_read_cb, cl);
+    if (cl->flush_ev == NULL || cl->read_ev == NULL) {
+        if (cl->flush_ev != NULL) {
+            event_free(cl->flush_ev);
+        }
+        if (cl->read_ev != NULL) {
+            event_free(cl->read_ev);
+        }
         bufferevent_free(cl->bev);
         free(cl);
         return;
@@ -852,7 +920,10 @@ static void client_accept(struct server *s, evutil_socket_t fd,
     bufferevent_setcb(cl->bev, client_read_cb, client_write_cb, client_event_cb,
                       cl);
     bufferevent_setwatermark(cl->bev, EV_WRITE, OUT_LOW, 0);
-    bufferevent_enable(cl->bev, EV_READ);
+    /* A new bufferevent has EV_WRITE enabled; answers are written by
+     * client_flush_cb instead (see the top of this file). */
+    bufferevent_disable(cl->bev, EV_READ | EV_WRITE);
+    client_reading(cl, true);
     log_debug(cl->subject, "connected");
 }
 
