@@ -368,6 +368,31 @@ static void client_out(struct client *cl, const void *data, size_t len)
     }
 }
 
+/* An NDJSON answer. When it is the connection's last one in flight and
+ * nothing is queued, nothing could join it this turn: write it now, which
+ * spares the evbuffer chain and the flush event (the common case of one
+ * request at a time). */
+static void client_answer(struct client *cl, const char *buf, size_t len)
+{
+    if (cl->inflight == 0 && !cl->flush_pending && !cl->write_on &&
+        evbuffer_get_length(bufferevent_get_output(cl->bev)) == 0) {
+        ssize_t n;
+        do {
+            n = write(bufferevent_getfd(cl->bev), buf, len);
+        } while (n < 0 && errno == EINTR);
+        if (n == (ssize_t)len) {
+            return;
+        }
+        if (n > 0) {
+            buf += n;
+            len -= (size_t)n;
+        }
+        /* The rest (or all of it, after EAGAIN or an error, which the
+         * bufferevent then reports) goes the queued way. */
+    }
+    client_out(cl, buf, len);
+}
+
 /* End of the turn: write everything queued; what does not fit is left to
  * the bufferevent (EV_WRITE), which also reports a broken socket. */
 static void client_flush_cb(evutil_socket_t fd, short what, void *arg)
@@ -465,7 +490,7 @@ void server_call_done(struct call *call, const struct response *rsp)
                            call->keep_alive, NULL, call->head_only);
             } else {
                 buf[n++] = '\n';
-                client_out(cl, buf, n);
+                client_answer(cl, buf, n);
             }
         }
         bool http = call->http;
@@ -530,11 +555,63 @@ static void ndjson_too_large(struct client *cl, size_t max)
     client_close_after_flush(cl);
 }
 
-static void ndjson_read(struct client *cl)
+/* One complete line (without its newline). Returns false once the
+ * connection is closing and nothing more may be read from it. */
+static bool ndjson_line(struct client *cl, const char *line, size_t len)
 {
     struct server *s = cl->srv;
+    if (line_is_blank(line, len)) {
+        return true;
+    }
+    struct call *call = call_new(s, cl);
+    if (call == NULL) {
+        log_error(cl->subject, "out of memory");
+        client_close_after_flush(cl);
+        return false;
+    }
+    char err[PROTO_MSG_MAX];
+    int rc = proto_decode(line, len, OP_NONE, &call->req, err, sizeof(err));
+    if (rc != 0) {
+        METRIC_INC(requests_bad);
+        call_unlink(cl, call);
+        write_ndjson_error(cl, call->req.id, call->req.id_len, ERR_BAD_REQUEST,
+                           err);
+        bool fatal = rc == -2;
+        call_free(s, call);
+        if (fatal) {
+            /* The stream cannot be trusted past a line that is not JSON:
+             * answer once and close. */
+            log_warn(cl->subject, "unparseable line: closing");
+            client_close_after_flush(cl);
+            return false;
+        }
+        return true;
+    }
+    if (call->req.op == OP_HEALTH) {
+        bool ok;
+        size_t n;
+        char *json =
+            ops_health_json(s->ops, call->req.id, call->req.id_len, &ok, &n);
+        call_unlink(cl, call);
+        call_free(s, call);
+        if (json != NULL) {
+            client_out(cl, json, n);
+            client_out(cl, "\n", 1);
+            free(json);
+        }
+        return true;
+    }
+    call->session = &cl->session;
+    ops_submit(s->ops, call);
+    return !cl->closing;
+}
+
+/* Lines buffered in the input evbuffer (after a pause, a partial line, or
+ * the first read that chose the framing). */
+static void ndjson_read(struct client *cl)
+{
     struct evbuffer *in = bufferevent_get_input(cl->bev);
-    size_t max = s->cfg->max_line_bytes;
+    size_t max = cl->srv->cfg->max_line_bytes;
     while (!cl->closing) {
         if (client_over_limits(cl)) {
             client_pause(cl);
@@ -554,53 +631,66 @@ static void ndjson_read(struct client *cl)
             ndjson_too_large(cl, max);
             return;
         }
-        const char *line =
-            (const char *)evbuffer_pullup(in, (ssize_t)(len + 1));
-        if (line_is_blank(line, len)) {
-            evbuffer_drain(in, len + 1);
-            continue;
-        }
-        struct call *call = call_new(s, cl);
-        if (call == NULL) {
+        /* Taken out of the buffer before it is handled: handling may
+         * re-enter this reader (a synchronous answer resumes reading). */
+        char stack[4096];
+        char *line = len < sizeof(stack) ? stack : malloc(len + 1);
+        if (line == NULL) {
             log_error(cl->subject, "out of memory");
             client_close_after_flush(cl);
             return;
         }
-        char err[PROTO_MSG_MAX];
-        int rc = proto_decode(line, len, OP_NONE, &call->req, err, sizeof(err));
-        evbuffer_drain(in, len + 1);
+        evbuffer_remove(in, line, len + 1);
+        bool more = ndjson_line(cl, line, len);
+        if (line != stack) {
+            free(line);
+        }
+        if (!more) {
+            return;
+        }
+    }
+}
+
+/* Bytes read straight off the socket while the input evbuffer is empty:
+ * complete lines are handled in place, and only what is left (a partial
+ * line, or lines held back by a pause) is kept in the evbuffer. */
+static void ndjson_feed(struct client *cl, const char *buf, size_t n)
+{
+    size_t max = cl->srv->cfg->max_line_bytes;
+    size_t off = 0;
+    while (off < n) {
+        if (client_over_limits(cl)) {
+            client_pause(cl);
+            break;
+        }
+        const char *nl = memchr(buf + off, '\n', n - off);
+        if (nl == NULL) {
+            break;
+        }
+        size_t len = (size_t)(nl - (buf + off));
+        if (len > max) {
+            ndjson_too_large(cl, max);
+            return;
+        }
+        const char *line = buf + off;
+        off += len + 1;
+        if (!ndjson_line(cl, line, len)) {
+            return;
+        }
+    }
+    if (off < n) {
+        struct evbuffer *in = bufferevent_get_input(cl->bev);
+        evbuffer_unfreeze(in, 0);
+        int rc = evbuffer_add(in, buf + off, n - off);
+        evbuffer_freeze(in, 0);
         if (rc != 0) {
-            METRIC_INC(requests_bad);
-            call_unlink(cl, call);
-            write_ndjson_error(cl, call->req.id, call->req.id_len,
-                               ERR_BAD_REQUEST, err);
-            bool fatal = rc == -2;
-            call_free(s, call);
-            if (fatal) {
-                /* The stream cannot be trusted past a line that is not
-                 * JSON: answer once and close. */
-                log_warn(cl->subject, "unparseable line: closing");
-                client_close_after_flush(cl);
-                return;
-            }
-            continue;
+            log_error(cl->subject, "out of memory");
+            client_close_after_flush(cl);
+            return;
         }
-        if (call->req.op == OP_HEALTH) {
-            bool ok;
-            size_t n;
-            char *json = ops_health_json(s->ops, call->req.id, call->req.id_len,
-                                         &ok, &n);
-            call_unlink(cl, call);
-            call_free(s, call);
-            if (json != NULL) {
-                client_out(cl, json, n);
-                client_out(cl, "\n", 1);
-                free(json);
-            }
-            continue;
+        if (!cl->read_paused && evbuffer_get_length(in) > max) {
+            ndjson_too_large(cl, max);
         }
-        call->session = &cl->session;
-        ops_submit(s->ops, call);
     }
 }
 
@@ -789,6 +879,22 @@ static void client_sock_read_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct client *cl = arg;
     struct evbuffer *in = bufferevent_get_input(cl->bev);
+    if (cl->framing == FRAMING_NDJSON && !cl->lingering && !cl->closing &&
+        evbuffer_get_length(in) == 0) {
+        char buf[16384];
+        ssize_t n;
+        do {
+            n = read(fd, buf, sizeof(buf));
+        } while (n < 0 && errno == EINTR);
+        if (n > 0) {
+            ndjson_feed(cl, buf, (size_t)n);
+        } else if (n == 0) {
+            client_event_cb(cl->bev, BEV_EVENT_READING | BEV_EVENT_EOF, cl);
+        } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            client_event_cb(cl->bev, BEV_EVENT_READING | BEV_EVENT_ERROR, cl);
+        }
+        return;
+    }
     struct evbuffer_iovec v;
     /* The bufferevent freezes its input's end so that only it adds. */
     evbuffer_unfreeze(in, 0);

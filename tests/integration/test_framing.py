@@ -1,0 +1,128 @@
+"""NDJSON framing across reads: lines handled straight from the socket read,
+partial lines kept for the next read, oversized lines caught whether they
+arrive at once or in pieces, and a connection paused with lines still
+unread (the daemon's fast path reads into a stack buffer and keeps only
+what is left over)."""
+
+import time
+
+from rl import Client, Closed, assert_error, assert_ok, rname
+
+
+def _warm(c):
+    # The first read picks the framing and goes through the buffered path;
+    # later reads on an empty buffer take the in-place path under test.
+    assert_ok(c.request({"op": "ping"}))
+
+
+def _answers(c, n, timeout=10.0):
+    got = {}
+    for _ in range(n):
+        rsp = c.read_msg(timeout=timeout)
+        got[Client.key(rsp.get("id"))] = rsp
+    return got
+
+
+def test_line_split_across_writes(daemon_mod):
+    with daemon_mod.client() as c:
+        _warm(c)
+        c.send_raw(b'{"op":"ping","id":1}\n{"op":"pi')
+        time.sleep(0.05)  # the daemon reads the partial line on its own
+        c.send_raw(b'ng","id":2}\n')
+        got = _answers(c, 2)
+        assert set(got) == {Client.key(1), Client.key(2)}, got
+        for rsp in got.values():
+            assert_ok(rsp)
+
+
+def test_request_byte_by_byte(daemon_mod):
+    res = rname("bytes")
+    line = Client.encode({"op": "acquire", "resource": res, "ttl_ms": 5000,
+                          "id": "b"})
+    with daemon_mod.client() as c:
+        _warm(c)
+        for i in range(len(line)):
+            c.send_raw(line[i:i + 1])
+            if i % 7 == 0:
+                time.sleep(0.002)
+        rsp = c.response("b")
+        assert_ok(rsp)
+        assert rsp["resource"] == res
+        rel = c.request({"op": "release", "lock": rsp["lock"]})
+        assert_ok(rel)
+
+
+def test_partial_line_then_many_lines_in_one_write(daemon_mod):
+    with daemon_mod.client() as c:
+        _warm(c)
+        c.send_raw(b'{"op":"ping",')
+        time.sleep(0.05)
+        rest = b'"id":0}\n' + b"".join(
+            Client.encode({"op": "ping", "id": i}) + (b"\n" if i % 3 else b"")
+            for i in range(1, 300))
+        c.send_raw(rest)
+        got = _answers(c, 300)
+        assert set(got) == {Client.key(i) for i in range(300)}
+        for rsp in got.values():
+            assert_ok(rsp)
+
+
+def test_oversized_line_in_pieces(cluster, daemon_factory):
+    d = daemon_factory.start(cluster, name="d", extra=["--max-line-bytes",
+                                                       "1024"])
+    with d.client() as c:
+        _warm(c)
+        # Under the limit in each piece, over it together, no newline yet.
+        c.send_raw(b'{"op":"ping","id":"' + b"x" * 700)
+        time.sleep(0.05)
+        c.send_raw_quiet(b"y" * 700)
+        rsp = c.read_msg(timeout=5.0)
+        assert_error(rsp, "too_large")
+        try:
+            extra = c.read_msg(timeout=5.0)
+        except Closed:
+            extra = None
+        assert extra is None, extra
+    # The daemon is still there for everyone else.
+    with d.client() as c2:
+        assert_ok(c2.request({"op": "ping"}))
+
+
+def test_oversized_line_with_good_lines_before_it(cluster, daemon_factory):
+    d = daemon_factory.start(cluster, name="d", extra=["--max-line-bytes",
+                                                       "1024"])
+    with d.client() as c:
+        _warm(c)
+        c.send_raw_quiet(Client.encode({"op": "ping", "id": "ok1"}) +
+                         Client.encode({"op": "ping", "id": "ok2"}) +
+                         b'{"op":"ping","id":"' + b"z" * 2000 + b'"}\n')
+        got = [c.read_msg(timeout=5.0) for _ in range(3)]
+        assert [g.get("id") for g in got[:2]] == ["ok1", "ok2"], got
+        assert_ok(got[0])
+        assert_ok(got[1])
+        assert_error(got[2], "too_large")
+
+
+def test_lines_held_back_by_max_inflight_are_all_answered(cluster,
+                                                          daemon_factory):
+    # --max-inflight 4 pauses reading with most of one write still unread;
+    # every line must be answered once reading resumes.
+    d = daemon_factory.start(cluster, name="d", extra=["--max-inflight", "4"])
+    tag = rname("held")
+    reqs = [{"op": "acquire", "resource": "%s-%d" % (tag, i),
+             "ttl_ms": 5000, "id": i} for i in range(60)]
+    with d.client(timeout=10.0) as c:
+        _warm(c)
+        answers, extra = c.pipeline(reqs, timeout=20.0)
+        assert not extra, extra
+        assert all(len(v) == 1 for v in answers.values()), answers
+        locks = []
+        for v in answers.values():
+            assert_ok(v[0])
+            locks.append(v[0]["lock"])
+        assert len(set(locks)) == 60
+        rel, extra = c.pipeline([{"op": "release", "lock": t, "id": "r%d" % i}
+                                 for i, t in enumerate(locks)], timeout=20.0)
+        assert not extra, extra
+        for v in rel.values():
+            assert_ok(v[0])
