@@ -44,6 +44,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "redlock.h"
+#include "resp.h"
 
 /* The Lua scripts. Every script touches only the keys it is given, all
  * under the daemon's prefix. Replies:
@@ -135,7 +136,8 @@ struct node {
     bool connected;          /* connect() has completed on fd */
     bool dropping;           /* node_drop() is failing the FIFO */
     uint64_t conn_gen;       /* bumped on every drop */
-    redisReader *reader;     /* owned: reply parser of this connection */
+    char *ibuf;              /* owned: bytes read, not yet parsed */
+    size_t ilen, icap;
     struct event *read_ev;   /* EV_READ|EV_PERSIST on fd */
     struct event *write_ev;  /* EV_WRITE on fd: connect done, or room again */
     struct event *flush_ev;  /* made active to write at the end of a turn */
@@ -177,7 +179,6 @@ struct node {
 
 static void node_connect(struct node *node);
 static void node_drop(struct node *node, const char *why);
-static void reply_free(void *obj);
 
 static uint64_t now_us(void)
 {
@@ -567,11 +568,24 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct node *node = arg;
-    char buf[16384];
     uint64_t gen = node->conn_gen;
+    if (node->icap - node->ilen < 16384) {
+        size_t cap = node->icap ? node->icap : 16384;
+        while (cap - node->ilen < 16384) {
+            cap *= 2;
+        }
+        char *nb = realloc(node->ibuf, cap);
+        if (nb == NULL) {
+            node_set_error(node, "out of memory%s", "");
+            node_drop(node, "out of memory");
+            return;
+        }
+        node->ibuf = nb;
+        node->icap = cap;
+    }
     ssize_t n;
     do {
-        n = read(node->fd, buf, sizeof(buf));
+        n = read(node->fd, node->ibuf + node->ilen, node->icap - node->ilen);
     } while (n < 0 && errno == EINTR);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
         if (n == 0) {
@@ -585,39 +599,43 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
     if (n < 0) {
         return;
     }
-    if (redisReaderFeed(node->reader, buf, (size_t)n) != REDIS_OK) {
-        node_set_error(node, "out of memory%s", "");
-        node_drop(node, "reader");
-        return;
-    }
+    node->ilen += (size_t)n;
     /* One clock reading serves the whole batch of replies. */
     uint64_t now = now_us();
-    for (;;) {
-        void *r = NULL;
-        if (redisReaderGetReply(node->reader, &r) != REDIS_OK) {
-            node_set_error(node, "protocol error: %s", node->reader->errstr);
-            log_warn(node->subject, "%s: %s", node->addr->display,
-                     node->last_error);
-            node_drop(node, "protocol error");
-            return;
+    size_t off = 0;
+    while (off < node->ilen) {
+        redisReply *r = NULL;
+        size_t used = 0;
+        char why[64];
+        enum resp_status rc = resp_parse(node->ibuf + off, node->ilen - off,
+                                         &used, &r, why, sizeof(why));
+        if (rc == RESP_INCOMPLETE) {
+            break;
         }
-        if (r == NULL) {
-            return;
+        if (rc == RESP_OK && node->head == NULL) {
+            resp_reply_free(r);
+            snprintf(why, sizeof(why), "a reply nobody asked for");
+            rc = RESP_PROTOCOL;
         }
-        if (node->head == NULL) {
-            reply_free(r);
+        if (rc != RESP_OK) {
             node_set_error(node, "protocol error: %s",
-                           "a reply nobody asked for");
+                           rc == RESP_NOMEM ? "out of memory" : why);
             log_warn(node->subject, "%s: %s", node->addr->display,
                      node->last_error);
             node_drop(node, "protocol error");
             return;
         }
+        off += used;
         node_handle_reply(node, r, now);
-        reply_free(r);
+        resp_reply_free(r);
         if (node->conn_gen != gen) {
-            return; /* a callback dropped this connection */
+            return; /* a callback dropped this connection (and the input) */
         }
+    }
+    /* Keep only the partial reply, at the front. */
+    if (off > 0) {
+        memmove(node->ibuf, node->ibuf + off, node->ilen - off);
+        node->ilen -= off;
     }
 }
 
@@ -813,132 +831,6 @@ int node_command(struct node *node, int argc, const char **argv,
     return node_send_argv(node, argc, argv, argvlen, cb, privdata,
                           node->opts.timeout_ms);
 }
-
-/* ---- reply objects ------------------------------------------------------- */
-
-/* hiredis allocates every reply object (an acquire answer is three) and
- * frees it after the callback: at tens of thousands of rounds a second
- * that was a fifth of the daemon's instructions. These functions build the
- * same redisReply shapes from a free list; small arrays carry their element
- * vector inline. Single-threaded, like the rest of the daemon. */
-#define REPLY_INLINE 2
-#define REPLY_POOL_MAX 8192
-
-struct pooled_reply {
-    redisReply r;                  /* first: cast from redisReply * */
-    redisReply *inl[REPLY_INLINE]; /* element vector for small arrays */
-    struct pooled_reply *next_free;
-};
-
-static struct pooled_reply *reply_pool;
-static int reply_pool_len;
-
-static redisReply *reply_new(const redisReadTask *task, int type)
-{
-    struct pooled_reply *p = reply_pool;
-    if (p != NULL) {
-        reply_pool = p->next_free;
-        reply_pool_len--;
-    } else {
-        p = malloc(sizeof(*p));
-        if (p == NULL) {
-            return NULL;
-        }
-    }
-    memset(&p->r, 0, sizeof(p->r));
-    p->r.type = type;
-    if (task->parent != NULL) {
-        redisReply *parent = task->parent->obj;
-        parent->element[task->idx] = &p->r;
-    }
-    return &p->r;
-}
-
-static void reply_free(void *obj)
-{
-    redisReply *r = obj;
-    if (r == NULL) {
-        return;
-    }
-    struct pooled_reply *p = (struct pooled_reply *)r;
-    if (r->type == REDIS_REPLY_ARRAY && r->element != NULL) {
-        for (size_t i = 0; i < r->elements; i++) {
-            reply_free(r->element[i]);
-        }
-        if (r->element != p->inl) {
-            free(r->element);
-        }
-    } else if (r->str != NULL) {
-        free(r->str);
-    }
-    if (reply_pool_len < REPLY_POOL_MAX) {
-        p->next_free = reply_pool;
-        reply_pool = p;
-        reply_pool_len++;
-    } else {
-        free(p);
-    }
-}
-
-static void *reply_string(const redisReadTask *task, char *str, size_t len)
-{
-    char *copy = malloc(len + 1);
-    if (copy == NULL) {
-        return NULL;
-    }
-    memcpy(copy, str, len);
-    copy[len] = '\0';
-    redisReply *r = reply_new(task, task->type);
-    if (r == NULL) {
-        free(copy);
-        return NULL;
-    }
-    r->str = copy;
-    r->len = len;
-    return r;
-}
-
-static void *reply_array(const redisReadTask *task, int elements)
-{
-    redisReply *r = reply_new(task, REDIS_REPLY_ARRAY);
-    if (r == NULL) {
-        return NULL;
-    }
-    if (elements > 0) {
-        struct pooled_reply *p = (struct pooled_reply *)r;
-        if (elements <= REPLY_INLINE) {
-            p->inl[0] = p->inl[1] = NULL;
-            r->element = p->inl;
-        } else {
-            r->element = calloc((size_t)elements, sizeof(redisReply *));
-            if (r->element == NULL) {
-                r->type = REDIS_REPLY_NIL; /* nothing to free below */
-                reply_free(r);
-                return NULL;
-            }
-        }
-    }
-    r->elements = (size_t)elements;
-    return r;
-}
-
-static void *reply_integer(const redisReadTask *task, long long value)
-{
-    redisReply *r = reply_new(task, REDIS_REPLY_INTEGER);
-    if (r != NULL) {
-        r->integer = value;
-    }
-    return r;
-}
-
-static void *reply_nil(const redisReadTask *task)
-{
-    return reply_new(task, REDIS_REPLY_NIL);
-}
-
-static redisReplyObjectFunctions pooled_reply_fns = {
-    reply_string, reply_array, reply_integer, reply_nil, reply_free,
-};
 
 /* ---- heartbeat ----------------------------------------------------------- */
 
@@ -1158,8 +1050,12 @@ static void node_drop(struct node *node, const char *why)
     close(node->fd);
     node->fd = -1;
     node->connected = false;
-    redisReaderFree(node->reader);
-    node->reader = NULL;
+    node->ilen = 0;
+    if (node->icap > 1024 * 1024) {
+        free(node->ibuf); /* a large reply's buffer goes with it */
+        node->ibuf = NULL;
+        node->icap = 0;
+    }
     node->olen = node->ooff = 0;
     while (node->head != NULL) {
         struct node_cmd *cmd = node->head;
@@ -1280,15 +1176,11 @@ static void node_connect(struct node *node)
         node_schedule_reconnect(node);
         return;
     }
-    node->reader = redisReaderCreateWithFunctions(&pooled_reply_fns);
-    if (node->reader == NULL ||
-        event_assign(node->read_ev, node->base, fd, EV_READ | EV_PERSIST,
+    if (event_assign(node->read_ev, node->base, fd, EV_READ | EV_PERSIST,
                      read_cb, node) != 0 ||
         event_assign(node->write_ev, node->base, fd, EV_WRITE | EV_PERSIST,
                      write_cb, node) != 0 ||
         event_add(node->read_ev, NULL) != 0) {
-        redisReaderFree(node->reader);
-        node->reader = NULL;
         close(fd);
         node_set_error(node, "connect: %s", "out of memory");
         node_set_state(node, NODE_DOWN);
@@ -1370,6 +1262,7 @@ void node_destroy(struct node *node)
         }
     }
     free(node->obuf);
+    free(node->ibuf);
     while (node->free_cmds != NULL) {
         struct node_cmd *c = node->free_cmds;
         node->free_cmds = c->next;

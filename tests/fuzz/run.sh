@@ -13,10 +13,11 @@ fi
 WORK=$(mktemp -d /tmp/redlockd-fuzz.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
 status=0
-for target in proto http; do
+for target in proto http resp; do
     src="tests/fuzz/fuzz_${target}.c"
     mods="sidecar/proto.c"
     [ "$target" = http ] && mods="sidecar/http.c sidecar/proto.c"
+    [ "$target" = resp ] && mods="sidecar/resp.c"
     # shellcheck disable=SC2086
     clang -g -O1 -fsanitize=fuzzer,address,undefined \
         -fno-sanitize-recover=undefined -D_GNU_SOURCE -Isidecar \

@@ -1,0 +1,302 @@
+/* resp.c: RESP2 replies parsed into pooled redisReply objects.
+ *
+ * The parser is all-or-nothing per reply: it either builds the whole first
+ * reply or reports RESP_INCOMPLETE having freed whatever it had built, so
+ * the caller only has to keep unparsed bytes. Replies on a node connection
+ * are small (an integer, or an array of two), and the rare large one (INFO)
+ * is re-parsed at most once per read, so no parser state survives between
+ * calls. */
+#include "resp.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+/* ---- pooled reply objects ------------------------------------------------ */
+
+#define REPLY_INLINE 2 /* element vector kept in the object for small arrays   \
+                        */
+#define REPLY_POOL_MAX 8192
+
+/* One reply object; free ones are chained through next_free. Owned by the
+ * caller of resp_parse until resp_reply_free, then by the pool. */
+struct pooled_reply {
+    redisReply r; /* first: cast from redisReply * */
+    redisReply *inl[REPLY_INLINE];
+    struct pooled_reply *next_free;
+};
+
+static struct pooled_reply *reply_pool;
+static int reply_pool_len;
+
+static redisReply *reply_new(int type)
+{
+    struct pooled_reply *p = reply_pool;
+    if (p != NULL) {
+        reply_pool = p->next_free;
+        reply_pool_len--;
+    } else {
+        p = malloc(sizeof(*p));
+        if (p == NULL) {
+            return NULL;
+        }
+    }
+    memset(&p->r, 0, sizeof(p->r));
+    p->r.type = type;
+    return &p->r;
+}
+
+void resp_reply_free(redisReply *r)
+{
+    if (r == NULL) {
+        return;
+    }
+    struct pooled_reply *p = (struct pooled_reply *)r;
+    if (r->type == REDIS_REPLY_ARRAY && r->element != NULL) {
+        for (size_t i = 0; i < r->elements; i++) {
+            resp_reply_free(r->element[i]);
+        }
+        if (r->element != p->inl) {
+            free(r->element);
+        }
+    } else if (r->str != NULL) {
+        free(r->str);
+    }
+    if (reply_pool_len < REPLY_POOL_MAX) {
+        p->next_free = reply_pool;
+        reply_pool = p;
+        reply_pool_len++;
+    } else {
+        free(p);
+    }
+}
+
+void resp_pool_drain(void)
+{
+    while (reply_pool != NULL) {
+        struct pooled_reply *p = reply_pool;
+        reply_pool = p->next_free;
+        free(p);
+    }
+    reply_pool_len = 0;
+}
+
+/* ---- parser ----------------------------------------------------------------
+ */
+
+struct parser {
+    const char *buf;
+    size_t len;
+    size_t pos; /* next byte to parse */
+    char *err;
+    size_t errlen;
+};
+
+static enum resp_status protocol_error(struct parser *p, const char *why)
+{
+    if (p->err != NULL && p->errlen > 0) {
+        size_t n = strlen(why);
+        if (n >= p->errlen) {
+            n = p->errlen - 1;
+        }
+        memcpy(p->err, why, n);
+        p->err[n] = '\0';
+    }
+    return RESP_PROTOCOL;
+}
+
+/* The header line at p->pos: its text after the type byte is s[0..n), and
+ * *next is the position after its CRLF. */
+static enum resp_status header_line(struct parser *p, const char **s, size_t *n,
+                                    size_t *next)
+{
+    const char *start = p->buf + p->pos + 1;
+    size_t avail = p->len - p->pos - 1;
+    const char *cr = memchr(start, '\r', avail);
+    if (cr == NULL) {
+        return avail > RESP_MAX_BULK ? protocol_error(p, "line too long")
+                                     : RESP_INCOMPLETE;
+    }
+    if ((size_t)(cr - p->buf) + 1 >= p->len) {
+        return RESP_INCOMPLETE;
+    }
+    if (cr[1] != '\n') {
+        return protocol_error(p, "CR without LF");
+    }
+    *s = start;
+    *n = (size_t)(cr - start);
+    *next = (size_t)(cr - p->buf) + 2;
+    return RESP_OK;
+}
+
+/* A signed decimal, strictly: no sign alone, no spaces, no overflow. */
+static bool parse_ll(const char *s, size_t n, long long *out)
+{
+    bool neg = n > 0 && s[0] == '-';
+    size_t i = neg ? 1 : 0;
+    if (i == n || n - i > 19) {
+        return false;
+    }
+    uint64_t v = 0;
+    for (; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9') {
+            return false;
+        }
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (v > (uint64_t)INT64_MAX + (neg ? 1u : 0u)) {
+        return false;
+    }
+    *out = neg ? (long long)(0 - v) : (long long)v;
+    return true;
+}
+
+static enum resp_status string_reply(int type, const char *s, size_t n,
+                                     redisReply **out)
+{
+    char *copy = malloc(n + 1);
+    if (copy == NULL) {
+        return RESP_NOMEM;
+    }
+    memcpy(copy, s, n);
+    copy[n] = '\0';
+    redisReply *r = reply_new(type);
+    if (r == NULL) {
+        free(copy);
+        return RESP_NOMEM;
+    }
+    r->str = copy;
+    r->len = n;
+    *out = r;
+    return RESP_OK;
+}
+
+static enum resp_status parse_array(struct parser *p, long long count,
+                                    int depth, redisReply **out);
+
+static enum resp_status parse_item(struct parser *p, int depth,
+                                   redisReply **out)
+{
+    if (p->pos >= p->len) {
+        return RESP_INCOMPLETE;
+    }
+    char type = p->buf[p->pos];
+    if (strchr("+-:$*", type) == NULL || type == '\0') {
+        return protocol_error(p, "unknown reply type");
+    }
+    const char *s;
+    size_t n, next;
+    enum resp_status rc = header_line(p, &s, &n, &next);
+    if (rc != RESP_OK) {
+        return rc;
+    }
+    long long v;
+    switch (type) {
+    case '+':
+    case '-':
+        rc = string_reply(type == '+' ? REDIS_REPLY_STATUS : REDIS_REPLY_ERROR,
+                          s, n, out);
+        if (rc == RESP_OK) {
+            p->pos = next;
+        }
+        return rc;
+    case ':':
+        if (!parse_ll(s, n, &v)) {
+            return protocol_error(p, "bad integer");
+        }
+        *out = reply_new(REDIS_REPLY_INTEGER);
+        if (*out == NULL) {
+            return RESP_NOMEM;
+        }
+        (*out)->integer = v;
+        p->pos = next;
+        return RESP_OK;
+    case '$':
+        if (!parse_ll(s, n, &v) || v < -1 || v > (long long)RESP_MAX_BULK) {
+            return protocol_error(p, "bad bulk length");
+        }
+        if (v == -1) {
+            *out = reply_new(REDIS_REPLY_NIL);
+            if (*out == NULL) {
+                return RESP_NOMEM;
+            }
+            p->pos = next;
+            return RESP_OK;
+        }
+        if (p->len - next < (size_t)v + 2) {
+            return RESP_INCOMPLETE;
+        }
+        if (p->buf[next + (size_t)v] != '\r' ||
+            p->buf[next + (size_t)v + 1] != '\n') {
+            return protocol_error(p, "bulk string without CRLF");
+        }
+        rc = string_reply(REDIS_REPLY_STRING, p->buf + next, (size_t)v, out);
+        if (rc == RESP_OK) {
+            p->pos = next + (size_t)v + 2;
+        }
+        return rc;
+    case '*':
+        if (!parse_ll(s, n, &v) || v < -1 || v > RESP_MAX_ELEMENTS) {
+            return protocol_error(p, "bad array length");
+        }
+        p->pos = next;
+        if (v == -1) {
+            *out = reply_new(REDIS_REPLY_NIL);
+            return *out != NULL ? RESP_OK : RESP_NOMEM;
+        }
+        if (depth >= RESP_MAX_DEPTH) {
+            return protocol_error(p, "arrays nested too deep");
+        }
+        return parse_array(p, v, depth, out);
+    default:
+        return protocol_error(p, "unknown reply type");
+    }
+}
+
+static enum resp_status parse_array(struct parser *p, long long count,
+                                    int depth, redisReply **out)
+{
+    redisReply *r = reply_new(REDIS_REPLY_ARRAY);
+    if (r == NULL) {
+        return RESP_NOMEM;
+    }
+    struct pooled_reply *pr = (struct pooled_reply *)r;
+    if (count > 0) {
+        if (count <= REPLY_INLINE) {
+            pr->inl[0] = pr->inl[1] = NULL;
+            r->element = pr->inl;
+        } else {
+            r->element = calloc((size_t)count, sizeof(redisReply *));
+            if (r->element == NULL) {
+                resp_reply_free(r);
+                return RESP_NOMEM;
+            }
+        }
+    }
+    r->elements = (size_t)count;
+    for (size_t i = 0; i < r->elements; i++) {
+        enum resp_status rc = parse_item(p, depth + 1, &r->element[i]);
+        if (rc != RESP_OK) {
+            resp_reply_free(r); /* unparsed elements are still NULL */
+            return rc;
+        }
+    }
+    *out = r;
+    return RESP_OK;
+}
+
+enum resp_status resp_parse(const char *buf, size_t len, size_t *used,
+                            redisReply **out, char *err, size_t errlen)
+{
+    struct parser p = {buf, len, 0, err, errlen};
+    redisReply *r = NULL;
+    enum resp_status rc = parse_item(&p, 0, &r);
+    if (rc == RESP_OK) {
+        *out = r;
+        *used = p.pos;
+    }
+    return rc;
+}
