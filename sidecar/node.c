@@ -15,9 +15,10 @@
  * hiredis's async layer did the same with an epoll_ctl pair and a buffer
  * regrown by realloc per batch: a third of the daemon's instructions.
  *
- * Reads: hiredis's redisReader parses the replies (into pooled reply
- * objects); commands are kept in a FIFO in send order and Redis answers in
- * order, so each reply belongs to the FIFO's head. Every command gets the
+ * Reads: the socket is read into the node's input buffer and resp.c parses
+ * the replies (into pooled redisReply objects); commands are kept in a FIFO
+ * in send order and Redis answers in order, so each reply belongs to the
+ * FIFO's head. Every command gets the
  * same timeout, so deadlines grow along the FIFO: one timer armed for the
  * oldest live command serves them all. A command that times out gets its
  * callback at once (NODE_TIMEOUT) and stays in the FIFO, marked done, until
@@ -108,7 +109,8 @@ static const int script_numkeys[SCRIPT__COUNT] = {
 #define SHA_LEN 40
 
 /* One command in flight. Owned by its node: taken from the node's free list
- * on send, returned there once hiredis has handed back its reply. */
+ * on send, returned there once its reply has been handled (or the connection
+ * dropped). */
 struct node_cmd {
     struct node *node; /* borrowed: the node it was sent on */
     node_reply_fn *cb; /* NULL for internal handshake commands */
@@ -160,7 +162,7 @@ struct node {
     bool handshake_failed;
     char sha[SCRIPT__COUNT][SHA_LEN + 1];
     bool sha_ok[SCRIPT__COUNT];   /* sha equals known_sha: prepared sends ok */
-    struct node_cmd *head, *tail; /* FIFO of commands in hiredis */
+    struct node_cmd *head, *tail; /* FIFO of commands sent, in order */
     struct node_cmd *live;        /* first command not yet timed out */
     int pending;                  /* commands in the FIFO */
     struct node_cmd *free_cmds;

@@ -1,4 +1,4 @@
-/* node.h: one Redis node behind one hiredis async connection.
+/* node.h: one Redis node behind one non-blocking connection.
  *
  * The node connects, authenticates, selects its db, loads the Lua scripts and
  * only then counts as up. Every command carries a deadline (hiredis 0.14 has

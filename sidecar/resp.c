@@ -17,8 +17,9 @@
 
 /* ---- pooled reply objects ------------------------------------------------ */
 
-#define REPLY_INLINE 2 /* element vector kept in the object for small arrays   \
-                        */
+#define REPLY_INLINE                                                           \
+    2 /* element vector kept in the object for small arrays                    \
+       */
 #define REPLY_POOL_MAX 8192
 
 /* One reply object; free ones are chained through next_free. Owned by the
@@ -132,26 +133,42 @@ static enum resp_status header_line(struct parser *p, const char **s, size_t *n,
     return RESP_OK;
 }
 
-/* A signed decimal, strictly: no sign alone, no spaces, no overflow. */
-static bool parse_ll(const char *s, size_t n, long long *out)
+/* The number after the type byte, up to its CRLF, read in one pass: the
+ * hot replies are all numbers (":1", "*2") and need no line search. */
+static enum resp_status number_line(struct parser *p, long long *out,
+                                    size_t *next, const char *what)
 {
-    bool neg = n > 0 && s[0] == '-';
-    size_t i = neg ? 1 : 0;
-    if (i == n || n - i > 19) {
-        return false;
+    const char *b = p->buf;
+    size_t i = p->pos + 1;
+    bool neg = i < p->len && b[i] == '-';
+    if (neg) {
+        i++;
     }
+    size_t start = i;
     uint64_t v = 0;
-    for (; i < n; i++) {
-        if (s[i] < '0' || s[i] > '9') {
-            return false;
+    while (i < p->len && b[i] >= '0' && b[i] <= '9') {
+        if (i - start == 19) {
+            return protocol_error(p, what);
         }
-        v = v * 10 + (uint64_t)(s[i] - '0');
+        v = v * 10 + (uint64_t)(b[i] - '0');
+        i++;
     }
-    if (v > (uint64_t)INT64_MAX + (neg ? 1u : 0u)) {
-        return false;
+    if (i >= p->len) {
+        return RESP_INCOMPLETE;
+    }
+    if (b[i] != '\r' || i == start ||
+        v > (uint64_t)INT64_MAX + (neg ? 1u : 0u)) {
+        return protocol_error(p, what);
+    }
+    if (i + 1 >= p->len) {
+        return RESP_INCOMPLETE;
+    }
+    if (b[i + 1] != '\n') {
+        return protocol_error(p, "CR without LF");
     }
     *out = neg ? (long long)(0 - v) : (long long)v;
-    return true;
+    *next = i + 2;
+    return RESP_OK;
 }
 
 static enum resp_status string_reply(int type, const char *s, size_t n,
@@ -184,19 +201,17 @@ static enum resp_status parse_item(struct parser *p, int depth,
         return RESP_INCOMPLETE;
     }
     char type = p->buf[p->pos];
-    if (strchr("+-:$*", type) == NULL || type == '\0') {
-        return protocol_error(p, "unknown reply type");
-    }
     const char *s;
     size_t n, next;
-    enum resp_status rc = header_line(p, &s, &n, &next);
-    if (rc != RESP_OK) {
-        return rc;
-    }
     long long v;
+    enum resp_status rc;
     switch (type) {
     case '+':
     case '-':
+        rc = header_line(p, &s, &n, &next);
+        if (rc != RESP_OK) {
+            return rc;
+        }
         rc = string_reply(type == '+' ? REDIS_REPLY_STATUS : REDIS_REPLY_ERROR,
                           s, n, out);
         if (rc == RESP_OK) {
@@ -204,8 +219,9 @@ static enum resp_status parse_item(struct parser *p, int depth,
         }
         return rc;
     case ':':
-        if (!parse_ll(s, n, &v)) {
-            return protocol_error(p, "bad integer");
+        rc = number_line(p, &v, &next, "bad integer");
+        if (rc != RESP_OK) {
+            return rc;
         }
         *out = reply_new(REDIS_REPLY_INTEGER);
         if (*out == NULL) {
@@ -215,7 +231,11 @@ static enum resp_status parse_item(struct parser *p, int depth,
         p->pos = next;
         return RESP_OK;
     case '$':
-        if (!parse_ll(s, n, &v) || v < -1 || v > (long long)RESP_MAX_BULK) {
+        rc = number_line(p, &v, &next, "bad bulk length");
+        if (rc != RESP_OK) {
+            return rc;
+        }
+        if (v < -1 || v > (long long)RESP_MAX_BULK) {
             return protocol_error(p, "bad bulk length");
         }
         if (v == -1) {
@@ -239,7 +259,11 @@ static enum resp_status parse_item(struct parser *p, int depth,
         }
         return rc;
     case '*':
-        if (!parse_ll(s, n, &v) || v < -1 || v > RESP_MAX_ELEMENTS) {
+        rc = number_line(p, &v, &next, "bad array length");
+        if (rc != RESP_OK) {
+            return rc;
+        }
+        if (v < -1 || v > RESP_MAX_ELEMENTS) {
             return protocol_error(p, "bad array length");
         }
         p->pos = next;
