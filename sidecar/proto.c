@@ -339,6 +339,10 @@ int proto_validate_resource(const char *s, size_t len, char *err, size_t errlen)
                     PROTO_RESOURCE_MAX);
     }
     while (i < len) {
+        if (u[i] >= 0x20 && u[i] < 0x7f) {
+            i++; /* printable ASCII, the usual resource name */
+            continue;
+        }
         size_t k = utf8_len(u + i, len - i);
 
         if (k == 0) {
@@ -988,6 +992,10 @@ static size_t fast_string(const char *d, size_t len, size_t i,
 
 static bool fast_is(const struct fast_str *s, const char *lit)
 {
+    /* The first byte rules out almost every candidate name at once. */
+    if (s->n == 0 || s->p[0] != lit[0]) {
+        return false;
+    }
     size_t n = strlen(lit);
     return s->n == n && memcmp(s->p, lit, n) == 0;
 }
@@ -1043,6 +1051,7 @@ static int decode_fast(const char *d, size_t len, enum proto_op op,
                 for (unsigned o = OP_ACQUIRE; o < OP__COUNT; o++) {
                     if (o != OP_METRICS && fast_is(&str, op_names[o])) {
                         named = (enum proto_op)o;
+                        break;
                     }
                 }
                 if (named == OP_NONE || (op != OP_NONE && named != op)) {
