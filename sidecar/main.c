@@ -14,6 +14,7 @@
 #include "dev.h"
 #include "log.h"
 #include "ops.h"
+#include "resp.h"
 #include "server.h"
 
 struct daemon {
@@ -159,6 +160,7 @@ out:
     }
     server_destroy(d.server);
     ops_destroy(d.ops);
+    resp_pool_drain(); /* cached reply objects: nothing may hold one now */
     if (d.base != NULL) {
         event_base_free(d.base);
     }
