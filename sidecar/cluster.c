@@ -97,6 +97,7 @@ struct cluster {
     struct cluster_op *queue_head, *queue_tail; /* acquires not yet sent */
     int queue_len;
     bool dispatching; /* draining the queue (no recursion) */
+    bool closing;     /* in cluster_destroy: send nothing, arm nothing */
     struct cluster_op *free_ops;
     int free_count;
     /* Restart quarantine (see README, "Fencing and restarts"). */
@@ -117,6 +118,14 @@ uint64_t cluster_now_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* The node to send to, or NULL while the cluster is being destroyed:
+ * closing a node runs its pending callbacks at once, and those must
+ * neither send to a node already freed nor start new work. */
+static struct node *send_node(const struct cluster *c, int i)
+{
+    return c->closing ? NULL : c->nodes[i];
 }
 
 /* ---- op pool ---------------------------------------------------------- */
@@ -258,7 +267,8 @@ static void op_remove_keys(struct cluster_op *op, uint32_t mask)
         }
         /* A node that is down now lost the connection the SET went on;
          * whatever it applied expires with the TTL. */
-        if (node_send_prepared(c->nodes[i], &op->prep_rollback, rollback_cb,
+        if (send_node(c, i) != NULL &&
+            node_send_prepared(send_node(c, i), &op->prep_rollback, rollback_cb,
                                op) == 0) {
             op->outstanding++;
         }
@@ -485,8 +495,9 @@ static void op_send_fence(struct cluster_op *op)
     bool prepared =
         node_prepare(&op->prep_fence, SCRIPT_FENCE_RAISE, 4, argv, lens) == 0;
     for (int i = 0; i < c->n; i++) {
-        if (prepared && node_send_prepared(c->nodes[i], &op->prep_fence,
-                                           op_fence_cb, op) == 0) {
+        if (prepared && send_node(c, i) != NULL &&
+            node_send_prepared(send_node(c, i), &op->prep_fence, op_fence_cb,
+                               op) == 0) {
             op->outstanding++;
         } else {
             redlock_round_answer(&op->fence_round, i, RL_SKIPPED, 0, -1,
@@ -546,8 +557,8 @@ static void op_dispatch(struct cluster_op *op);
 
 static void queue_drain(struct cluster *c)
 {
-    if (c->dispatching) {
-        return; /* the outer loop goes on */
+    if (c->dispatching || c->closing) {
+        return; /* the outer loop goes on; or cluster_destroy frees them */
     }
     c->dispatching = true;
     while (c->queue_head != NULL && c->acquires_sent < ACQUIRES_SENT_MAX) {
@@ -620,9 +631,9 @@ static void op_dispatch(struct cluster_op *op)
          * block the resource there until its TTL. */
         bool send_all = op->kind == OPK_RELEASE || op->kind == OPK_COMPLETE;
         if ((op->round.outcome == RL_UNDECIDED || send_all) && !skip &&
-            prepared &&
-            node_send_prepared(c->nodes[i], &op->prep_main, op_main_cb, op) ==
-                0) {
+            prepared && send_node(c, i) != NULL &&
+            node_send_prepared(send_node(c, i), &op->prep_main, op_main_cb,
+                               op) == 0) {
             op->outstanding++;
         } else {
             redlock_round_answer(&op->round, i, RL_SKIPPED, 0, -1, now);
@@ -740,6 +751,9 @@ static void repair_finish(struct cluster *c, int target, int64_t value)
 
 static void repair_retry_later(struct cluster *c, int target)
 {
+    if (c->closing) {
+        return; /* the timer may be freed already */
+    }
     struct timeval tv = {1, 0};
     evtimer_add(c->quarantine_ev[target], &tv);
 }
@@ -758,7 +772,7 @@ static void repair_raise_cb(struct node *node, struct redisReply *reply,
     struct repair *r = privdata;
     struct cluster *c = r->c;
     r->outstanding--;
-    if (r->generation == c->repair_generation[r->target]) {
+    if (!c->closing && r->generation == c->repair_generation[r->target]) {
         if (status == NODE_REPLY && reply->type == REDIS_REPLY_INTEGER &&
             reply->integer >= r->max) {
             repair_finish(c, r->target, reply->integer);
@@ -778,7 +792,8 @@ static void repair_read_cb(struct node *node, struct redisReply *reply,
     struct repair *r = privdata;
     struct cluster *c = r->c;
     r->outstanding--;
-    if (r->generation != c->repair_generation[r->target] || r->raising) {
+    if (c->closing || r->generation != c->repair_generation[r->target] ||
+        r->raising) {
         repair_release(r);
         return;
     }
@@ -1057,12 +1072,18 @@ void cluster_destroy(struct cluster *c)
     if (c == NULL) {
         return;
     }
+    /* node_destroy runs the node's pending callbacks (a fence repair's,
+     * an op's): with c->closing set they send nothing and arm no timer,
+     * and every timer is freed only once no callback can run any more. */
+    c->closing = true;
+    for (int i = 0; i < c->n; i++) {
+        node_destroy(c->nodes[i]);
+        c->nodes[i] = NULL;
+    }
     for (int i = 0; i < c->n; i++) {
         if (c->quarantine_ev[i] != NULL) {
             event_free(c->quarantine_ev[i]);
         }
-        node_destroy(c->nodes[i]);
-        c->nodes[i] = NULL;
     }
     while (c->queue_head != NULL) {
         struct cluster_op *op = c->queue_head;
@@ -1094,7 +1115,7 @@ int cluster_up_count(const struct cluster *c)
 {
     int up = 0;
     for (int i = 0; i < c->n; i++) {
-        up += node_is_up(c->nodes[i]) ? 1 : 0;
+        up += c->nodes[i] != NULL && node_is_up(c->nodes[i]) ? 1 : 0;
     }
     return up;
 }

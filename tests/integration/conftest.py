@@ -20,7 +20,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from rl import LIVE_DAEMONS, Cluster, Daemon, pytest  # noqa: E402
+from rl import (LIVE_DAEMONS, Cluster, Daemon, exit_meaning,  # noqa: E402
+                pytest)
 
 STOP_BOUND_S = 5.0
 
@@ -40,10 +41,10 @@ def pytest_runtest_makereport(item, call):
 def _stop_daemon(d, errors):
     code, secs = d.stop(STOP_BOUND_S)
     if code != 0:
-        errors.append("daemon %s: SIGTERM gave exit %r after %.2fs "
+        errors.append("daemon %s: SIGTERM gave exit %r%s after %.2fs "
                       "(expected 0 within %.0fs); stderr tail:\n%s"
-                      % (d.name, code, secs, STOP_BOUND_S,
-                         d.stderr_tail(60)))
+                      % (d.name, code, exit_meaning(code), secs,
+                         STOP_BOUND_S, d.stderr_tail(60)))
 
 
 class _Factory:

@@ -363,6 +363,27 @@ class XDaemon(Daemon):
         return self
 
 
+def socket_listening(d):
+    """XDaemon ready= check with no side effect: d.socket is listening.
+    The daemon binds, chmods, then listens, so the file alone (which exists
+    from bind on) is not enough: a connect in between is refused, a window
+    valgrind widens. /proc/net/unix shows the listening flag
+    (__SO_ACCEPTCON, 0x10000) of every socket, without connecting (which
+    would log a client, or a refusal under --allow-uid)."""
+    path = str(d.socket)
+    try:
+        with open("/proc/net/unix") as f:
+            next(f, None)  # the header
+            for line in f:
+                cols = line.split()
+                if (len(cols) >= 8 and cols[7] == path and
+                        int(cols[3], 16) & 0x10000):
+                    return True
+    except OSError:
+        pass
+    return False
+
+
 class _XDaemons:
     def __init__(self):
         self.daemons = []
@@ -387,9 +408,10 @@ class _XDaemons:
                 continue
             code, secs = d.stop(5.0)
             if code != 0:
-                errors.append("daemon %s: SIGTERM gave exit %r after %.2fs;"
-                              " stderr tail:\n%s" % (d.name, code, secs,
-                                                     d.stderr_tail(60)))
+                errors.append("daemon %s: SIGTERM gave exit %r%s after "
+                              "%.2fs; stderr tail:\n%s"
+                              % (d.name, code, rl.exit_meaning(code), secs,
+                                 d.stderr_tail(60)))
         return errors
 
 

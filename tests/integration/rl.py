@@ -61,6 +61,11 @@ SANITIZED = os.environ.get("REDLOCKD_SANITIZED", "") not in ("", "0")
 SLOW = 3.0 if SANITIZED else 1.0
 KEEP_TMP = os.environ.get("REDLOCKD_KEEP_TMP", "") not in ("", "0")
 
+# A line of valgrind's own output ("==PID== ..."); Daemon.stderr_tail puts
+# the memcheck report first.
+_VG_LINE = re.compile(r"^==\d+==")
+VG_REPORT_LINES = 200
+
 PREFIX = "redlock:"
 TOKEN_RE = re.compile(r"^[0-9a-f]{32}$")
 
@@ -844,7 +849,29 @@ class Daemon:
             return ""
 
     def stderr_tail(self, n=80):
-        return "\n".join(self.stderr_text().splitlines()[-n:])
+        """The last n lines of the daemon's stderr. Under valgrind
+        (tests/valgrind/redlockd-valgrind) the memcheck report, whose first
+        error is the one that matters, comes first (up to VG_REPORT_LINES
+        lines), then the last n log lines."""
+        lines = self.stderr_text().splitlines()
+        vg = [ln for ln in lines if _VG_LINE.match(ln)]
+        if not vg:
+            return "\n".join(lines[-n:])
+        log = [ln for ln in lines if not _VG_LINE.match(ln)]
+        more = len(vg) - VG_REPORT_LINES
+        return "\n".join(
+            ["valgrind report (%d lines):" % len(vg)] + vg[:VG_REPORT_LINES] +
+            (["... %d more valgrind lines in %s" % (more, self.stderr_path)]
+             if more > 0 else []) +
+            ["last %d log lines:" % min(n, len(log))] + log[-n:])
+
+
+def exit_meaning(code):
+    """A note for an unexpected exit code: 99 is valgrind's (the
+    tests/valgrind wrapper passes --error-exitcode=99)."""
+    if code == 99 and "valgrind" in BIN.name:
+        return " (valgrind found memory errors or leaks: report below)"
+    return ""
 
 
 def run_bin(args, env=None, timeout=10.0):

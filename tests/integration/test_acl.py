@@ -10,7 +10,7 @@ with a clear log line; the password shows nowhere."""
 import os
 import re
 
-from extra import http
+from extra import http, socket_listening
 from extra import xdaemons  # noqa: F401 (fixture)
 from rl import (REPO, SLOW, Resp, RespError, assert_error, assert_ok,
                 lock_key, poll_until, pytest, resp_cmd, rname, run_bin)
@@ -90,6 +90,16 @@ def _proc_text(d, what):
         return f.read().decode(errors="replace")
 
 
+def _eventually(fn, want):
+    """fn() once it equals want, polled for up to 1 s (x SLOW): the daemon
+    answers as soon as a quorum has, so the last node's write may still be
+    on its way (one round trip more after a NOSCRIPT). Returns the last
+    value."""
+    got, _ = poll_until(lambda: (lambda v: v if v == want else None)(fn()),
+                        1.0 * SLOW, 0.01)
+    return got if got is not None else fn()
+
+
 def _exercise(d, cluster):
     """Every command the daemon sends: acquire with a fence, extend, a
     waiter woken by a release (SUBSCRIBE, PUBLISH), complete, EVAL after
@@ -101,7 +111,7 @@ def _exercise(d, cluster):
         assert_ok(r, "acquire as the ACL user")
         assert r.get("fence", 0) >= 1, r
         tok = r["lock"].encode()
-        on = _get_key(cluster, key)
+        on = _eventually(lambda: _get_key(cluster, key), [tok] * 5)
         print("lock on the nodes: %r" % on)
         assert on == [tok] * 5, on
         assert_ok(a.call("extend", lock=r["lock"], ttl_ms=30000))
@@ -116,14 +126,16 @@ def _exercise(d, cluster):
         w = b.response("w", timeout=10.0 * SLOW)
         assert_ok(w, "the waiter after the release")
         assert_ok(b.call("complete", lock=w["lock"], keep_ms=5000))
-        assert _get_key(cluster, key) == [b"done:" + w["lock"].encode()] * 5
+        done = [b"done:" + w["lock"].encode()] * 5
+        assert _eventually(lambda: _get_key(cluster, key), done) == done
         # The script cache lost on one node: EVAL, then SCRIPT LOAD again.
         cluster.nodes[0].cmd("SCRIPT", "FLUSH")
         res2 = rname("acl2")
         r = a.call("acquire", resource=res2, ttl_ms=5000)
         assert_ok(r, "acquire after SCRIPT FLUSH")
-        assert cluster.nodes[0].cmd("GET", lock_key(res2)) == \
-            r["lock"].encode()
+        tok2 = r["lock"].encode()
+        assert _eventually(lambda: cluster.nodes[0].cmd(
+            "GET", lock_key(res2)), tok2) == tok2
         assert_ok(a.call("release", lock=r["lock"]))
     keys = cluster.keys_all("*")[:-1]
     for k, ks in enumerate(keys):
@@ -196,7 +208,7 @@ def test_acl_wrong_password(cluster, xdaemons, how):
     pw = "aclpw-%s" % os.urandom(8).hex()
     bad = "wrongpw-%s" % os.urandom(8).hex()
     _lock_down(cluster, pw)
-    ready = dict(ready=lambda x: os.path.exists(x.socket))
+    ready = dict(ready=socket_listening)
     if how == "uri":
         d = xdaemons.start(cluster, name="aclbad",
                            node_args=_node_args(cluster, "%s:%s" % (USER,

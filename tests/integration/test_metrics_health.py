@@ -9,7 +9,7 @@ import socket
 import time
 
 from extra import (PwRedis, curl1, free_port, http, metric, parse_metrics,
-                   scrape)
+                   scrape, socket_listening)
 from extra import xdaemons  # noqa: F401 (fixture)
 from rl import (SLOW, TOKEN_RE, Closed, assert_error, assert_ok,
                 lock_key, poll_until, rname)
@@ -258,7 +258,7 @@ def test_password_never_shown(cluster, xdaemons):
                        "--node", "unix://:%s@%s" % (pw, reds[1].path),
                        "--node", "redis://:%s@127.0.0.1:%d" % (pw,
                                                                reds[0].port)],
-            ready=lambda x: os.path.exists(x.socket))
+            ready=socket_listening)
         h2, _ = poll_until(lambda: (lambda hh: hh if hh["nodes"][0]
                                     .get("last_error") else None)(
             _health_http(d2.socket)[1]), 5.0, 0.05)
