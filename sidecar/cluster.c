@@ -1,7 +1,7 @@
 /* cluster.c: Redlock operations across all nodes.
  *
  * Each operation (struct cluster_op) sends one script to every up node in
- * the same loop turn, so hiredis writes them all in one write per node, and
+ * the same loop turn, so node.c writes them all in one write per node, and
  * feeds the answers to a redlock_round. The caller hears back once, as soon
  * as the round is decided; the op itself lives until every node it was sent
  * to has answered or timed out, rollbacks included. Each script is
@@ -126,6 +126,22 @@ uint64_t cluster_now_us(void)
 static struct node *send_node(const struct cluster *c, int i)
 {
     return c->closing ? NULL : c->nodes[i];
+}
+
+/* Decimal digits of v into buf (room for 20), no NUL; returns the length.
+ * snprintf cost ~700 instructions per acquire for the ttl argument. */
+static size_t dec_u64(char *buf, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = tmp[n - 1 - i];
+    }
+    return n;
 }
 
 /* ---- op pool ---------------------------------------------------------- */
@@ -675,12 +691,12 @@ int cluster_acquire(struct cluster *c, const char *resource, size_t len,
     }
     op->fence = fence;
     op->ttl_ms = ttl_ms;
-    char ttl[16];
-    int tl = snprintf(ttl, sizeof(ttl), "%u", ttl_ms);
+    char ttl[24];
+    size_t tl = dec_u64(ttl, ttl_ms);
     const char *argv[5] = {op->key, c->fence_key, op->token, ttl,
                            fence ? "1" : "0"};
     size_t lens[5] = {op->key_len, c->fence_key_len, PROTO_TOKEN_LEN,
-                      (size_t)tl, 1};
+                      tl, 1};
     op_send_main(op, SCRIPT_ACQUIRE, 5, argv, lens, ttl_ms);
     return 0;
 }
@@ -695,10 +711,10 @@ int cluster_extend(struct cluster *c, const char *resource, size_t len,
         return -1;
     }
     op->ttl_ms = ttl_ms;
-    char ttl[16];
-    int tl = snprintf(ttl, sizeof(ttl), "%u", ttl_ms);
+    char ttl[24];
+    size_t tl = dec_u64(ttl, ttl_ms);
     const char *argv[3] = {op->key, op->token, ttl};
-    size_t lens[3] = {op->key_len, PROTO_TOKEN_LEN, (size_t)tl};
+    size_t lens[3] = {op->key_len, PROTO_TOKEN_LEN, tl};
     op_send_main(op, SCRIPT_EXTEND, 3, argv, lens, ttl_ms);
     return 0;
 }
@@ -728,9 +744,9 @@ int cluster_complete(struct cluster *c, const char *resource, size_t len,
         return -1;
     }
     char keep[24];
-    int kl = snprintf(keep, sizeof(keep), "%llu", (unsigned long long)keep_ms);
+    size_t kl = dec_u64(keep, keep_ms);
     const char *argv[4] = {op->key, op->token, keep, op->channel};
-    size_t lens[4] = {op->key_len, PROTO_TOKEN_LEN, (size_t)kl,
+    size_t lens[4] = {op->key_len, PROTO_TOKEN_LEN, kl,
                       op->channel_len};
     op_send_main(op, SCRIPT_COMPLETE, 4, argv, lens, PROTO_TTL_MAX);
     return 0;
