@@ -625,6 +625,24 @@ static int uri_query(const char *q, size_t n, bool is_unix,
     return 0;
 }
 
+/* uri_decode_part: percent-decodes s[0..n) into *dst, naming what (user,
+ * password) in the error. */
+static int uri_decode_part(const char *s, size_t n, char **dst,
+                           const char *what, const char *shown, char *err,
+                           size_t errlen)
+{
+    int rc = pct_decode(s, n, dst);
+    if (rc != 0) {
+        if (rc == -2) {
+            set_err(err, errlen, "out of memory");
+        } else {
+            set_err(err, errlen, "bad %%-escape in %s in '%s'", what, shown);
+        }
+        return -1;
+    }
+    return 0;
+}
+
 /* uri_userinfo: "user:password" (n bytes) into out->user (NULL when empty)
  * and out->password, both percent-decoded. A bare "user" (an ACL user whose
  * password comes from --redis-password-file or REDLOCKD_REDIS_PASSWORD)
@@ -634,7 +652,6 @@ static int uri_userinfo(const char *s, size_t n, struct node_addr *out,
 {
     const char *colon = memchr(s, ':', n);
     size_t ulen, plen;
-    int rc;
 
     if (colon == NULL) {
         if (n == 0) {
@@ -644,15 +661,7 @@ static int uri_userinfo(const char *s, size_t n, struct node_addr *out,
                     shown);
             return -1;
         }
-        rc = pct_decode(s, n, &out->user);
-        if (rc != 0) {
-            set_err(err, errlen,
-                    rc == -2 ? "out of memory"
-                             : "bad %%-escape in user in '%s'",
-                    shown);
-            return -1;
-        }
-        return 0;
+        return uri_decode_part(s, n, &out->user, "user", shown, err, errlen);
     }
     ulen = (size_t)(colon - s);
     plen = n - ulen - 1;
@@ -660,25 +669,12 @@ static int uri_userinfo(const char *s, size_t n, struct node_addr *out,
         set_err(err, errlen, "empty password in '%s'", shown);
         return -1;
     }
-    if (ulen > 0) {
-        rc = pct_decode(s, ulen, &out->user);
-        if (rc != 0) {
-            set_err(err, errlen,
-                    rc == -2 ? "out of memory"
-                             : "bad %%-escape in user in '%s'",
-                    shown);
-            return -1;
-        }
-    }
-    rc = pct_decode(colon + 1, plen, &out->password);
-    if (rc != 0) {
-        set_err(err, errlen,
-                rc == -2 ? "out of memory"
-                         : "bad %%-escape in password in '%s'",
-                shown);
+    if (ulen > 0 &&
+        uri_decode_part(s, ulen, &out->user, "user", shown, err, errlen) != 0) {
         return -1;
     }
-    return 0;
+    return uri_decode_part(colon + 1, plen, &out->password, "password", shown,
+                           err, errlen);
 }
 
 /* uri_tcp: "host[:port][/db][?query]" (the part after the userinfo). */

@@ -269,6 +269,15 @@ def test_max_conn_waiters(cluster, daemon_factory):
         return metric(scrape(d.socket), "redlockd_acquisitions_total",
                       result="error") or 0
 
+    def queue_last_slot(c, id_):
+        # The connection's second waiter is queued; a third is refused.
+        c.send({"op": "acquire", "id": id_, "resource": res,
+                "wait_ms": 30000})
+        wait_waiters(3)
+        _no_answer(c, id_, 0.2)
+        assert_error(c.call("acquire", resource=res, wait_ms=30000),
+                     "limit", "--max-conn-waiters")
+
     with d.client() as h, d.client(timeout=30.0) as a, \
             d.client(timeout=30.0) as b:
         held = h.call("acquire", resource=res, ttl_ms=60000)
@@ -296,23 +305,13 @@ def test_max_conn_waiters(cluster, daemon_factory):
         r = a.response("a1", timeout=10.0 * SLOW)
         assert_error(r, "busy")
         wait_waiters(2)
-        a.send({"op": "acquire", "id": "a3", "resource": res,
-                "wait_ms": 30000})
-        wait_waiters(3)
-        _no_answer(a, "a3", 0.2)
-        assert_error(a.call("acquire", resource=res, wait_ms=30000),
-                     "limit", "--max-conn-waiters")
+        queue_last_slot(a, "a3")
         # A grant: the release hands the lock to a2, the head of the queue.
         assert_ok(h.call("release", lock=held["lock"]))
         r = a.response("a2", timeout=5.0 * SLOW)
         assert_ok(r, "a2 after the release")
         wait_waiters(2)  # b1, a3
-        a.send({"op": "acquire", "id": "a4", "resource": res,
-                "wait_ms": 30000})
-        wait_waiters(3)
-        _no_answer(a, "a4", 0.2)
-        assert_error(a.call("acquire", resource=res, wait_ms=30000),
-                     "limit", "--max-conn-waiters")
+        queue_last_slot(a, "a4")
         # Closing a drops its two waiters and releases a2's lock, which
         # goes to b1, next in line ...
         a.close()
