@@ -277,6 +277,7 @@ static void op_remove_keys(struct cluster_op *op, uint32_t mask)
         node_prepare(&op->prep_rollback, SCRIPT_RELEASE, 3, argv, lens) != 0) {
         return; /* no node ever loaded the scripts: nothing was set */
     }
+    uint64_t now = cluster_now_us();
     for (int i = 0; i < c->n; i++) {
         if (!(mask & (1u << i))) {
             continue;
@@ -284,8 +285,8 @@ static void op_remove_keys(struct cluster_op *op, uint32_t mask)
         /* A node that is down now lost the connection the SET went on;
          * whatever it applied expires with the TTL. */
         if (send_node(c, i) != NULL &&
-            node_send_prepared(send_node(c, i), &op->prep_rollback, rollback_cb,
-                               op) == 0) {
+            node_send_prepared(send_node(c, i), &op->prep_rollback, now,
+                               rollback_cb, op) == 0) {
             op->outstanding++;
         }
     }
@@ -510,10 +511,11 @@ static void op_send_fence(struct cluster_op *op)
                         op->round.drift_factor, op->round.start_us, 0);
     bool prepared =
         node_prepare(&op->prep_fence, SCRIPT_FENCE_RAISE, 4, argv, lens) == 0;
+    uint64_t now = cluster_now_us();
     for (int i = 0; i < c->n; i++) {
         if (prepared && send_node(c, i) != NULL &&
-            node_send_prepared(send_node(c, i), &op->prep_fence, op_fence_cb,
-                               op) == 0) {
+            node_send_prepared(send_node(c, i), &op->prep_fence, now,
+                               op_fence_cb, op) == 0) {
             op->outstanding++;
         } else {
             redlock_round_answer(&op->fence_round, i, RL_SKIPPED, 0, -1,
@@ -648,7 +650,7 @@ static void op_dispatch(struct cluster_op *op)
         bool send_all = op->kind == OPK_RELEASE || op->kind == OPK_COMPLETE;
         if ((op->round.outcome == RL_UNDECIDED || send_all) && !skip &&
             prepared && send_node(c, i) != NULL &&
-            node_send_prepared(send_node(c, i), &op->prep_main, op_main_cb,
+            node_send_prepared(send_node(c, i), &op->prep_main, now, op_main_cb,
                                op) == 0) {
             op->outstanding++;
         } else {
@@ -695,8 +697,7 @@ int cluster_acquire(struct cluster *c, const char *resource, size_t len,
     size_t tl = dec_u64(ttl, ttl_ms);
     const char *argv[5] = {op->key, c->fence_key, op->token, ttl,
                            fence ? "1" : "0"};
-    size_t lens[5] = {op->key_len, c->fence_key_len, PROTO_TOKEN_LEN,
-                      tl, 1};
+    size_t lens[5] = {op->key_len, c->fence_key_len, PROTO_TOKEN_LEN, tl, 1};
     op_send_main(op, SCRIPT_ACQUIRE, 5, argv, lens, ttl_ms);
     return 0;
 }
@@ -746,8 +747,7 @@ int cluster_complete(struct cluster *c, const char *resource, size_t len,
     char keep[24];
     size_t kl = dec_u64(keep, keep_ms);
     const char *argv[4] = {op->key, op->token, keep, op->channel};
-    size_t lens[4] = {op->key_len, PROTO_TOKEN_LEN, kl,
-                      op->channel_len};
+    size_t lens[4] = {op->key_len, PROTO_TOKEN_LEN, kl, op->channel_len};
     op_send_main(op, SCRIPT_COMPLETE, 4, argv, lens, PROTO_TTL_MAX);
     return 0;
 }

@@ -643,13 +643,12 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
 
 /* Queues a formatted command; the caller has filled cmd's callback. */
 static int node_write(struct node *node, struct node_cmd *cmd, const char *buf,
-                      size_t len, int timeout_ms)
+                      size_t len, int timeout_ms, uint64_t now)
 {
     if (out_append(node, buf, len) != 0) {
         cmd_put(node, cmd);
         return -1;
     }
-    uint64_t now = now_us();
     node->last_send_us = now;
     cmd->sent_us = now;
     cmd->deadline_us = now + (uint64_t)timeout_ms * 1000u;
@@ -751,7 +750,7 @@ void node_prep_free(struct node_prep *p)
 }
 
 int node_send_prepared(struct node *node, const struct node_prep *p,
-                       node_reply_fn *cb, void *privdata)
+                       uint64_t now, node_reply_fn *cb, void *privdata)
 {
     if (!node_accepts(node) || p->buf == NULL || !node->sha_ok[p->script]) {
         return -1;
@@ -764,7 +763,7 @@ int node_send_prepared(struct node *node, const struct node_prep *p,
     cmd->privdata = privdata;
     cmd->script = (int)p->script;
     cmd->prep = p;
-    return node_write(node, cmd, p->buf, p->len, node->opts.timeout_ms);
+    return node_write(node, cmd, p->buf, p->len, node->opts.timeout_ms, now);
 }
 
 int node_script(struct node *node, enum node_script script, int argc,
@@ -790,7 +789,8 @@ int node_script(struct node *node, enum node_script script, int argc,
     cmd->script = (int)script;
     cmd->prep = p;
     cmd->owned_prep = p; /* freed with the command */
-    return node_write(node, cmd, p->buf, p->len, node->opts.timeout_ms);
+    return node_write(node, cmd, p->buf, p->len, node->opts.timeout_ms,
+                      now_us());
 }
 
 static int node_send_argv(struct node *node, int argc, const char **argv,
@@ -817,7 +817,8 @@ static int node_send_argv(struct node *node, int argc, const char **argv,
     for (int i = 0; i < argc; i++) {
         q = resp_put_bulk(q, argv[i], argvlen[i]);
     }
-    int rc = node_write(node, cmd, buf, (size_t)(q - buf), timeout_ms);
+    int rc =
+        node_write(node, cmd, buf, (size_t)(q - buf), timeout_ms, now_us());
     if (buf != stack) {
         free(buf);
     }
