@@ -651,6 +651,23 @@ static void ndjson_read(struct client *cl)
     }
 }
 
+/* Appends bytes read from the socket to the input evbuffer. Returns 0, or
+ * -1 (out of memory; the connection is closing). */
+static int input_keep(struct client *cl, const char *data, size_t n)
+{
+    struct evbuffer *in = bufferevent_get_input(cl->bev);
+    /* The bufferevent freezes its input's end so that only it adds. */
+    evbuffer_unfreeze(in, 0);
+    int rc = evbuffer_add(in, data, n);
+    evbuffer_freeze(in, 0);
+    if (rc != 0) {
+        log_error(cl->subject, "out of memory");
+        client_close_after_flush(cl);
+        return -1;
+    }
+    return 0;
+}
+
 /* Bytes read straight off the socket while the input evbuffer is empty:
  * complete lines are handled in place, and only what is left (a partial
  * line, or lines held back by a pause) is kept in the evbuffer. */
@@ -678,19 +695,10 @@ static void ndjson_feed(struct client *cl, const char *buf, size_t n)
             return;
         }
     }
-    if (off < n) {
-        struct evbuffer *in = bufferevent_get_input(cl->bev);
-        evbuffer_unfreeze(in, 0);
-        int rc = evbuffer_add(in, buf + off, n - off);
-        evbuffer_freeze(in, 0);
-        if (rc != 0) {
-            log_error(cl->subject, "out of memory");
-            client_close_after_flush(cl);
-            return;
-        }
-        if (!cl->read_paused && evbuffer_get_length(in) > max) {
-            ndjson_too_large(cl, max);
-        }
+    if (off < n && input_keep(cl, buf + off, n - off) == 0 &&
+        !cl->read_paused &&
+        evbuffer_get_length(bufferevent_get_input(cl->bev)) > max) {
+        ndjson_too_large(cl, max);
     }
 }
 
@@ -878,47 +886,29 @@ static void client_sock_read_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
     struct client *cl = arg;
-    struct evbuffer *in = bufferevent_get_input(cl->bev);
-    if (cl->framing == FRAMING_NDJSON && !cl->lingering && !cl->closing &&
-        evbuffer_get_length(in) == 0) {
-        char buf[16384];
-        ssize_t n;
-        do {
-            n = read(fd, buf, sizeof(buf));
-        } while (n < 0 && errno == EINTR);
-        if (n > 0) {
-            ndjson_feed(cl, buf, (size_t)n);
-        } else if (n == 0) {
-            client_event_cb(cl->bev, BEV_EVENT_READING | BEV_EVENT_EOF, cl);
-        } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
+    char buf[16384];
+    ssize_t n;
+    do {
+        n = read(fd, buf, sizeof(buf));
+    } while (n < 0 && errno == EINTR);
+    if (n == 0) {
+        client_event_cb(cl->bev, BEV_EVENT_READING | BEV_EVENT_EOF, cl);
+        return;
+    }
+    if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
             client_event_cb(cl->bev, BEV_EVENT_READING | BEV_EVENT_ERROR, cl);
         }
         return;
     }
-    struct evbuffer_iovec v;
-    /* The bufferevent freezes its input's end so that only it adds. */
-    evbuffer_unfreeze(in, 0);
-    if (evbuffer_reserve_space(in, 4096, &v, 1) < 1) {
-        evbuffer_freeze(in, 0);
-        log_error(cl->subject, "out of memory");
-        client_free(cl);
+    struct evbuffer *in = bufferevent_get_input(cl->bev);
+    if (cl->framing == FRAMING_NDJSON && !cl->lingering && !cl->closing &&
+        evbuffer_get_length(in) == 0) {
+        ndjson_feed(cl, buf, (size_t)n);
         return;
     }
-    ssize_t n;
-    do {
-        n = read(fd, v.iov_base, v.iov_len);
-    } while (n < 0 && errno == EINTR);
-    if (n > 0) {
-        v.iov_len = (size_t)n;
-        evbuffer_commit_space(in, &v, 1);
-    }
-    evbuffer_freeze(in, 0);
-    if (n > 0) {
+    if (input_keep(cl, buf, (size_t)n) == 0) {
         client_read_cb(cl->bev, cl);
-    } else if (n == 0) {
-        client_event_cb(cl->bev, BEV_EVENT_READING | BEV_EVENT_EOF, cl);
-    } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
-        client_event_cb(cl->bev, BEV_EVENT_READING | BEV_EVENT_ERROR, cl);
     }
 }
 
