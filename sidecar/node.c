@@ -46,64 +46,7 @@
 #include "metrics.h"
 #include "redlock.h"
 #include "resp.h"
-
-/* The Lua scripts. Every script touches only the keys it is given, all
- * under the daemon's prefix. Replies:
- *   acquire:     {1, fence}   set (fence 0 unless asked)
- *                {0, pttl}    held by another token
- *                {2, pttl}    done mark present
- *   release, extend, complete, fence raise: 1 applied, 0 not held.
- *   fence repair: the counter after raising it to at least ARGV[1]. */
-static const char *const script_source[SCRIPT__COUNT] = {
-    [SCRIPT_ACQUIRE] =
-        "local v = redis.call('GET', KEYS[1])\n"
-        "if v then\n"
-        "  local t = redis.call('PTTL', KEYS[1])\n"
-        "  if string.sub(v, 1, 5) == 'done:' then return {2, t} end\n"
-        "  return {0, t}\n"
-        "end\n"
-        "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
-        "if ARGV[3] == '1' then\n"
-        "  return {1, redis.call('INCR', KEYS[2])}\n"
-        "end\n"
-        "return {1, 0}\n",
-    [SCRIPT_RELEASE] =
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-        "  redis.call('DEL', KEYS[1])\n"
-        "  if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], 'r') end\n"
-        "  return 1\n"
-        "end\n"
-        "return 0\n",
-    [SCRIPT_EXTEND] = "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-                      "  return redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
-                      "end\n"
-                      "return 0\n",
-    [SCRIPT_COMPLETE] =
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-        "  redis.call('SET', KEYS[1], 'done:' .. ARGV[1], 'PX', ARGV[2])\n"
-        "  if ARGV[3] ~= '' then redis.call('PUBLISH', ARGV[3], 'd') end\n"
-        "  return 1\n"
-        "end\n"
-        "return 0\n",
-    [SCRIPT_FENCE_RAISE] =
-        "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-        "  local c = tonumber(redis.call('GET', KEYS[2]) or '0')\n"
-        "  local t = tonumber(ARGV[2])\n"
-        "  if c < t then redis.call('SET', KEYS[2], ARGV[2]) end\n"
-        "  return 1\n"
-        "end\n"
-        "return 0\n",
-    [SCRIPT_FENCE_REPAIR] =
-        "local c = tonumber(redis.call('GET', KEYS[1]) or '0')\n"
-        "local t = tonumber(ARGV[1])\n"
-        "if c < t then redis.call('SET', KEYS[1], ARGV[1]) return t end\n"
-        "return c\n",
-};
-
-static const int script_numkeys[SCRIPT__COUNT] = {
-    [SCRIPT_ACQUIRE] = 2,  [SCRIPT_RELEASE] = 1,     [SCRIPT_EXTEND] = 1,
-    [SCRIPT_COMPLETE] = 1, [SCRIPT_FENCE_RAISE] = 2, [SCRIPT_FENCE_REPAIR] = 1,
-};
+#include "scripts.h"
 
 #define HANDSHAKE_INFO (-2) /* handshake_cb tag of INFO server */
 #define SHA_LEN 40

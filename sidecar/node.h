@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "scripts.h"
+
 struct event_base;
 struct redisReply;
 struct node_addr;
@@ -34,18 +36,6 @@ enum node_status {
     NODE_REPLY = 0,        /* reply is set (it may be a Redis error reply) */
     NODE_TIMEOUT = 1,      /* no reply within the node timeout */
     NODE_DISCONNECTED = 2, /* the connection dropped before the reply */
-};
-
-/* The Lua scripts, loaded on connect and run by EVALSHA. Each takes fixed
- * KEYS; see node.c for the source and the reply shapes. */
-enum node_script {
-    SCRIPT_ACQUIRE = 0,  /* KEYS lock, fence; ARGV token, ttl, fence?1:0 */
-    SCRIPT_RELEASE,      /* KEYS lock; ARGV token, channel -> 1/0 */
-    SCRIPT_EXTEND,       /* KEYS lock; ARGV token, ttl -> 1/0 */
-    SCRIPT_COMPLETE,     /* KEYS lock; ARGV token, keep_ms, channel -> 1/0 */
-    SCRIPT_FENCE_RAISE,  /* KEYS lock, fence; ARGV token, value -> 1/0 */
-    SCRIPT_FENCE_REPAIR, /* KEYS fence; ARGV value -> counter after */
-    SCRIPT__COUNT
 };
 
 typedef void node_reply_fn(struct node *node, struct redisReply *reply,

@@ -4,8 +4,6 @@
 Used by run.sh; standard library only.
 
   report.py --out-dir DIR --md BENCHMARKS.md --png tests/bench/x.png --root .
-  report.py --check-scripts --root .    # are rlbench's Lua scripts still
-                                        # the daemon's (sidecar/node.c)?
 
 BENCHMARKS.md is regenerated whole except the hand-written part between
 <!-- analysis:begin --> and <!-- analysis:end -->, which is kept.
@@ -27,54 +25,6 @@ IMPLS = [
 
 A_BEGIN = "<!-- analysis:begin -->"
 A_END = "<!-- analysis:end -->"
-
-
-# ---- script check --------------------------------------------------------
-
-def c_literals(text):
-    """Concatenated C string literals of text, unescaped."""
-    out = []
-    for m in re.finditer(r'"((?:[^"\\]|\\.)*)"', text):
-        s = m.group(1)
-        s = re.sub(r"\\(.)", lambda e: {"n": "\n", "t": "\t"}.get(
-            e.group(1), e.group(1)), s)
-        out.append(s)
-    return "".join(out)
-
-
-def script_from(path, start_pat, end_pat):
-    src = open(path, encoding="utf-8").read()
-    m = re.search(start_pat, src)
-    if not m:
-        return None
-    rest = src[m.end():]
-    e = re.search(end_pat, rest)
-    return c_literals(rest[:e.start()] if e else rest)
-
-
-def check_scripts(root):
-    node_c = os.path.join(root, "sidecar", "node.c")
-    bench_c = os.path.join(root, "tests", "bench", "rlbench.c")
-    ok = True
-    for name, dpat, bpat in [
-        ("acquire", r"\[SCRIPT_ACQUIRE\]\s*=", r"script_acquire\s*="),
-        ("release", r"\[SCRIPT_RELEASE\]\s*=", r"script_release\s*="),
-    ]:
-        d = script_from(node_c, dpat, r",\s*\n\s*\[SCRIPT_|,\s*\n\s*\};")
-        b = script_from(bench_c, bpat, r";")
-        if d is None or b is None:
-            print("script-check: %s: could not find the script (%s)"
-                  % (name, "node.c" if d is None else "rlbench.c"))
-            ok = False
-        elif d != b:
-            print("script-check: WARNING: the %s script in rlbench.c differs "
-                  "from sidecar/node.c: the in-process limit no longer runs "
-                  "the daemon's script" % name)
-            ok = False
-        else:
-            print("script-check: %s script identical to sidecar/node.c"
-                  % name)
-    return ok
 
 
 # ---- parsing ---------------------------------------------------------------
@@ -533,7 +483,6 @@ def build(args):
     sc_rows = parse_results(os.path.join(out_dir, "scaling.txt"))
     machine = read(os.path.join(out_dir, "machine.txt")).strip()
     notes = read(os.path.join(out_dir, "notes.txt")).strip()
-    scripts = read(os.path.join(out_dir, "script-check.txt")).strip()
 
     analysis = DEFAULT_ANALYSIS
     if os.path.exists(args.md):
@@ -575,7 +524,8 @@ def build(args):
         "- **redlockd**: `rlbench` over the daemon's unix socket (NDJSON).\n"
         "- **in-process limit**: `rlbench --inproc`: the same Redlock round "
         "inside the generator (hiredis async + libevent, one connection per "
-        "node), EVALSHA of the daemon's own acquire and release scripts to "
+        "node), EVALSHA of the daemon's own acquire and release scripts "
+        "(sidecar/scripts.c, linked into rlbench) to "
         "all nodes at once, answered at quorum (3 of 5) with the same "
         "validity rule; no socket and no JSON. The gap to it is what the "
         "daemon's socket, JSON and bookkeeping cost.\n"
@@ -587,10 +537,6 @@ def build(args):
         "node-redlock-ap, then the next concurrency, then the next "
         "repetition) so that drifts of a shared machine hit all alike; "
         "tables show medians.\n")
-    if scripts:
-        doc.append("Script check: " + "; ".join(
-            ln.replace("script-check: ", "") for ln in scripts.splitlines())
-            + "\n")
     doc.append("## Machine\n")
     doc.append("```\n%s\n```\n" % (machine or "(not recorded)"))
     if summary:
@@ -663,10 +609,7 @@ def main():
     ap.add_argument("--md")
     ap.add_argument("--png")
     ap.add_argument("--root", default=".")
-    ap.add_argument("--check-scripts", action="store_true")
     args = ap.parse_args()
-    if args.check_scripts:
-        sys.exit(0 if check_scripts(args.root) else 1)
     if not (args.out_dir and args.md and args.png):
         ap.error("--out-dir, --md and --png are required")
     build(args)

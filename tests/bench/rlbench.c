@@ -13,8 +13,8 @@
  *
  * --inproc runs the same Redlock cycle inside this process: hiredis async
  * on libevent, one connection per node, EVALSHA of the daemon's own acquire
- * and release scripts (copied verbatim from sidecar/node.c; run.sh checks
- * that the copies still match) to every node at once, deciding at quorum
+ * and release scripts (sidecar/scripts.c, linked in) to every node at
+ * once, deciding at quorum
  * exactly as the daemon does. No socket to a daemon, no JSON: the limit a
  * daemon on this machine could reach.
  *
@@ -47,35 +47,13 @@
 #include <hiredis/hiredis.h>
 #include <uuid/uuid.h>
 
+#include "scripts.h" /* the daemon's Lua scripts, not a copy */
+
 #define MAX_CONC 64
 #define MAX_NODES 16
 #define MAX_PIDS 32
 #define TOKEN_LEN 32
 #define SAMPLES_CAP (32u * 1024u * 1024u)
-
-/* ---- the daemon's scripts ---------------------------------------------
- * Copied from sidecar/node.c, byte for byte: run.sh (report.py
- * check-scripts) compares the two and warns when they drift. */
-static const char *const script_acquire =
-    "local v = redis.call('GET', KEYS[1])\n"
-    "if v then\n"
-    "  local t = redis.call('PTTL', KEYS[1])\n"
-    "  if string.sub(v, 1, 5) == 'done:' then return {2, t} end\n"
-    "  return {0, t}\n"
-    "end\n"
-    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
-    "if ARGV[3] == '1' then\n"
-    "  return {1, redis.call('INCR', KEYS[2])}\n"
-    "end\n"
-    "return {1, 0}\n";
-
-static const char *const script_release =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then\n"
-    "  redis.call('DEL', KEYS[1])\n"
-    "  if ARGV[2] ~= '' then redis.call('PUBLISH', ARGV[2], 'r') end\n"
-    "  return 1\n"
-    "end\n"
-    "return 0\n";
 
 /* ---- options ------------------------------------------------------------ */
 
@@ -1312,8 +1290,8 @@ static void inproc_setup(void)
             die("node %d (%s): %s", i + 1, opt.redis[i],
                 c ? c->errstr : "out of memory");
         }
-        script_load(c, script_acquire, nd->sha_acq, i);
-        script_load(c, script_release, nd->sha_rel, i);
+        script_load(c, script_source[SCRIPT_ACQUIRE], nd->sha_acq, i);
+        script_load(c, script_source[SCRIPT_RELEASE], nd->sha_rel, i);
         redisFree(c);
         const char *a = opt.redis[i];
         if (strncmp(a, "unix://", 7) == 0) {

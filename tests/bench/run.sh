@@ -140,8 +140,9 @@ if [ "$BUILD" = 1 ]; then
         DAEMON=$BIN/redlockd
     fi
     if [ -z "$RLBENCH" ]; then
-        gcc $CFLAGS_BENCH -Wall -Wextra "$HERE/rlbench.c" -lhiredis -levent \
-            -luuid -lm -o "$BIN/rlbench"
+        gcc $CFLAGS_BENCH -Wall -Wextra -I"$ROOT/sidecar" "$HERE/rlbench.c" \
+            "$ROOT/sidecar/scripts.c" -lhiredis -levent -luuid -lm \
+            -o "$BIN/rlbench"
         RLBENCH=$BIN/rlbench
     fi
 else
@@ -151,9 +152,6 @@ fi
 [ -x "$DAEMON" ] || { echo "run.sh: no daemon at $DAEMON" >&2; exit 1; }
 [ -x "$RLBENCH" ] || { echo "run.sh: no rlbench at $RLBENCH" >&2; exit 1; }
 log "daemon: $DAEMON; rlbench: $RLBENCH"
-
-"$PY" "$HERE/report.py" --check-scripts --root "$ROOT" |
-    tee "$OUT/script-check.txt" >&2 || true
 
 # ---- node-redlock -------------------------------------------------------------
 if [ "$NODE" = 1 ] && [ "$COMPARE" = 1 ]; then

@@ -1,0 +1,28 @@
+/* scripts.h: the Lua scripts every Redis node runs for redlockd, and the
+ * number of KEYS each takes. Plain constant data, so that the in-process
+ * benchmark limit (tests/bench/rlbench.c) runs the daemon's very scripts
+ * rather than a copy that could drift. */
+#ifndef REDLOCKD_SCRIPTS_H
+#define REDLOCKD_SCRIPTS_H
+
+/* Replies:
+ *   acquire:     {1, fence}   set (fence 0 unless asked)
+ *                {0, pttl}    held by another token
+ *                {2, pttl}    done mark present
+ *   release, extend, complete, fence raise: 1 applied, 0 not held.
+ *   fence repair: the counter after raising it to at least ARGV[1]. */
+enum node_script {
+    SCRIPT_ACQUIRE = 0,  /* KEYS lock, fence; ARGV token, ttl, fence?1:0 */
+    SCRIPT_RELEASE,      /* KEYS lock; ARGV token, channel -> 1/0 */
+    SCRIPT_EXTEND,       /* KEYS lock; ARGV token, ttl -> 1/0 */
+    SCRIPT_COMPLETE,     /* KEYS lock; ARGV token, keep_ms, channel -> 1/0 */
+    SCRIPT_FENCE_RAISE,  /* KEYS lock, fence; ARGV token, value -> 1/0 */
+    SCRIPT_FENCE_REPAIR, /* KEYS fence; ARGV value -> counter after */
+    SCRIPT__COUNT
+};
+
+/* Indexed by enum node_script; static storage, never freed. */
+extern const char *const script_source[SCRIPT__COUNT];
+extern const int script_numkeys[SCRIPT__COUNT];
+
+#endif
