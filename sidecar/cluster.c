@@ -363,7 +363,7 @@ static void op_finish_acquire(struct cluster_op *op, enum redlock_outcome out)
         res.err = ERR_NONE;
         res.validity_ms = op->round.validity_ms;
         res.valid_until_us =
-            cluster_now_us() + (uint64_t)op->round.validity_ms * 1000u;
+            op->round.decided_us + (uint64_t)op->round.validity_ms * 1000u;
         op_answer(op, &res);
         return;
     case RL_LOST_BUSY:
@@ -397,8 +397,7 @@ static void op_finish_other(struct cluster_op *op, enum redlock_outcome out)
     case RL_WON:
         res.err = ERR_NONE;
         res.validity_ms = r->validity_ms;
-        res.valid_until_us =
-            cluster_now_us() + (uint64_t)r->validity_ms * 1000u;
+        res.valid_until_us = r->decided_us + (uint64_t)r->validity_ms * 1000u;
         break;
     case RL_LOST_BUSY:
     case RL_LOST_DONE:
@@ -441,7 +440,7 @@ static void op_main_cb(struct node *node, struct redisReply *reply,
     }
     bool was_decided = op->round.outcome != RL_UNDECIDED;
     enum redlock_outcome out =
-        redlock_round_answer(&op->round, i, res, fence, pttl, cluster_now_us());
+        redlock_round_answer(&op->round, i, res, fence, pttl, cluster_now_us);
     if (was_decided) {
         /* A late answer after a lost acquisition: the rollback was queued
          * behind this SET already; nothing more to do. */
@@ -466,19 +465,20 @@ static void op_fence_cb(struct node *node, struct redisReply *reply,
         status == NODE_REPLY ? decode_flag(node, reply) : decode_status(status);
     bool was_decided = op->fence_round.outcome != RL_UNDECIDED;
     enum redlock_outcome out = redlock_round_answer(
-        &op->fence_round, node_index(node), res, 0, -1, cluster_now_us());
+        &op->fence_round, node_index(node), res, 0, -1, cluster_now_us);
     if (!was_decided && out != RL_UNDECIDED) {
         struct cluster_result r;
         result_init(&r);
         r.n_ok = op->round.n_ok;
         /* Validity runs from the start of the acquisition, not of the
          * write-back. */
+        uint64_t now = cluster_now_us();
         int64_t v = redlock_validity_ms(op->ttl_ms, op->round.drift_factor,
-                                        cluster_now_us() - op->round.start_us);
+                                        now - op->round.start_us);
         if (out == RL_WON && v > 0) {
             r.err = ERR_NONE;
             r.validity_ms = v;
-            r.valid_until_us = cluster_now_us() + (uint64_t)v * 1000u;
+            r.valid_until_us = now + (uint64_t)v * 1000u;
             /* Not round.fence_max: answers that arrived after the round
              * was won may have raised it past what a quorum now holds. */
             r.fence = op->fence_written;
@@ -519,7 +519,7 @@ static void op_send_fence(struct cluster_op *op)
             op->outstanding++;
         } else {
             redlock_round_answer(&op->fence_round, i, RL_SKIPPED, 0, -1,
-                                 cluster_now_us());
+                                 cluster_now_us);
         }
     }
     if (op->fence_round.outcome != RL_UNDECIDED && op->outstanding == 0) {
@@ -542,13 +542,13 @@ static void op_deadline_cb(evutil_socket_t fd, short what, void *arg)
         op->round.outcome != RL_UNDECIDED) {
         return;
     }
-    uint64_t now = cluster_now_us();
     /* The answers still due cannot help: count them as failed (their
      * callbacks still arrive and keep the op alive until then). */
     enum redlock_outcome out = RL_UNDECIDED;
     for (int i = 0; i < op->c->n && out == RL_UNDECIDED; i++) {
         if (op->round.result[i] == RL_PENDING) {
-            out = redlock_round_answer(&op->round, i, RL_FAILED, 0, -1, now);
+            out = redlock_round_answer(&op->round, i, RL_FAILED, 0, -1,
+                                       cluster_now_us);
         }
     }
     if (out == RL_UNDECIDED) {
@@ -654,7 +654,8 @@ static void op_dispatch(struct cluster_op *op)
                                op) == 0) {
             op->outstanding++;
         } else {
-            redlock_round_answer(&op->round, i, RL_SKIPPED, 0, -1, now);
+            redlock_round_answer(&op->round, i, RL_SKIPPED, 0, -1,
+                                 cluster_now_us);
         }
     }
     op->outstanding--;

@@ -15,6 +15,7 @@
 #include "redlock.h"
 
 #include <math.h>
+#include <stddef.h>
 
 int redlock_quorum(int n_nodes)
 {
@@ -29,32 +30,6 @@ int64_t redlock_validity_ms(uint32_t ttl_ms, double drift_factor,
     int64_t drift_ms = (int64_t)ceil((double)ttl_ms * drift_factor) + 2;
     int64_t elapsed_ms = (int64_t)((elapsed_us + 999) / 1000);
     return (int64_t)ttl_ms - elapsed_ms - drift_ms;
-}
-
-void redlock_round_start(struct redlock_round *r, int n_nodes, uint32_t ttl_ms,
-                         double drift_factor, uint64_t now_us, uint32_t skipped)
-{
-    r->n_nodes = n_nodes;
-    r->quorum = redlock_quorum(n_nodes);
-    r->start_us = now_us;
-    r->ttl_ms = ttl_ms;
-    r->drift_factor = drift_factor;
-    r->n_ok = r->n_busy = r->n_done = r->n_failed = r->n_pending = 0;
-    r->fence_max = 0;
-    r->pttl_min = -1;
-    r->outcome = RL_UNDECIDED;
-    r->validity_ms = 0;
-    r->too_late = false;
-    for (int i = 0; i < n_nodes; i++) {
-        if (skipped & (1u << i)) {
-            r->result[i] = RL_SKIPPED;
-            r->n_failed++;
-        } else {
-            r->result[i] = RL_PENDING;
-            r->n_pending++;
-        }
-    }
-    (void)redlock_round_answer(r, -1, RL_PENDING, 0, -1, now_us);
 }
 
 /* The failure code once success is impossible. Busy needs evidence that the
@@ -72,12 +47,65 @@ static enum redlock_outcome round_loss(const struct redlock_round *r)
     return RL_LOST_NOQUORUM;
 }
 
+/* Decides once the answers so far make the outcome certain. clock is read
+ * only on reaching a quorum; redlock_round_start passes NULL, which is safe
+ * because no answer has been recorded then (n_ok is 0, quorum at least 1). */
+static enum redlock_outcome round_decide(struct redlock_round *r,
+                                         redlock_clock_fn *clock)
+{
+    if (r->outcome != RL_UNDECIDED) {
+        return r->outcome;
+    }
+    if (r->n_ok >= r->quorum) {
+        uint64_t now_us = clock();
+        int64_t v = redlock_validity_ms(r->ttl_ms, r->drift_factor,
+                                        now_us - r->start_us);
+        if (v > 0) {
+            r->validity_ms = v;
+            r->decided_us = now_us;
+            r->outcome = RL_WON;
+        } else {
+            r->outcome = RL_LOST_NOQUORUM;
+            r->too_late = true;
+        }
+    } else if (r->n_ok + r->n_pending < r->quorum) {
+        r->outcome = round_loss(r);
+    }
+    return r->outcome;
+}
+
+void redlock_round_start(struct redlock_round *r, int n_nodes, uint32_t ttl_ms,
+                         double drift_factor, uint64_t now_us, uint32_t skipped)
+{
+    r->n_nodes = n_nodes;
+    r->quorum = redlock_quorum(n_nodes);
+    r->start_us = now_us;
+    r->ttl_ms = ttl_ms;
+    r->drift_factor = drift_factor;
+    r->n_ok = r->n_busy = r->n_done = r->n_failed = r->n_pending = 0;
+    r->fence_max = 0;
+    r->pttl_min = -1;
+    r->outcome = RL_UNDECIDED;
+    r->validity_ms = 0;
+    r->decided_us = 0;
+    r->too_late = false;
+    for (int i = 0; i < n_nodes; i++) {
+        if (skipped & (1u << i)) {
+            r->result[i] = RL_SKIPPED;
+            r->n_failed++;
+        } else {
+            r->result[i] = RL_PENDING;
+            r->n_pending++;
+        }
+    }
+    (void)round_decide(r, NULL);
+}
+
 enum redlock_outcome redlock_round_answer(struct redlock_round *r, int node,
                                           enum redlock_node_result res,
                                           int64_t fence, int64_t pttl,
-                                          uint64_t now_us)
+                                          redlock_clock_fn *clock)
 {
-    /* node < 0 only re-evaluates (used by redlock_round_start). */
     if (node >= 0 && node < r->n_nodes && r->result[node] == RL_PENDING &&
         res != RL_PENDING) {
         r->result[node] = res;
@@ -105,23 +133,7 @@ enum redlock_outcome redlock_round_answer(struct redlock_round *r, int node,
             break;
         }
     }
-    if (r->outcome != RL_UNDECIDED) {
-        return r->outcome;
-    }
-    if (r->n_ok >= r->quorum) {
-        int64_t v = redlock_validity_ms(r->ttl_ms, r->drift_factor,
-                                        now_us - r->start_us);
-        if (v > 0) {
-            r->validity_ms = v;
-            r->outcome = RL_WON;
-        } else {
-            r->outcome = RL_LOST_NOQUORUM;
-            r->too_late = true;
-        }
-    } else if (r->n_ok + r->n_pending < r->quorum) {
-        r->outcome = round_loss(r);
-    }
-    return r->outcome;
+    return round_decide(r, clock);
 }
 
 enum redlock_outcome redlock_round_outcome(const struct redlock_round *r)

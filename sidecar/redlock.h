@@ -1,5 +1,6 @@
-/* redlock.h: the Redlock decisions, pure. No sockets, no clock reads: callers
- * pass node results and monotonic timestamps in, and get decisions out.
+/* redlock.h: the Redlock decisions, pure. No sockets and no clock of its
+ * own: callers pass node results, monotonic timestamps and a clock function
+ * in, and get decisions out.
  *
  * One struct redlock_round tracks a multi-node operation (acquire, extend,
  * release, complete, fence write-back) from the moment it was sent to all
@@ -43,8 +44,11 @@ struct redlock_round {
     int64_t pttl_min;  /* min holder PTTL among busy answers, -1 none */
     enum redlock_outcome outcome; /* sticky once decided */
     int64_t validity_ms;          /* for RL_WON: validity at the decision */
-    bool too_late; /* lost although a quorum answered: no validity
-                      was left by then */
+    uint64_t decided_us; /* for RL_WON: the clock reading validity_ms was
+                            measured at, so valid until decided_us +
+                            validity_ms; 0 otherwise */
+    bool too_late;       /* lost although a quorum answered: no validity
+                            was left by then */
 };
 
 /* redlock_quorum: n / 2 + 1 for n >= 1. */
@@ -62,14 +66,21 @@ void redlock_round_start(struct redlock_round *r, int n_nodes, uint32_t ttl_ms,
                          double drift_factor, uint64_t now_us,
                          uint32_t skipped);
 
+/* Returns the monotonic time in µs. */
+typedef uint64_t redlock_clock_fn(void);
+
 /* redlock_round_answer: records node's answer (fence/pttl only meaningful
  * for RL_OK/RL_BUSY, pass 0/-1 otherwise) and returns the outcome, which is
  * RL_UNDECIDED until certain. After a decision, answers are still recorded
- * (for the rollback set) but the outcome does not change. */
+ * (for the rollback set) but the outcome does not change. clock is called
+ * at most once, by the answer that completes a quorum: validity is measured
+ * at that moment, and no other answer needs the time (a clock reading per
+ * node reply was a visible share of the daemon's CPU). clock must not be
+ * NULL. */
 enum redlock_outcome redlock_round_answer(struct redlock_round *r, int node,
                                           enum redlock_node_result res,
                                           int64_t fence, int64_t pttl,
-                                          uint64_t now_us);
+                                          redlock_clock_fn *clock);
 
 /* redlock_round_outcome: the current outcome without a new answer. */
 enum redlock_outcome redlock_round_outcome(const struct redlock_round *r);

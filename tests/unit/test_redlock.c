@@ -11,6 +11,25 @@
 
 #define MS 1000ULL
 
+/* The round reads time only through its clock function: the tests give it
+ * one that returns the time the test says and counts the readings. */
+static uint64_t fake_now;
+static int clock_reads;
+
+static uint64_t fake_clock(void)
+{
+    clock_reads++;
+    return fake_now;
+}
+
+static enum redlock_outcome answer_at(struct redlock_round *r, int node,
+                                      enum redlock_node_result res,
+                                      int64_t fence, int64_t pttl, uint64_t now)
+{
+    fake_now = now;
+    return redlock_round_answer(r, node, res, fence, pttl, fake_clock);
+}
+
 static void test_quorum(void **state)
 {
     (void)state;
@@ -46,19 +65,15 @@ static void test_win_early(void **state)
     struct redlock_round r;
     redlock_round_start(&r, 5, 30000, 0.01, 100 * MS, 0);
     assert_int_equal(r.quorum, 3);
-    assert_int_equal(redlock_round_answer(&r, 0, RL_OK, 7, -1, 101 * MS),
-                     RL_UNDECIDED);
-    assert_int_equal(redlock_round_answer(&r, 3, RL_OK, 9, -1, 102 * MS),
-                     RL_UNDECIDED);
+    assert_int_equal(answer_at(&r, 0, RL_OK, 7, -1, 101 * MS), RL_UNDECIDED);
+    assert_int_equal(answer_at(&r, 3, RL_OK, 9, -1, 102 * MS), RL_UNDECIDED);
     /* third ok decides without waiting for nodes 1, 2, 4 */
-    assert_int_equal(redlock_round_answer(&r, 4, RL_OK, 8, -1, 103 * MS),
-                     RL_WON);
+    assert_int_equal(answer_at(&r, 4, RL_OK, 8, -1, 103 * MS), RL_WON);
     assert_int_equal(r.validity_ms, 30000 - 3 - 302);
     assert_int_equal(r.fence_max, 9);
     assert_int_equal(redlock_ok_set(&r), (1u << 0) | (1u << 3) | (1u << 4));
     /* late answers are recorded but do not change the outcome */
-    assert_int_equal(redlock_round_answer(&r, 1, RL_BUSY, 0, 50, 104 * MS),
-                     RL_WON);
+    assert_int_equal(answer_at(&r, 1, RL_BUSY, 0, 50, 104 * MS), RL_WON);
     assert_int_equal(r.n_busy, 1);
 }
 
@@ -67,14 +82,12 @@ static void test_lose_early_busy(void **state)
     (void)state;
     struct redlock_round r;
     redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
-    redlock_round_answer(&r, 0, RL_BUSY, 0, 800, 10);
-    redlock_round_answer(&r, 1, RL_BUSY, 0, 700, 20);
+    answer_at(&r, 0, RL_BUSY, 0, 800, 10);
+    answer_at(&r, 1, RL_BUSY, 0, 700, 20);
     /* two ok + two pending could still make 3 */
-    assert_int_equal(redlock_round_answer(&r, 2, RL_OK, 0, -1, 30),
-                     RL_UNDECIDED);
+    assert_int_equal(answer_at(&r, 2, RL_OK, 0, -1, 30), RL_UNDECIDED);
     /* 1 ok + 1 pending < 3: certain now */
-    assert_int_equal(redlock_round_answer(&r, 3, RL_BUSY, 0, 900, 40),
-                     RL_LOST_BUSY);
+    assert_int_equal(answer_at(&r, 3, RL_BUSY, 0, 900, 40), RL_LOST_BUSY);
     assert_int_equal(r.pttl_min, 700);
     /* rollback: node 2 (ok) and node 4 (pending), not the busy ones */
     assert_int_equal(redlock_rollback_set(&r), (1u << 2) | (1u << 4));
@@ -85,13 +98,13 @@ static void test_lose_noquorum_on_timeouts(void **state)
     (void)state;
     struct redlock_round r;
     redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
-    redlock_round_answer(&r, 0, RL_OK, 0, -1, 10);
-    redlock_round_answer(&r, 1, RL_OK, 0, -1, 10);
-    redlock_round_answer(&r, 2, RL_FAILED, 0, -1, 100 * MS);
+    answer_at(&r, 0, RL_OK, 0, -1, 10);
+    answer_at(&r, 1, RL_OK, 0, -1, 10);
+    answer_at(&r, 2, RL_FAILED, 0, -1, 100 * MS);
     /* 2 ok + 1 pending could still make 3 */
-    assert_int_equal(redlock_round_answer(&r, 3, RL_FAILED, 0, -1, 100 * MS),
+    assert_int_equal(answer_at(&r, 3, RL_FAILED, 0, -1, 100 * MS),
                      RL_UNDECIDED);
-    assert_int_equal(redlock_round_answer(&r, 4, RL_FAILED, 0, -1, 100 * MS),
+    assert_int_equal(answer_at(&r, 4, RL_FAILED, 0, -1, 100 * MS),
                      RL_LOST_NOQUORUM);
     assert_false(r.too_late);
     /* every node that may hold the key: the oks and the timeouts */
@@ -99,11 +112,10 @@ static void test_lose_noquorum_on_timeouts(void **state)
 
     /* decided with one node still pending: it is rolled back too */
     redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
-    redlock_round_answer(&r, 0, RL_OK, 0, -1, 10);
-    redlock_round_answer(&r, 1, RL_FAILED, 0, -1, 10);
-    redlock_round_answer(&r, 2, RL_BUSY, 0, 5, 10);
-    assert_int_equal(redlock_round_answer(&r, 3, RL_FAILED, 0, -1, 10),
-                     RL_LOST_BUSY);
+    answer_at(&r, 0, RL_OK, 0, -1, 10);
+    answer_at(&r, 1, RL_FAILED, 0, -1, 10);
+    answer_at(&r, 2, RL_BUSY, 0, 5, 10);
+    assert_int_equal(answer_at(&r, 3, RL_FAILED, 0, -1, 10), RL_LOST_BUSY);
     assert_int_equal(redlock_rollback_set(&r), 0x1bu);
 }
 
@@ -112,10 +124,9 @@ static void test_done_wins_over_busy(void **state)
     (void)state;
     struct redlock_round r;
     redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
-    redlock_round_answer(&r, 0, RL_DONE, 0, -1, 1);
-    redlock_round_answer(&r, 1, RL_DONE, 0, -1, 1);
-    assert_int_equal(redlock_round_answer(&r, 2, RL_BUSY, 0, 5, 1),
-                     RL_LOST_DONE);
+    answer_at(&r, 0, RL_DONE, 0, -1, 1);
+    answer_at(&r, 1, RL_DONE, 0, -1, 1);
+    assert_int_equal(answer_at(&r, 2, RL_BUSY, 0, 5, 1), RL_LOST_DONE);
     assert_int_equal(redlock_rollback_set(&r), (1u << 3) | (1u << 4));
 }
 
@@ -127,8 +138,7 @@ static void test_busy_needs_reachable_quorum(void **state)
     redlock_round_start(&r, 5, 1000, 0.01, 0, 0x1cu);
     assert_int_equal(redlock_round_outcome(&r), RL_LOST_NOQUORUM);
     redlock_round_start(&r, 5, 1000, 0.01, 0, 0x18u);
-    assert_int_equal(redlock_round_answer(&r, 0, RL_BUSY, 0, 10, 1),
-                     RL_LOST_BUSY);
+    assert_int_equal(answer_at(&r, 0, RL_BUSY, 0, 10, 1), RL_LOST_BUSY);
 }
 
 static void test_all_skipped_decides_at_start(void **state)
@@ -145,10 +155,9 @@ static void test_quorum_too_late(void **state)
     (void)state;
     struct redlock_round r;
     redlock_round_start(&r, 3, 100, 0.01, 0, 0);
-    redlock_round_answer(&r, 0, RL_OK, 0, -1, 50 * MS);
+    answer_at(&r, 0, RL_OK, 0, -1, 50 * MS);
     /* 100 - 97 - 3 = 0: not valid */
-    assert_int_equal(redlock_round_answer(&r, 1, RL_OK, 0, -1, 97 * MS),
-                     RL_LOST_NOQUORUM);
+    assert_int_equal(answer_at(&r, 1, RL_OK, 0, -1, 97 * MS), RL_LOST_NOQUORUM);
     assert_true(r.too_late);
     assert_int_equal(redlock_rollback_set(&r), 0x7u);
 }
@@ -158,8 +167,7 @@ static void test_single_node(void **state)
     (void)state;
     struct redlock_round r;
     redlock_round_start(&r, 1, 1000, 0.01, 0, 0);
-    assert_int_equal(redlock_round_answer(&r, 0, RL_OK, 1, -1, 1),
-                     RL_WON);
+    assert_int_equal(answer_at(&r, 0, RL_OK, 1, -1, 1), RL_WON);
 }
 
 static void test_even_nodes(void **state)
@@ -167,12 +175,10 @@ static void test_even_nodes(void **state)
     (void)state;
     struct redlock_round r;
     redlock_round_start(&r, 4, 1000, 0.01, 0, 0);
-    redlock_round_answer(&r, 0, RL_OK, 0, -1, 1);
-    redlock_round_answer(&r, 1, RL_OK, 0, -1, 1);
-    assert_int_equal(redlock_round_answer(&r, 2, RL_BUSY, 0, 3, 1),
-                     RL_UNDECIDED);
-    assert_int_equal(redlock_round_answer(&r, 3, RL_BUSY, 0, 3, 1),
-                     RL_LOST_BUSY);
+    answer_at(&r, 0, RL_OK, 0, -1, 1);
+    answer_at(&r, 1, RL_OK, 0, -1, 1);
+    assert_int_equal(answer_at(&r, 2, RL_BUSY, 0, 3, 1), RL_UNDECIDED);
+    assert_int_equal(answer_at(&r, 3, RL_BUSY, 0, 3, 1), RL_LOST_BUSY);
 }
 
 static void test_duplicate_answer_ignored(void **state)
@@ -180,13 +186,35 @@ static void test_duplicate_answer_ignored(void **state)
     (void)state;
     struct redlock_round r;
     redlock_round_start(&r, 3, 1000, 0.01, 0, 0);
-    redlock_round_answer(&r, 0, RL_OK, 0, -1, 1);
+    answer_at(&r, 0, RL_OK, 0, -1, 1);
     /* a second answer for the same node must not count twice */
-    assert_int_equal(redlock_round_answer(&r, 0, RL_OK, 0, -1, 1),
-                     RL_UNDECIDED);
+    assert_int_equal(answer_at(&r, 0, RL_OK, 0, -1, 1), RL_UNDECIDED);
     assert_int_equal(r.n_ok, 1);
-    assert_int_equal(redlock_round_answer(&r, 7, RL_OK, 0, -1, 1),
-                     RL_UNDECIDED);
+    assert_int_equal(answer_at(&r, 7, RL_OK, 0, -1, 1), RL_UNDECIDED);
+}
+
+/* The clock is read once, by the answer that completes the quorum, and the
+ * validity is measured at that reading: not at an earlier answer's time
+ * (that would overstate it) and not again for answers after the decision. */
+static void test_clock_read_at_decision_only(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    clock_reads = 0;
+    redlock_round_start(&r, 5, 1000, 0.0, 0, 0);
+    answer_at(&r, 0, RL_OK, 0, -1, 100 * MS);
+    answer_at(&r, 1, RL_BUSY, 0, 50, 200 * MS);
+    answer_at(&r, 2, RL_OK, 0, -1, 300 * MS);
+    assert_int_equal(clock_reads, 0);
+    assert_int_equal(answer_at(&r, 3, RL_OK, 0, -1, 400 * MS), RL_WON);
+    assert_int_equal(clock_reads, 1);
+    /* 1000 - 400 - 2, from the reading at the decision */
+    assert_int_equal(r.validity_ms, 598);
+    assert_int_equal(r.decided_us, 400 * MS);
+    answer_at(&r, 4, RL_OK, 0, -1, 900 * MS);
+    assert_int_equal(clock_reads, 1);
+    assert_int_equal(r.validity_ms, 598);
+    assert_int_equal(r.decided_us, 400 * MS);
 }
 
 static void test_backoff(void **state)
@@ -232,6 +260,7 @@ int main(void)
         cmocka_unit_test(test_single_node),
         cmocka_unit_test(test_even_nodes),
         cmocka_unit_test(test_duplicate_answer_ignored),
+        cmocka_unit_test(test_clock_read_at_decision_only),
         cmocka_unit_test(test_backoff),
         cmocka_unit_test(test_retry_delay),
     };
