@@ -102,6 +102,22 @@ def spread(g, impl, conc, key):
     return " ({}–{})".format(fmt(min(vals)), fmt(max(vals)))
 
 
+def paired_ratios(g, conc):
+    """daemon / limit for each repetition that measured both (adjacent
+    runs, so a slow drift of the machine cancels), in repetition order."""
+    by_tag = {}
+    for impl in ("daemon", "limit"):
+        for r in g.get((impl, conc), []):
+            by_tag.setdefault(r.get("tag"), {})[impl] = num(r, "cps")
+    out = []
+    for tag in sorted(by_tag, key=lambda t: int(re.sub(r"\D", "", t or "")
+                                                or 0)):
+        d, lim = by_tag[tag].get("daemon"), by_tag[tag].get("limit")
+        if d and lim:
+            out.append(d / lim)
+    return out
+
+
 def comparison_tables(rows):
     g = group(rows)
     concs = sorted({c for (_, c) in g})
@@ -127,7 +143,8 @@ def comparison_tables(rows):
         nr = agg(g, "node-redlock", c, "cps")
         nra = agg(g, "node-redlock-ap", c, "cps")
         cells += [ratio(d, lim), ratio(d, nr, 1), ratio(d, nra, 1)]
-        summary[c] = dict(daemon=d, limit=lim, nr=nr, nra=nra)
+        summary[c] = dict(daemon=d, limit=lim, nr=nr, nra=nra,
+                          paired=paired_ratios(g, c))
         out.append("| " + " | ".join(cells) + " |")
     out.append("")
     out.append("### Latency (µs, medians over reps of each run's "
@@ -279,10 +296,16 @@ def targets_table(summary, renew):
         s = summary.get(c, {})
         d, lim = s.get("daemon"), s.get("limit")
         v = d / lim if d and lim else None
+        per = s.get("paired") or []
+        per_md = ""
+        if len(per) > 1:
+            per_md = "; per repetition %s" % ", ".join(
+                "%.2f" % x for x in per)
         out.append("| daemon ≥ 0.8 × in-process limit at %d clients | %s "
-                   "(%s vs %s cycles/s) | %s |" % (
+                   "(%s vs %s cycles/s%s) | %s |" % (
                        c, "n/a" if v is None else "%.2f ×" % v, fmt(d),
-                       fmt(lim), yes(None if v is None else v >= 0.8)))
+                       fmt(lim), per_md,
+                       yes(None if v is None else v >= 0.8)))
     s = summary.get(64, {})
     d, nr = s.get("daemon"), s.get("nr")
     v = d / nr if d and nr else None

@@ -4,11 +4,11 @@
 # Starts throw-away redis-server nodes on unix sockets under mktemp -d
 # (--save '' --appendonly no) and an optimized redlockd against five of
 # them, then runs interleaved repetitions (daemon, in-process limit,
-# node-redlock, node-redlock with auto-pipelining; A B C D A B C D ...) of
+# node-redlock, node-redlock with auto-pipelining; A B C D B A C D ...) of
 # the acquire/release cycle at each concurrency, the renew run (100,000
 # renewing locks by default), and writes BENCHMARKS.md plus a PNG.
 #
-#   tests/bench/run.sh              the comparison + renew (about 15 min)
+#   tests/bench/run.sh              the comparison + renew (about 25 min)
 #   tests/bench/run.sh --quick      a smoke run, about 2 minutes; writes its
 #                                   report under tests/bench/out/quick/ only
 #   tests/bench/run.sh --scaling    "How cost grows": node count, client
@@ -23,7 +23,7 @@
 # Environment (defaults in brackets, --quick ones after the slash):
 #   BENCH_DURATION [10/3] measured seconds per run
 #   BENCH_WARMUP [2/1]    unmeasured seconds before each run
-#   BENCH_REPS [3/1]      repetitions; tables show medians
+#   BENCH_REPS [5/1]      repetitions; tables show medians
 #   BENCH_CONC [1,16,64,256]
 #   BENCH_RENEW_LOCKS [100000/10000]  BENCH_RENEW_TTL [30000]
 #   BENCH_RENEW_DURATION [45/10]      BENCH_RENEW_RAMP [10/2] (seconds over
@@ -72,7 +72,7 @@ if [ "$QUICK" = 1 ]; then
     RENEW_LOCKS=${BENCH_RENEW_LOCKS:-10000}
     RENEW_DUR=${BENCH_RENEW_DURATION:-10} RENEW_RAMP=${BENCH_RENEW_RAMP:-2}
 else
-    DUR=${BENCH_DURATION:-10} WARM=${BENCH_WARMUP:-2} REPS=${BENCH_REPS:-3}
+    DUR=${BENCH_DURATION:-10} WARM=${BENCH_WARMUP:-2} REPS=${BENCH_REPS:-5}
     RENEW_LOCKS=${BENCH_RENEW_LOCKS:-100000}
     RENEW_DUR=${BENCH_RENEW_DURATION:-45} RENEW_RAMP=${BENCH_RENEW_RAMP:-10}
 fi
@@ -301,24 +301,37 @@ if [ "$COMPARE" = 1 ]; then
     start_daemon 5
     RP=$(redis_pids 5)
     log "comparison: $REPS rep(s) x concurrency $CONC, ${DUR}s each (+${WARM}s warmup)"
+    run_daemon() { # rep concurrency
+        log "rep $1, $2 client(s): daemon"
+        rl "$RES" "r$1" --socket "$SOCK" --mode cycle --concurrency "$2" \
+            --duration "$DUR" --warmup "$WARM" --daemon-pid "$DAEMON_PID" \
+            --redis-pids "$RP" --redis "$(redis_socks 5)"
+    }
+    run_limit() { # rep concurrency
+        log "rep $1, $2 client(s): in-process limit"
+        rl "$RES" "r$1" --inproc --redis "$(redis_socks 5)" --mode cycle \
+            --concurrency "$2" --duration "$DUR" --warmup "$WARM" \
+            --redis-pids "$RP"
+        if [ "$2" = 1 ] || [ "$2" = 64 ]; then
+            # The price of the daemon's token source (libuuid), right
+            # after the plain limit so that both see the same machine.
+            log "rep $1, $2 client(s): in-process limit, libuuid tokens"
+            rl "$RES" "r$1" --inproc --redis "$(redis_socks 5)" \
+                --mode cycle --concurrency "$2" --duration "$DUR" \
+                --warmup "$WARM" --redis-pids "$RP" --token uuid \
+                --impl limit-uuid
+        fi
+    }
     for rep in $(seq 1 "$REPS"); do
         for c in ${CONC//,/ }; do
-            log "rep $rep, $c client(s): daemon"
-            rl "$RES" "r$rep" --socket "$SOCK" --mode cycle --concurrency "$c" \
-                --duration "$DUR" --warmup "$WARM" --daemon-pid "$DAEMON_PID" \
-                --redis-pids "$RP" --redis "$(redis_socks 5)"
-            log "rep $rep, $c client(s): in-process limit"
-            rl "$RES" "r$rep" --inproc --redis "$(redis_socks 5)" --mode cycle \
-                --concurrency "$c" --duration "$DUR" --warmup "$WARM" \
-                --redis-pids "$RP"
-            if [ "$c" = 1 ] || [ "$c" = 64 ]; then
-                # The price of the daemon's token source (libuuid), right
-                # after the plain limit so that both see the same machine.
-                log "rep $rep, $c client(s): in-process limit, libuuid tokens"
-                rl "$RES" "r$rep" --inproc --redis "$(redis_socks 5)" \
-                    --mode cycle --concurrency "$c" --duration "$DUR" \
-                    --warmup "$WARM" --redis-pids "$RP" --token uuid \
-                    --impl limit-uuid
+            # Odd repetitions run the daemon first, even ones the limit, so
+            # that neither always meets the machine in the same state.
+            if [ $((rep % 2)) = 1 ]; then
+                run_daemon "$rep" "$c"
+                run_limit "$rep" "$c"
+            else
+                run_limit "$rep" "$c"
+                run_daemon "$rep" "$c"
             fi
             if [ "$NODE" = 1 ]; then
                 log "rep $rep, $c client(s): node-redlock"
