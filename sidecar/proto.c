@@ -990,17 +990,14 @@ static size_t fast_string(const char *d, size_t len, size_t i,
     return 0;
 }
 
-/* Whether s is exactly lit. s holds no NUL (fast_string refuses control
- * bytes), so lit's terminator ends a shorter lit: no strlen, no call. */
 static bool fast_is(const struct fast_str *s, const char *lit)
 {
-    size_t i = 0;
-    for (; i < s->n; i++) {
-        if (s->p[i] != lit[i]) {
-            return false;
-        }
+    /* The first byte rules out almost every candidate name at once. */
+    if (s->n == 0 || s->p[0] != lit[0]) {
+        return false;
     }
-    return lit[i] == '\0';
+    size_t n = strlen(lit);
+    return s->n == n && memcmp(s->p, lit, n) == 0;
 }
 
 /* 1 decoded, 0 leave it to the full path. */
