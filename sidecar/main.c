@@ -158,6 +158,9 @@ out:
     if (d.sigterm_ev != NULL) {
         event_free(d.sigterm_ev);
     }
+    /* ops_destroy may still answer calls (commands pending after a timed
+     * out drain or a second signal): server_destroy leaves them to free
+     * themselves (see there). */
     server_destroy(d.server);
     ops_destroy(d.ops);
     resp_pool_drain(); /* cached reply objects: nothing may hold one now */

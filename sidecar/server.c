@@ -17,7 +17,9 @@
  * Back-pressure: a connection stops being read while it has max_inflight
  * calls outstanding or more than OUT_HIGH bytes unsent, and resumes when
  * the output drains below OUT_LOW. A client that never reads therefore holds
- * at most OUT_HIGH plus one read's worth of replies. */
+ * at most OUT_HIGH plus one read's worth of replies. An HTTP connection also
+ * stops while a request is answered and --max-line-bytes of pipelined input
+ * wait behind it. */
 #include "server.h"
 
 #include <errno.h>
@@ -76,6 +78,7 @@ struct client {
     bool flush_pending;      /* flush_ev is active */
     bool write_on;           /* EV_WRITE enabled: the socket was full */
     bool http_busy;          /* an HTTP request is being answered */
+    bool http_looping;       /* http_next's loop is running */
     bool http_continue_sent; /* 100 Continue sent for the current head */
     bool metrics_only;       /* from --metrics-listen: no lock routes */
     struct client *prev, *next;
@@ -159,6 +162,11 @@ static void call_unlink(struct client *cl, struct call *call)
 
 static void call_free(struct server *s, struct call *call)
 {
+    if (s == NULL) {
+        /* The server is gone: see server_destroy(). */
+        free(call);
+        return;
+    }
     if (s->free_calls_count < 4096) {
         call->next = s->free_calls;
         s->free_calls = call;
@@ -169,7 +177,8 @@ static void call_free(struct server *s, struct call *call)
 }
 
 /* The server is a singleton per process; calls outlive their clients, so
- * they need a way back to the pool. */
+ * they need a way back to the pool. NULL after server_destroy(): calls
+ * still in flight then are freed by call_free() directly. */
 static struct server *the_server;
 
 /* ---- client lifecycle -----------------------------------------------------
@@ -333,10 +342,23 @@ static void client_pause(struct client *cl)
     }
 }
 
+/* While an HTTP request is answered, the requests pipelined behind it wait
+ * in the input buffer; past one request's worth (--max-line-bytes) reading
+ * stops until the answer is out, so the kernel pushes back on the client
+ * instead of the daemon buffering without limit. Holds at most that plus
+ * one read. */
+static bool client_http_held(struct client *cl)
+{
+    return cl->http_busy &&
+           evbuffer_get_length(bufferevent_get_input(cl->bev)) >=
+               cl->srv->cfg->max_line_bytes;
+}
+
 static bool client_over_limits(struct client *cl)
 {
     return cl->inflight >= cl->srv->cfg->max_inflight ||
-           evbuffer_get_length(bufferevent_get_output(cl->bev)) > OUT_HIGH;
+           evbuffer_get_length(bufferevent_get_output(cl->bev)) > OUT_HIGH ||
+           client_http_held(cl);
 }
 
 static void client_maybe_resume(struct client *cl)
@@ -345,13 +367,25 @@ static void client_maybe_resume(struct client *cl)
         return;
     }
     if (cl->inflight < cl->srv->cfg->max_inflight &&
-        evbuffer_get_length(bufferevent_get_output(cl->bev)) <= OUT_LOW) {
+        evbuffer_get_length(bufferevent_get_output(cl->bev)) <= OUT_LOW &&
+        !client_http_held(cl)) {
         cl->read_paused = false;
         client_reading(cl, true);
         /* Lines may already sit in the input buffer. */
         if (evbuffer_get_length(bufferevent_get_input(cl->bev)) > 0) {
             client_read_cb(cl->bev, cl);
         }
+    }
+}
+
+/* After answers or reads changed a connection's load: stop reading it over
+ * the limits, else let it resume. */
+static void client_recheck_limits(struct client *cl)
+{
+    if (client_over_limits(cl)) {
+        client_pause(cl);
+    } else {
+        client_maybe_resume(cl);
     }
 }
 
@@ -506,17 +540,13 @@ void server_call_done(struct call *call, const struct response *rsp)
                 client_close_after_flush(cl);
                 return;
             }
-            http_next(cl);
+            http_next(cl); /* returns at once inside http_next's loop */
             return;
         }
         if (cl->closing) {
             return;
         }
-        if (client_over_limits(cl)) {
-            client_pause(cl);
-        } else {
-            client_maybe_resume(cl);
-        }
+        client_recheck_limits(cl);
         return;
     }
     call_free(s, call);
@@ -736,103 +766,158 @@ static void http_serve_local(struct client *cl, const struct http_request *h,
     free(text);
 }
 
-/* Parses and starts the next buffered HTTP request, if any. */
-static void http_next(struct client *cl)
+/* One buffered HTTP request: parses it and answers it or submits it.
+ * Returns true to go on with the next one, false to stop (incomplete,
+ * closing). */
+static bool http_one(struct client *cl)
 {
     struct server *s = cl->srv;
     struct evbuffer *in = bufferevent_get_input(cl->bev);
-    while (!cl->closing && !cl->http_busy) {
-        size_t avail = evbuffer_get_length(in);
-        if (avail == 0) {
-            return;
+    size_t avail = evbuffer_get_length(in);
+    if (avail == 0) {
+        return false;
+    }
+    const char *buf = (const char *)evbuffer_pullup(in, -1);
+    struct http_request h;
+    enum http_parse_result pr = http_parse(buf, avail, &s->http_limits, &h);
+    if (pr == HTTP_INCOMPLETE) {
+        if (h.head_done && h.expect_continue && !cl->http_continue_sent) {
+            static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+            client_out(cl, cont, sizeof(cont) - 1);
+            cl->http_continue_sent = true;
         }
-        const char *buf = (const char *)evbuffer_pullup(in, -1);
-        struct http_request h;
-        enum http_parse_result pr = http_parse(buf, avail, &s->http_limits, &h);
-        if (pr == HTTP_INCOMPLETE) {
-            if (h.head_done && h.expect_continue && !cl->http_continue_sent) {
-                static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
-                client_out(cl, cont, sizeof(cont) - 1);
-                cl->http_continue_sent = true;
-            }
-            return;
-        }
-        if (pr == HTTP_ERROR) {
-            METRIC_INC(requests_bad);
-            bool big = h.error_status == 413 || h.error_status == 414 ||
-                       h.error_status == 431;
-            enum proto_err e = big ? ERR_TOO_LARGE : ERR_BAD_REQUEST;
-            write_http_error(cl, h.error_status, e,
-                             h.error_message ? h.error_message : "bad request",
-                             false, NULL);
-            client_close_after_flush(cl);
-            return;
-        }
-        cl->http_continue_sent = false;
-        struct call *call = call_new(s, cl);
-        if (call == NULL) {
-            client_close_after_flush(cl);
-            return;
-        }
-        char err[PROTO_MSG_MAX];
-        int status = http_route(&h, &call->req, err, sizeof(err));
-        bool keep_alive = h.keep_alive;
-        if (status != 0) {
-            METRIC_INC(requests_bad);
-            call_unlink(cl, call);
-            call_free(s, call);
-            write_http_error(cl, status, ERR_BAD_REQUEST, err, keep_alive,
-                             status == 405 ? http_route_allow(h.path) : NULL);
-            evbuffer_drain(in, h.consumed);
-            if (!keep_alive) {
-                client_close_after_flush(cl);
-                return;
-            }
-            continue;
-        }
-        if (cl->metrics_only && call->req.op != OP_HEALTH &&
-            call->req.op != OP_METRICS) {
-            /* Prometheus' port is reachable by more peers than the lock
-             * socket: it never serves lock operations. */
-            call_unlink(cl, call);
-            call_free(s, call);
-            write_http_error(cl, 404, ERR_BAD_REQUEST,
-                             "only /metrics and /v1/health are served on "
-                             "the metrics listener",
-                             keep_alive, NULL);
-            evbuffer_drain(in, h.consumed);
-            if (!keep_alive) {
-                client_close_after_flush(cl);
-                return;
-            }
-            continue;
-        }
-        if (call->req.op == OP_HEALTH || call->req.op == OP_METRICS) {
-            http_serve_local(cl, &h, &call->req);
-            call_unlink(cl, call);
-            call_free(s, call);
-            evbuffer_drain(in, h.consumed);
-            if (!keep_alive) {
-                client_close_after_flush(cl);
-                return;
-            }
-            continue;
-        }
+        return false;
+    }
+    if (pr == HTTP_ERROR) {
+        METRIC_INC(requests_bad);
+        bool big = h.error_status == 413 || h.error_status == 414 ||
+                   h.error_status == 431;
+        enum proto_err e = big ? ERR_TOO_LARGE : ERR_BAD_REQUEST;
+        write_http_error(cl, h.error_status, e,
+                         h.error_message ? h.error_message : "bad request",
+                         false, NULL);
+        client_close_after_flush(cl);
+        return false;
+    }
+    cl->http_continue_sent = false;
+    struct call *call = call_new(s, cl);
+    if (call == NULL) {
+        /* Answer before closing: with nothing left to send, the close
+         * could free the client under the caller. */
+        write_http_error(cl, 500, ERR_INTERNAL, "out of memory", false, NULL);
+        client_close_after_flush(cl);
+        return false;
+    }
+    char err[PROTO_MSG_MAX];
+    int status = http_route(&h, &call->req, err, sizeof(err));
+    bool keep_alive = h.keep_alive;
+    if (status != 0) {
+        METRIC_INC(requests_bad);
+        call_unlink(cl, call);
+        call_free(s, call);
+        write_http_error(cl, status, ERR_BAD_REQUEST, err, keep_alive,
+                         status == 405 ? http_route_allow(h.path) : NULL);
+    } else if (cl->metrics_only && call->req.op != OP_HEALTH &&
+               call->req.op != OP_METRICS) {
+        /* Prometheus' port is reachable by more peers than the lock
+         * socket: it never serves lock operations. */
+        call_unlink(cl, call);
+        call_free(s, call);
+        write_http_error(cl, 404, ERR_BAD_REQUEST,
+                         "only /metrics and /v1/health are served on "
+                         "the metrics listener",
+                         keep_alive, NULL);
+    } else if (call->req.op == OP_HEALTH || call->req.op == OP_METRICS) {
+        http_serve_local(cl, &h, &call->req);
+        call_unlink(cl, call);
+        call_free(s, call);
+    } else {
         evbuffer_drain(in, h.consumed);
         call->http = true;
         call->keep_alive = keep_alive;
         call->head_only = h.method == HTTP_HEAD;
         call->session = NULL;
         cl->http_busy = true;
+        /* A synchronous answer clears http_busy (and may close) before
+         * this returns; the caller's loop takes it from there. */
         ops_submit(s->ops, call);
-        /* ops may have answered synchronously, which re-enters http_next
-         * and consumed what followed; the loop condition handles it. */
+        return true;
+    }
+    evbuffer_drain(in, h.consumed);
+    if (!keep_alive) {
+        client_close_after_flush(cl);
+        return false;
+    }
+    return true;
+}
+
+/* Runs the buffered HTTP requests, one at a time, until one is in flight
+ * or the input is used up; then decides whether to keep reading. A request
+ * answered synchronously (ping, a bad route, limit) calls
+ * server_call_done(), which calls back here: that inner call returns at
+ * once and this loop goes on, so thousands of pipelined requests take one
+ * stack frame, not one each. */
+static void http_next(struct client *cl)
+{
+    if (cl->http_looping) {
         return;
     }
+    cl->http_looping = true;
+    while (!cl->closing && !cl->http_busy) {
+        if (client_over_limits(cl)) {
+            break; /* output over OUT_HIGH: resumed when it drains */
+        }
+        if (!http_one(cl)) {
+            break;
+        }
+    }
+    cl->http_looping = false;
+    if (cl->closing) {
+        return;
+    }
+    client_recheck_limits(cl);
 }
 
 /* ---- reading --------------------------------------------------------------
  */
+
+static bool is_space(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
+/* Drops the whitespace before a connection's first byte, however much of
+ * it is buffered (looked at a slice at a time, so a long run costs no big
+ * pull-up), and picks the framing from that byte. Returns false while
+ * nothing but whitespace has come; it is all drained, so it never grows. */
+static bool client_pick_framing(struct client *cl)
+{
+    struct evbuffer *in = bufferevent_get_input(cl->bev);
+    for (;;) {
+        size_t n = evbuffer_get_length(in);
+        if (n == 0) {
+            return false;
+        }
+        size_t look = n < 512 ? n : 512;
+        const unsigned char *p = evbuffer_pullup(in, (ssize_t)look);
+        if (p == NULL) {
+            log_error(cl->subject, "out of memory");
+            client_close_after_flush(cl);
+            return false;
+        }
+        size_t i = 0;
+        while (i < look && is_space(p[i])) {
+            i++;
+        }
+        if (i < look) {
+            cl->framing = p[i] == '{' && !cl->metrics_only ? FRAMING_NDJSON
+                                                           : FRAMING_HTTP;
+            evbuffer_drain(in, i);
+            return true;
+        }
+        evbuffer_drain(in, look);
+    }
+}
 
 static void client_read_cb(struct bufferevent *bev, void *arg)
 {
@@ -850,27 +935,8 @@ static void client_read_cb(struct bufferevent *bev, void *arg)
     if (cl->closing) {
         return;
     }
-    if (cl->framing == FRAMING_UNKNOWN) {
-        struct evbuffer *in = bufferevent_get_input(cl->bev);
-        size_t n = evbuffer_get_length(in);
-        const unsigned char *p =
-            evbuffer_pullup(in, (ssize_t)(n < 64 ? n : 64));
-        size_t i = 0;
-        while (i < n && i < 64 &&
-               (p[i] == ' ' || p[i] == '\t' || p[i] == '\r' || p[i] == '\n')) {
-            i++;
-        }
-        if (i == n || i == 64) {
-            if (i == 64) {
-                evbuffer_drain(in, i);
-            }
-            return;
-        }
-        cl->framing =
-            p[i] == '{' && !cl->metrics_only ? FRAMING_NDJSON : FRAMING_HTTP;
-        if (cl->framing == FRAMING_HTTP) {
-            evbuffer_drain(in, i);
-        }
+    if (cl->framing == FRAMING_UNKNOWN && !client_pick_framing(cl)) {
+        return;
     }
     if (cl->framing == FRAMING_NDJSON) {
         ndjson_read(cl);
@@ -1213,6 +1279,51 @@ void server_stop_accepting(struct server *s)
     }
 }
 
+/* At exit, for a call still in flight: shutting_down, since its node
+ * commands are abandoned and it will not be answered otherwise. */
+static void client_answer_shutdown(struct client *cl, struct call *call)
+{
+    char buf[PROTO_RESPONSE_MAX];
+    struct response rsp = {0};
+    rsp.id = call->req.id_len ? call->req.id : NULL;
+    rsp.id_len = call->req.id_len;
+    rsp.err = ERR_SHUTTING_DOWN;
+    rsp.message = "the daemon is stopping";
+    size_t n = proto_encode_response(&rsp, buf, sizeof(buf) - 1);
+    if (n == 0) {
+        return;
+    }
+    if (call->http) {
+        write_http(cl, proto_err_status(ERR_SHUTTING_DOWN), "application/json",
+                   buf, n, false, NULL, call->head_only);
+    } else {
+        buf[n++] = '\n';
+        client_out(cl, buf, n);
+    }
+}
+
+/* At exit: what is queued for the client goes out if the socket takes it
+ * now, without waiting (the loop is over); the rest is lost with the
+ * close. */
+static void client_flush_now(struct client *cl)
+{
+    struct evbuffer *out = bufferevent_get_output(cl->bev);
+    evutil_socket_t sock = bufferevent_getfd(cl->bev);
+    evbuffer_unfreeze(out, 1);
+    while (evbuffer_get_length(out) > 0 && evbuffer_write(out, sock) > 0) {
+    }
+    evbuffer_freeze(out, 1);
+}
+
+/* Teardown runs in reverse order of start-up, so the server goes before
+ * ops: closing a client needs ops (its calls are abandoned to ops, its
+ * session locks released through it), and ops then finishes whatever node
+ * commands are still pending (drain timed out, or a second signal) by
+ * running their callbacks, which answer calls through server_call_done().
+ * Those calls have no client any more (client_detach), and call_free()
+ * frees them directly once the_server is NULL, so nothing reaches the freed
+ * server and nothing leaks. Their clients get shutting_down here, then the
+ * close. */
 void server_destroy(struct server *s)
 {
     if (s == NULL) {
@@ -1220,7 +1331,14 @@ void server_destroy(struct server *s)
     }
     server_stop_accepting(s);
     while (s->clients != NULL) {
-        client_free(s->clients);
+        struct client *cl = s->clients;
+        if (!cl->closing && !cl->lingering) {
+            for (struct call *c = cl->calls; c != NULL; c = c->next) {
+                client_answer_shutdown(cl, c);
+            }
+        }
+        client_flush_now(cl);
+        client_free(cl);
     }
     while (s->free_calls != NULL) {
         struct call *c = s->free_calls;

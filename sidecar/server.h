@@ -2,7 +2,8 @@
  *
  * The first byte of a connection picks its framing: '{' (after optional
  * whitespace) means NDJSON, anything else HTTP/1.1. Each connection reads
- * only while its output buffer and its in-flight requests are under their
+ * only while its output buffer and its in-flight requests (for HTTP: the
+ * input pipelined behind the request being answered) are under their
  * limits, so a client that never reads cannot grow the daemon's memory. */
 #ifndef REDLOCKD_SERVER_H
 #define REDLOCKD_SERVER_H
@@ -25,7 +26,9 @@ struct server *server_create(struct event_base *base, const struct config *cfg,
  * open connections stay until server_destroy(). */
 void server_stop_accepting(struct server *s);
 
-/* server_destroy: closes every connection and frees the server. */
+/* server_destroy: answers calls still in flight shutting_down, closes every
+ * connection and frees the server. Calls that ops answers afterwards (its
+ * teardown) are freed without it; call it before ops_destroy(). */
 void server_destroy(struct server *s);
 
 int server_client_count(const struct server *s);
