@@ -6,7 +6,12 @@
  *             holder's PTTL; a local release wakes the head at once
  * release  -> drop from the table, cluster_release, wake the next waiter
  * extend   -> cluster_extend, new validity into the table
- * complete -> cluster_complete ("done:<token>"), wake waiters (they get done)
+ * complete -> cluster_complete ("done:<token>"), wake waiters (they get done);
+ *             renewal pauses until the answer and resumes if it failed
+ *
+ * A release, extend or complete finds the table's lock by token but acts on
+ * the request's resource when one is given; only a request that names the
+ * lock's own resource (or none) may change or drop the table's entry.
  *
  * One timer serves every lock through the table's deadline heap: renewals
  * that are due, and the removal of locks whose validity ended. */
@@ -49,7 +54,8 @@ struct ops {
     struct waitq **wq_buckets; /* owned */
     size_t wq_n_buckets;
     int n_waiters;
-    int renew_inflight; /* renewals sent, not yet answered */
+    int renew_inflight;             /* renewals sent, not yet answered */
+    struct complete_ctx *completes; /* owned: completes in flight */
     bool shutting_down;
 };
 
@@ -65,6 +71,14 @@ static void waiter_finish(struct ops *o, struct call *call, enum proto_err err,
                           const char *msg);
 static void lock_timer_rearm(struct ops *o);
 static void lock_timer_kick(struct ops *o);
+
+/* A complete in flight; owned by the cluster callback, listed in
+ * ops->completes so that a failed one knows whether another complete of
+ * the same lock is still out. */
+struct complete_ctx {
+    struct call *call; /* borrowed: answered by complete_done_cb */
+    struct complete_ctx *next, *prev;
+};
 
 /* Renewals in flight at once, across all locks. */
 #define RENEW_INFLIGHT_MAX 2048
@@ -588,6 +602,27 @@ static const char *call_resource(struct call *call, struct lock *l, size_t *len)
     return NULL;
 }
 
+/* Whether a call addressed the table's lock l (found by its token): it
+ * names no resource or l's own. A token with another resource names a lock
+ * that is not l, so its result says nothing about l. */
+static bool call_addresses(const struct call *call, const struct lock *l)
+{
+    if (l == NULL) {
+        return false;
+    }
+    return call->req.resource_len == 0 ||
+           (call->req.resource_len == l->resource_len &&
+            memcmp(call->req.resource, l->resource, l->resource_len) == 0);
+}
+
+/* The table's lock a call addressed, or NULL (unknown token, or a token
+ * with another resource). */
+static struct lock *call_lock(struct ops *o, const struct call *call)
+{
+    struct lock *l = locks_find(o->locks, call->req.lock);
+    return call_addresses(call, l) ? l : NULL;
+}
+
 static void release_done_cb(const struct cluster_result *res, void *priv)
 {
     struct call *call = priv;
@@ -608,7 +643,7 @@ static void release_done_cb(const struct cluster_result *res, void *priv)
 
 static void op_release(struct ops *o, struct call *call)
 {
-    struct lock *l = locks_find(o->locks, call->req.lock);
+    struct lock *l = call_lock(o, call);
     size_t len = 0;
     const char *res = call_resource(call, l, &len);
     if (res == NULL) {
@@ -632,7 +667,7 @@ static void extend_done_cb(const struct cluster_result *res, void *priv)
 {
     struct call *call = priv;
     struct ops *o = call->ops;
-    struct lock *l = locks_find(o->locks, call->req.lock);
+    struct lock *l = call_lock(o, call);
     if (res->err == ERR_NONE) {
         METRIC_INC(extend_ok);
         size_t len = 0;
@@ -660,7 +695,7 @@ static void extend_done_cb(const struct cluster_result *res, void *priv)
 
 static void op_extend(struct ops *o, struct call *call)
 {
-    struct lock *l = locks_find(o->locks, call->req.lock);
+    struct lock *l = call_lock(o, call);
     size_t len = 0;
     const char *res = call_resource(call, l, &len);
     if (res == NULL) {
@@ -679,14 +714,57 @@ static void op_extend(struct ops *o, struct call *call)
     }
 }
 
+/* Whether another complete that addressed l is still in flight. */
+static bool complete_pending(const struct ops *o, const struct lock *l)
+{
+    for (const struct complete_ctx *c = o->completes; c != NULL; c = c->next) {
+        if (memcmp(c->call->req.lock, l->token, PROTO_TOKEN_LEN) == 0 &&
+            call_addresses(c->call, l)) {
+            return true;
+        }
+    }
+    return false;
+}
+
+static void complete_unlink(struct ops *o, struct complete_ctx *ctx)
+{
+    if (ctx->prev != NULL) {
+        ctx->prev->next = ctx->next;
+    } else {
+        o->completes = ctx->next;
+    }
+    if (ctx->next != NULL) {
+        ctx->next->prev = ctx->prev;
+    }
+}
+
+/* A complete of l failed, so l is held as far as we know: its renewal
+ * goes on, at once if one fell due meanwhile, and a lock whose validity
+ * ran short is given up (with a lost event) by the timer. */
+static void lock_resume(struct ops *o, struct lock *l)
+{
+    l->completing = false;
+    uint64_t due = lock_give_up_us(o, l);
+    if (l->renew && !l->renewing && l->next_renew_us < due) {
+        due = l->next_renew_us;
+    }
+    locks_set_deadline(o->locks, l, due);
+    lock_timer_rearm(o);
+}
+
 static void complete_done_cb(const struct cluster_result *res, void *priv)
 {
-    struct call *call = priv;
+    struct complete_ctx *ctx = priv;
+    struct call *call = ctx->call;
     struct ops *o = call->ops;
-    struct lock *l = locks_find(o->locks, call->req.lock);
-    if (res->err == ERR_NONE || res->err == ERR_NOT_HELD) {
-        if (l != NULL) {
+    complete_unlink(o, ctx);
+    free(ctx);
+    struct lock *l = call_lock(o, call);
+    if (l != NULL) {
+        if (res->err == ERR_NONE || res->err == ERR_NOT_HELD) {
             lock_drop(o, l);
+        } else if (!complete_pending(o, l)) {
+            lock_resume(o, l);
         }
     }
     if (res->err == ERR_NONE) {
@@ -704,7 +782,7 @@ static void complete_done_cb(const struct cluster_result *res, void *priv)
 
 static void op_complete(struct ops *o, struct call *call)
 {
-    struct lock *l = locks_find(o->locks, call->req.lock);
+    struct lock *l = call_lock(o, call);
     size_t len = 0;
     const char *res = call_resource(call, l, &len);
     if (res == NULL) {
@@ -714,12 +792,30 @@ static void op_complete(struct ops *o, struct call *call)
                     "a lock taken through another daemon)");
         return;
     }
+    struct complete_ctx *ctx = calloc(1, sizeof(*ctx));
+    if (ctx == NULL) {
+        log_error(NULL, "complete: out of memory");
+        reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
+        return;
+    }
+    ctx->call = call;
+    ctx->next = o->completes;
+    if (o->completes != NULL) {
+        o->completes->prev = ctx;
+    }
+    o->completes = ctx;
     if (l != NULL) {
-        /* No renewal may race the done mark. */
-        l->renew = false;
+        /* No renewal may race the done mark; lock_resume() restarts
+         * renewal if the complete fails. */
+        l->completing = true;
     }
     if (cluster_complete(o->cluster, res, len, call->req.lock,
-                         call->req.keep_ms, complete_done_cb, call) != 0) {
+                         call->req.keep_ms, complete_done_cb, ctx) != 0) {
+        complete_unlink(o, ctx);
+        free(ctx);
+        if (l != NULL && !complete_pending(o, l)) {
+            lock_resume(o, l);
+        }
         reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
     }
 }
@@ -790,6 +886,13 @@ static void renew_done_cb(const struct cluster_result *res, void *priv)
     }
     l->renewing = false;
     uint64_t now = cluster_now_us();
+    if (l->completing && res->err != ERR_NONE) {
+        /* A complete is in flight and its answer decides: a renewal that
+         * met the done mark says nothing. lock_resume() retries it if
+         * the complete fails. */
+        METRIC_INC(renew_failed);
+        return;
+    }
     if (res->err == ERR_NONE) {
         METRIC_INC(renew_ok);
         l->valid_until_us = res->valid_until_us;
@@ -848,6 +951,13 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
         struct lock *l = locks_peek_due(o->locks, &due);
         if (l == NULL || due > now) {
             break;
+        }
+        if (l->completing) {
+            /* Completing: neither renew nor give up until it answers
+             * (within the node timeout); look again then. */
+            locks_set_deadline(o->locks, l,
+                               now + (uint64_t)o->cfg->node_timeout_ms * 1000u);
+            continue;
         }
         if (now >= lock_give_up_us(o, l)) {
             if (l->renew && !l->renewing) {
