@@ -113,13 +113,19 @@ struct node {
     char last_error[160];
     double rtt_ms;
     uint64_t reconnects;
-    bool was_up;          /* has been up at least once */
-    bool reloading;       /* SCRIPT LOAD after a NOSCRIPT is in flight */
-    char run_id[48];      /* INFO server run_id of this connection */
-    char prev_run_id[48]; /* run_id of the previous connection */
-    uint64_t started_us;  /* server start, monotonic estimate from
-                             INFO uptime (1 s resolution), 0 unknown */
-    char subject[48];     /* "node 2" for log lines */
+    bool was_up;     /* has been up at least once */
+    bool reloading;  /* SCRIPT LOAD after a NOSCRIPT is in flight */
+    char run_id[48]; /* INFO server run_id of the last handshake */
+    /* The run_ids of the connection that last came up and of the one up
+     * before it. Only handshakes that reach NODE_UP count: one that fails
+     * after INFO (a node still loading its RDB answers INFO, then refuses
+     * SCRIPT LOAD) must not make the next handshake look like the same
+     * server, or a restarted node would skip its quarantine. */
+    char up_run_id[48];
+    char prev_up_run_id[48];
+    uint64_t started_us; /* server start, monotonic estimate from
+                            INFO uptime (1 s resolution), 0 unknown */
+    char subject[48];    /* "node 2" for log lines */
 };
 
 static void node_connect(struct node *node);
@@ -847,7 +853,6 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         const char *p = reply->type == REDIS_REPLY_STRING
                             ? strstr(reply->str, "run_id:")
                             : NULL;
-        memcpy(node->prev_run_id, node->run_id, sizeof(node->run_id));
         node->run_id[0] = '\0';
         if (p != NULL) {
             p += 7;
@@ -892,6 +897,8 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
     if (--node->handshake_left == 0) {
         evtimer_del(node->conn_timer);
         node->last_error[0] = '\0';
+        memcpy(node->prev_up_run_id, node->up_run_id, sizeof(node->up_run_id));
+        memcpy(node->up_run_id, node->run_id, sizeof(node->run_id));
         node_set_state(node, NODE_UP);
     }
 }
@@ -1259,13 +1266,13 @@ const char *node_run_id(const struct node *node)
 
 bool node_restarted(const struct node *node)
 {
-    return node->prev_run_id[0] != '\0' && node->run_id[0] != '\0' &&
-           strcmp(node->prev_run_id, node->run_id) != 0;
+    return node->prev_up_run_id[0] != '\0' && node->up_run_id[0] != '\0' &&
+           strcmp(node->prev_up_run_id, node->up_run_id) != 0;
 }
 
 bool node_first_connection(const struct node *node)
 {
-    return node->prev_run_id[0] == '\0' && node->run_id[0] != '\0';
+    return node->prev_up_run_id[0] == '\0' && node->up_run_id[0] != '\0';
 }
 
 uint64_t node_started_us(const struct node *node)

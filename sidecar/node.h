@@ -116,8 +116,9 @@ double node_rtt_ms(const struct node *node);          /* < 0 unknown */
 uint64_t node_reconnects(const struct node *node);
 
 /* node_run_id: the server's INFO run_id, "" before the first handshake.
- * node_restarted: the current connection found a different run_id than the
- * previous one (checked when the node comes up). */
+ * node_restarted: the connection that last came up found a different
+ * run_id than the one up before it (checked when the node comes up);
+ * handshakes that failed in between do not count. */
 const char *node_run_id(const struct node *node);
 bool node_restarted(const struct node *node);
 bool node_is_persistent(const struct node *node);
@@ -126,7 +127,8 @@ bool node_is_persistent(const struct node *node);
  * estimated from INFO uptime_in_seconds at the last handshake; 0 unknown. */
 uint64_t node_started_us(const struct node *node);
 
-/* node_first_connection: this daemon has seen no other run_id of it. */
+/* node_first_connection: the connection that last came up is the first
+ * of this node that came up in this daemon. */
 bool node_first_connection(const struct node *node);
 
 #endif

@@ -304,7 +304,8 @@ class RedisNode:
             return "redis://%s127.0.0.1:%d" % (auth, self.tcp_port)
         return "unix://%s" % self.path
 
-    def start(self, timeout=10.0):
+    def start(self, timeout=10.0, extra=()):
+        """extra: more redis-server arguments (config directives)."""
         try:
             self.path.unlink()
         except FileNotFoundError:
@@ -317,6 +318,7 @@ class RedisNode:
             argv += ["--bind", "127.0.0.1"]
         if self.password:
             argv += ["--requirepass", self.password]
+        argv += list(extra)
         self.proc = popen(argv, stdin=subprocess.DEVNULL,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.paused = False
@@ -357,11 +359,11 @@ class RedisNode:
         _CHILDREN.discard(self.proc)
         self.paused = False
 
-    def restart(self):
+    def restart(self, extra=()):
         """A fresh, empty redis-server on the same socket path."""
         if self.proc is not None and self.proc.poll() is None:
             self.kill9()
-        return self.start()
+        return self.start(extra=extra)
 
     def stop(self):
         if self.proc is not None:

@@ -204,3 +204,47 @@ def test_all_killed_health_not_ok(cluster, daemon_factory):
                "(quarantine 1 s); last answer %r; health then: %r"
                % (last.get("r"), daemon.health()))
     print("acquire works again %.2fs after the restarts" % took)
+
+
+def test_restart_with_failed_handshake_still_quarantined(cluster, daemon):
+    """A restarted node whose first handshakes fail after INFO (as one
+    loading its RDB does: INFO answers, SCRIPT LOAD is refused) must still
+    be seen as restarted when a handshake finally succeeds: the run_id of
+    a handshake that never came up must not count as the server the daemon
+    knew. Here an ACL refuses SCRIPT until the test lifts it."""
+    k = 2
+    nd = cluster.nodes[k]
+    nd.kill9()
+    nd.restart(extra=["--user", "default", "on", "nopass", "~*", "&*",
+                       "+@all", "-script"])
+
+    def refused():
+        n = daemon.health()["nodes"][k]
+        return n if "NOPERM" in (n.get("last_error") or "") else None
+    n, took = poll_until(refused, 10.0 * SLOW, 0.05)
+    assert n, ("the restarted node's handshake never failed on SCRIPT "
+               "LOAD: %r" % daemon.health()["nodes"][k])
+    print("handshake refused after %.2fs: %r" % (took, n["last_error"]))
+    # At least one more failed handshake, so that the bug (the failed
+    # handshake's run_id taken as the known server) would have set in.
+    time.sleep(0.5 * SLOW)
+    nd.cmd("ACL", "SETUSER", "default", "+script")
+
+    def up():
+        n = daemon.health()["nodes"][k]
+        return n if n.get("up") is True else None
+    n, took = poll_until(up, 10.0 * SLOW, 0.05)
+    assert n, "node never came up: %r" % daemon.health()["nodes"][k]
+    print("up after %.2fs: %r" % (took, n))
+    assert n["quarantined"] is True, (
+        "a restarted node (new run_id) came up unquarantined because its "
+        "first handshake failed after INFO: %r" % n)
+    # And it takes no part in acquisitions while quarantined.
+    res = rname("hq")
+    with daemon.client() as c:
+        r = c.call("acquire", resource=res, ttl_ms=20000)
+        assert_ok(r, "acquire with one node quarantined")
+        vals = cluster.get_all(lock_key(res))
+        assert vals[k] is None, vals
+        assert_ok(c.call("release", lock=r["lock"]))
+
