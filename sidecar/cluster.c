@@ -522,8 +522,11 @@ static void op_send_fence(struct cluster_op *op)
                                  cluster_now_us);
         }
     }
-    if (op->fence_round.outcome != RL_UNDECIDED && op->outstanding == 0) {
-        /* Not even a quorum could be asked: undo the acquisition. */
+    if (op->fence_round.outcome != RL_UNDECIDED && !op->answered) {
+        /* Not even a quorum could be asked: undo the acquisition. Answer
+         * now even when some write-backs went out: the round is decided,
+         * so their callbacks will not answer (and main-round replies may
+         * still be due too). */
         struct cluster_result r;
         result_init(&r);
         r.err = ERR_NO_QUORUM;
