@@ -594,12 +594,20 @@ static void queue_drain(struct cluster *c)
     c->dispatching = false;
 }
 
+/* Whether the op sets a lock's TTL. Release and complete run their rounds
+ * with PROTO_TTL_MAX so that validity never ends them; that is not a TTL
+ * granted, while an acquire or extend asking for PROTO_TTL_MAX is. */
+static bool op_sets_ttl(const struct cluster_op *op)
+{
+    return op->kind == OPK_ACQUIRE || op->kind == OPK_EXTEND;
+}
+
 static void op_send_main(struct cluster_op *op, enum node_script script,
                          int argc, const char **argv, const size_t *lens,
                          uint32_t ttl_ms)
 {
     struct cluster *c = op->c;
-    if (ttl_ms > c->max_ttl_seen && ttl_ms != PROTO_TTL_MAX) {
+    if (ttl_ms > c->max_ttl_seen && op_sets_ttl(op)) {
         c->max_ttl_seen = ttl_ms;
     }
     op->ttl_ms = ttl_ms;
@@ -665,7 +673,7 @@ static void op_dispatch(struct cluster_op *op)
     enum redlock_outcome out = redlock_round_outcome(&op->round);
     /* A short TTL can run out of validity before the node timeout: from
      * then on the round cannot be won, so stop waiting for it. */
-    if (out == RL_UNDECIDED && ttl_ms != PROTO_TTL_MAX) {
+    if (out == RL_UNDECIDED && op_sets_ttl(op)) {
         int64_t v = redlock_validity_ms(ttl_ms, c->cfg->drift_factor, 0);
         if (v < c->cfg->node_timeout_ms) {
             int64_t ms = v > 0 ? v : 0;

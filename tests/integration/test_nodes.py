@@ -248,3 +248,19 @@ def test_restart_with_failed_handshake_still_quarantined(cluster, daemon):
         assert vals[k] is None, vals
         assert_ok(c.call("release", lock=r["lock"]))
 
+
+def test_default_quarantine_covers_the_longest_ttl(cluster, daemon):
+    """The default quarantine is the largest TTL granted, including the
+    protocol's maximum (86400000 ms), which release and complete use
+    internally as 'no validity limit' and must not hide."""
+    with daemon.client() as c:
+        r = c.call("acquire", resource=rname("day"), ttl_ms=86400000)
+        assert_ok(r, "acquire for a day")
+        _wait_down_then_up(cluster, daemon, 2)
+        want = "quarantined for 86400000 ms"
+
+        def logged():
+            return want in daemon.stderr_tail(400)
+        ok, _ = poll_until(logged, 5.0 * SLOW, 0.05)
+        assert ok, "no %r in the log:\n%s" % (want, daemon.stderr_tail(20))
+        assert_ok(c.call("release", lock=r["lock"]))
