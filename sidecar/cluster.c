@@ -387,6 +387,13 @@ static void op_finish_acquire(struct cluster_op *op, enum redlock_outcome out)
     op_answer(op, &res);
 }
 
+/* Whether an extend's "not held" answers prove the lock gone: more than
+ * n - quorum nodes lack the token, so no quorum can still hold it. */
+static bool extend_proves_gone(const struct redlock_round *r)
+{
+    return r->n_busy > r->n_nodes - r->quorum;
+}
+
 static void op_finish_other(struct cluster_op *op, enum redlock_outcome out)
 {
     struct cluster_result res;
@@ -401,17 +408,26 @@ static void op_finish_other(struct cluster_op *op, enum redlock_outcome out)
         break;
     case RL_LOST_BUSY:
     case RL_LOST_DONE:
-        /* Release succeeded where the key still was: the lock no longer
-         * holds a quorum, which is what the caller asked for. */
-        res.err =
-            (op->kind == OPK_RELEASE && r->n_ok > 0) ? ERR_NONE : ERR_NOT_HELD;
+        if (op->kind == OPK_RELEASE && r->n_ok > 0) {
+            /* Release succeeded where the key still was: the lock no
+             * longer holds a quorum, which is what the caller asked. */
+            res.err = ERR_NONE;
+        } else if (op->kind == OPK_EXTEND && !extend_proves_gone(r)) {
+            /* Some nodes said the token is gone, too few to prove the
+             * lock lost: the others (down, or not asked once the round
+             * could no longer be won) may still hold it, and its validity
+             * stands. A renewal then retries instead of giving up. */
+            res.err = ERR_NO_QUORUM;
+        } else {
+            res.err = ERR_NOT_HELD;
+        }
         break;
     case RL_LOST_NOQUORUM:
         res.too_late = r->too_late;
         if (op->kind == OPK_RELEASE && r->n_ok > 0) {
             res.err = ERR_NONE;
         } else if (op->kind == OPK_EXTEND && r->n_ok == 0 &&
-                   r->n_busy >= r->quorum) {
+                   extend_proves_gone(r)) {
             res.err = ERR_NOT_HELD;
         } else {
             res.err = ERR_NO_QUORUM;

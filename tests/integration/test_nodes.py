@@ -264,3 +264,36 @@ def test_default_quarantine_covers_the_longest_ttl(cluster, daemon):
         ok, _ = poll_until(logged, 5.0 * SLOW, 0.05)
         assert ok, "no %r in the log:\n%s" % (want, daemon.stderr_tail(20))
         assert_ok(c.call("release", lock=r["lock"]))
+
+
+def test_extend_unprovable_loss_is_no_quorum(cluster, daemon):
+    """An extend that one node answers 'not held' while two cannot answer
+    has not proved the lock gone (the two may still hold it): no_quorum,
+    so that a renewal retries, not not_held, which ends the lock. Once the
+    nodes are back, the same lock extends again."""
+    res = rname("xq")
+    key = lock_key(res)
+    with daemon.client(timeout=10.0 * SLOW) as c:
+        r = c.call("acquire", resource=res, ttl_ms=30000)
+        assert_ok(r, "acquire")
+        tok = r["lock"]
+        assert cluster.nodes[0].cmd("DEL", key) == 1
+        cluster.nodes[1].pause()
+        cluster.nodes[2].pause()
+        try:
+            e = c.call("extend", lock=tok, ttl_ms=30000)
+            print("extend with 1 of 5 lost and 2 paused: %r" % e)
+            assert_error(e, "no_quorum")
+        finally:
+            cluster.resume_all()
+
+        last = {}
+
+        def extended():
+            last["e"] = c.call("extend", lock=tok, ttl_ms=30000)
+            return last["e"].get("ok")
+        ok, took = poll_until(extended, 10.0 * SLOW, 0.1)
+        assert ok, "no extend after resume: %r" % last.get("e")
+        vals = cluster.get_all(key)
+        assert vals[1:] == [tok.encode()] * 4, vals
+        assert_ok(c.call("release", lock=tok))
