@@ -455,6 +455,16 @@ def test_mutual_exclusion_stdout(shared):
 # lock: signals
 
 
+def _default_signals():
+    """For redlockctl's child: the dispositions of an interactive start. A
+    shell runs background jobs with SIGINT and SIGQUIT ignored, and
+    redlockctl rightly hands what it inherited on to CMD, which would then
+    ignore the forwarded SIGINT (seen when CI itself ran in the
+    background)."""
+    for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_DFL)
+
+
 def test_signals_forwarded(shared, tmp_path):
     r = rname("sig")
     ready = tmp_path / "ready"
@@ -471,7 +481,8 @@ def test_signals_forwarded(shared, tmp_path):
     assert out == "got-TERM\n"
     assert not is_busy(shared, r)
 
-    p = ctl_bg(shared, "lock", r, "--", "sleep", "30")
+    p = ctl_bg(shared, "lock", r, "--", "sleep", "30",
+               preexec_fn=_default_signals)
     try:
         assert wait_for(lambda: children_of(p.pid), 5)
         p.send_signal(signal.SIGINT)
