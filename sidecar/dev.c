@@ -151,6 +151,11 @@ struct dev_cluster *dev_start(struct config *cfg, int n, char *err,
             if (getppid() != parent) {
                 _exit(1);
             }
+            /* The daemon blocks its stop signals during start-up; the node
+             * must still stop on dev_stop()'s SIGTERM. */
+            sigset_t none;
+            sigemptyset(&none);
+            sigprocmask(SIG_SETMASK, &none, NULL);
             execlp(prog, prog, "--port", "0", "--unixsocket", sock,
                    "--unixsocketperm", "700", "--save", "", "--appendonly",
                    "no", "--dir", d->dir, "--logfile", logf, "--daemonize",
@@ -165,6 +170,13 @@ struct dev_cluster *dev_start(struct config *cfg, int n, char *err,
         snprintf(sock, sizeof(sock), "%s/node%d.sock", d->dir, i + 1);
         int ok = -1;
         for (int tries = 0; tries < 500 && ok != 0; tries++) {
+            if (dev_stop_pending()) {
+                snprintf(err, errlen,
+                         "--dev: stopped by a signal while "
+                         "the nodes were starting");
+                dev_stop(d);
+                return NULL;
+            }
             ok = node_answers(sock);
             if (ok != 0) {
                 int status;
@@ -193,6 +205,17 @@ struct dev_cluster *dev_start(struct config *cfg, int n, char *err,
     }
     log_info(NULL, "--dev: %d redis-server nodes in %s", n, d->dir);
     return d;
+}
+
+bool dev_stop_pending(void)
+{
+    sigset_t pending;
+    if (sigpending(&pending) != 0) {
+        return false;
+    }
+    return sigismember(&pending, SIGTERM) == 1 ||
+           sigismember(&pending, SIGINT) == 1 ||
+           sigismember(&pending, SIGHUP) == 1;
 }
 
 void dev_print_examples(const char *socket_path)

@@ -25,6 +25,7 @@ struct daemon {
     struct dev_cluster *dev;
     struct event *sigterm_ev;
     struct event *sigint_ev;
+    struct event *sighup_ev;
     struct event *drain_ev;
     uint64_t drain_deadline_us;
     int signals;
@@ -61,7 +62,10 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
         event_base_loopbreak(d->base);
         return;
     }
-    log_info(NULL, "%s: stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    log_info(NULL, "%s: stopping",
+             sig == SIGTERM  ? "SIGTERM"
+             : sig == SIGINT ? "SIGINT"
+                             : "SIGHUP");
     server_stop_accepting(d->server);
     ops_shutdown(d->ops);
     d->drain_deadline_us =
@@ -95,11 +99,27 @@ int main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
     srandom((unsigned)time(NULL) ^ (unsigned)getpid());
 
+    /* The stop signals wait until the loop can handle them: one arriving
+     * during start-up (--dev's nodes starting, the listener binding) would
+     * otherwise kill us before anything is cleaned. Unblocked just before
+     * the loop; a pending one then stops the daemon the normal way. SIGHUP
+     * (a closed terminal) stops it like SIGTERM. */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGHUP);
+    sigprocmask(SIG_BLOCK, &stop_signals, NULL);
+
     if (d.cfg.dev) {
         d.dev = dev_start(&d.cfg, 5, err, sizeof(err));
         if (d.dev == NULL) {
-            fprintf(stderr, "redlockd: %s\n", err);
             config_free(&d.cfg);
+            if (dev_stop_pending()) {
+                log_info(NULL, "stopped during start-up");
+                return 0;
+            }
+            fprintf(stderr, "redlockd: %s\n", err);
             return 2;
         }
     }
@@ -122,12 +142,15 @@ int main(int argc, char **argv)
     }
     d.sigterm_ev = evsignal_new(d.base, SIGTERM, signal_cb, &d);
     d.sigint_ev = evsignal_new(d.base, SIGINT, signal_cb, &d);
-    if (d.sigterm_ev == NULL || d.sigint_ev == NULL ||
+    d.sighup_ev = evsignal_new(d.base, SIGHUP, signal_cb, &d);
+    if (d.sigterm_ev == NULL || d.sigint_ev == NULL || d.sighup_ev == NULL ||
         evsignal_add(d.sigterm_ev, NULL) != 0 ||
-        evsignal_add(d.sigint_ev, NULL) != 0) {
+        evsignal_add(d.sigint_ev, NULL) != 0 ||
+        evsignal_add(d.sighup_ev, NULL) != 0) {
         log_error(NULL, "cannot install signal handlers");
         goto out;
     }
+    sigprocmask(SIG_UNBLOCK, &stop_signals, NULL);
     log_info(NULL, "redlockd %s: %d node(s), quorum %d, serving on %s",
              REDLOCKD_VERSION, d.cfg.n_nodes, d.cfg.n_nodes / 2 + 1,
              d.cfg.socket_path);
@@ -138,22 +161,19 @@ int main(int argc, char **argv)
     rc = 0;
 
 out:
-    /* From here on a further SIGTERM/SIGINT must not kill us half-way
+    /* From here on a further stop signal must not kill us half-way
      * (freeing the signal events restores the default action): block them
      * until exit, so --dev's children and temp dir are always cleaned. */
-    {
-        sigset_t set;
-        sigemptyset(&set);
-        sigaddset(&set, SIGTERM);
-        sigaddset(&set, SIGINT);
-        sigprocmask(SIG_BLOCK, &set, NULL);
-    }
+    sigprocmask(SIG_BLOCK, &stop_signals, NULL);
     /* Teardown in reverse order of start-up. */
     if (d.drain_ev != NULL) {
         event_free(d.drain_ev);
     }
     if (d.sigint_ev != NULL) {
         event_free(d.sigint_ev);
+    }
+    if (d.sighup_ev != NULL) {
+        event_free(d.sighup_ev);
     }
     if (d.sigterm_ev != NULL) {
         event_free(d.sigterm_ev);

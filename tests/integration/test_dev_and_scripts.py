@@ -64,6 +64,63 @@ def test_dev_runs_five_nodes_and_cleans_up():
     os.rmdir(work)
 
 
+def _dev_stop_during(sig, when):
+    """Starts --dev, sends sig once `when` says so (it gets the new dev
+    dir, or None), and checks that everything started is gone and the exit
+    status is 0. Returns the daemon's stderr."""
+    work = tempfile.mkdtemp(prefix="rlit-dev-")
+    sock = os.path.join(work, "d.sock")
+    before = _dev_dirs()
+    p = subprocess.Popen([str(BIN), "--dev", "--socket", sock],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         env=dict(os.environ, TMPDIR=tempfile.gettempdir()))
+    dev_dir = None
+    try:
+        def started():
+            new = _dev_dirs() - before
+            return new.pop() if new else None
+        dev_dir, _ = poll_until(started, 20.0 * SLOW, 0.002,
+                                what="--dev temp dir")
+        assert dev_dir, "--dev made no temp dir"
+        ok, _ = poll_until(lambda: when(dev_dir, sock), 20.0 * SLOW, 0.01)
+        assert ok
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=30 * SLOW)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    err = err.decode(errors="replace")
+    assert p.returncode == 0, (p.returncode, err[-2000:])
+    assert not os.path.exists(dev_dir), os.listdir(dev_dir)
+    assert not os.path.exists(sock)
+    left = subprocess.run(["pgrep", "-f", re.escape(dev_dir)],
+                          capture_output=True, text=True).stdout.strip()
+    assert left == "", "redis-server children left: %s" % left
+    os.rmdir(work)
+    return err
+
+
+def test_dev_sigterm_while_nodes_start():
+    """SIGTERM as soon as --dev has made its temp dir, while its nodes are
+    starting: no temp dir, node or socket may be left, and the exit is a
+    clean 0 (the signal waits until start-up can be undone)."""
+    _dev_stop_during(signal.SIGTERM, lambda d, s: True)
+
+
+def test_dev_sighup_stops_cleanly():
+    """Closing the terminal (SIGHUP) stops --dev like SIGTERM, cleaning up
+    instead of dying on the default action."""
+    def healthy(d, sock):
+        try:
+            with Client(sock, timeout=1.0) as c:
+                return c.call("health").get("ok")
+        except OSError:
+            return False
+    err = _dev_stop_during(signal.SIGHUP, healthy)
+    assert "SIGHUP: stopping" in err, err[-2000:]
+
+
 def test_dev_without_redis_server_says_so():
     work = tempfile.mkdtemp(prefix="rlit-dev-")
     sock = os.path.join(work, "d.sock")
