@@ -123,9 +123,17 @@ struct dev_cluster *dev_start(struct config *cfg, int n, char *err,
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
+    /* The dir ends up in unix:// URIs: only an absolute, short TMPDIR
+     * without URI syntax in it is taken; anything else means /tmp. */
     const char *tmp = getenv("TMPDIR");
+    bool tmp_ok = tmp != NULL && tmp[0] == '/' && strlen(tmp) < 40 &&
+                  strpbrk(tmp, "?#@%") == NULL;
+    if (tmp != NULL && tmp[0] != '\0' && !tmp_ok) {
+        log_info(NULL, "--dev: TMPDIR is not an absolute path usable in a "
+                       "unix:// URI; using /tmp");
+    }
     snprintf(d->dir, sizeof(d->dir), "%s/redlockd-dev-XXXXXX",
-             tmp && strlen(tmp) < 40 ? tmp : "/tmp");
+             tmp_ok ? tmp : "/tmp");
     if (mkdtemp(d->dir) == NULL) {
         snprintf(err, errlen, "--dev: mkdtemp: %s", strerror(errno));
         free(d);
