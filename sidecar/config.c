@@ -42,6 +42,7 @@
 #define HOST_MAX 253              /* longest DNS name */
 #define CONFIG_FILE_MAX (1 << 20) /* a settings file, not a data set */
 #define SHOWN_MAX 80              /* bytes of a bad value quoted in errors */
+#define PASSWORD_MAX 4096 /* longest first line of --redis-password-file */
 
 /* Longest unix socket path: sun_path holds it and its NUL. */
 #define UNIX_PATH_MAX (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
@@ -101,7 +102,8 @@ static const struct option_def options[] = {
     {"node", 0, "nodes", "REDLOCKD_NODES", OPT_NODES, 0, NULL, 0, 0, NULL, NULL,
      "URI",
      "a Redis node; repeat for each node (use an odd number: 5 independent "
-     "nodes in production); REDLOCKD_NODES takes a comma separated list"},
+     "nodes in production; each server once, whatever its db); "
+     "REDLOCKD_NODES takes a comma separated list"},
     {"socket", 0, "socket", "REDLOCKD_SOCKET", OPT_STRING,
      FIELD(socket_path, char *), "./redlockd.sock", 0, 0, check_socket,
      "a path of 1..107 bytes", "PATH", "unix socket to serve clients on"},
@@ -170,8 +172,9 @@ static const struct option_def options[] = {
      FIELD(redis_password_file, char *), NULL, 0, 0, check_nonempty,
      "a file path", "FILE",
      "Redis password for every node whose URI carries none, read from the "
-     "first line of FILE (or env REDLOCKD_REDIS_PASSWORD), so it never "
-     "shows in argv"},
+     "first line of FILE (at most 4096 bytes), so it never shows in argv; "
+     "env REDLOCKD_REDIS_PASSWORD holds the password itself and overrides "
+     "this key in --config FILE, not this flag"},
     {"allow-uid", 0, "allow_uid", NULL, OPT_STRING, FIELD(allow_uid, char *),
      NULL, 0, 0, check_id_list, "a comma separated list of numeric ids",
      "UID[,UID]",
@@ -419,31 +422,76 @@ static int parse_id_list(const char *s, unsigned *out)
     return n;
 }
 
-/* The Redis password from --redis-password-file or REDLOCKD_REDIS_PASSWORD,
- * given to every node whose URI has none. */
+/* read_password: the first line of path (without its "\n" or "\r\n") as a
+ * new string in *out. Errors never name path: it may be the password
+ * itself, pasted where a path was expected. Returns 0 or -1 with err. */
+static int read_password(const char *path, char **out, char *err, size_t errlen)
+{
+    static const char *const what =
+        "the password file (given with --redis-password-file)";
+    char line[PASSWORD_MAX + 2]; /* one more byte, and a '\r' */
+    size_t n = 0;
+    bool too_long = false;
+    int c, rc = -1;
+    FILE *f = fopen(path, "re");
+
+    if (f == NULL) {
+        set_err(err, errlen, "cannot read %s: %s", what, strerror(errno));
+        return -1;
+    }
+    while ((c = getc(f)) != EOF && c != '\n') {
+        if (n == sizeof line - 1) {
+            too_long = true;
+            break;
+        }
+        line[n++] = (char)c;
+    }
+    line[n] = '\0';
+    if (ferror(f)) {
+        set_err(err, errlen, "cannot read %s: %s", what, strerror(errno));
+        goto error;
+    }
+    if (n > 0 && line[n - 1] == '\r') {
+        line[--n] = '\0';
+    }
+    if (too_long || n > PASSWORD_MAX) {
+        set_err(err, errlen, "%s has a first line longer than %d bytes", what,
+                PASSWORD_MAX);
+        goto error;
+    }
+    if (n == 0) {
+        set_err(err, errlen, "%s has an empty first line", what);
+        goto error;
+    }
+    if (strlen(line) != n) {
+        /* strdup would cut the password at the NUL. */
+        set_err(err, errlen, "%s has a NUL byte in its first line", what);
+        goto error;
+    }
+    *out = strdup(line);
+    if (*out == NULL) {
+        set_err(err, errlen, "out of memory");
+        goto error;
+    }
+    rc = 0;
+
+error:
+    explicit_bzero(line, sizeof line);
+    fclose(f);
+    return rc;
+}
+
+/* apply_redis_password: the Redis password from --redis-password-file (or
+ * "redis_password_file" in --config, which load_env() drops when
+ * REDLOCKD_REDIS_PASSWORD is set) or else REDLOCKD_REDIS_PASSWORD, given to
+ * every node whose URI has none. Returns 0 or -1 with err. */
 static int apply_redis_password(struct config *cfg, char *err, size_t errlen)
 {
     char *pw = NULL;
     if (cfg->redis_password_file != NULL) {
-        FILE *f = fopen(cfg->redis_password_file, "r");
-        if (f == NULL) {
-            set_err(err, errlen, "--redis-password-file %s: cannot read: %s",
-                    cfg->redis_password_file, strerror(errno));
+        if (read_password(cfg->redis_password_file, &pw, err, errlen) != 0) {
             return -1;
         }
-        char line[1024];
-        if (fgets(line, sizeof line, f) == NULL) {
-            line[0] = '\0';
-        }
-        fclose(f);
-        line[strcspn(line, "\r\n")] = '\0';
-        if (line[0] == '\0') {
-            set_err(err, errlen, "--redis-password-file %s: empty first line",
-                    cfg->redis_password_file);
-            return -1;
-        }
-        pw = strdup(line);
-        memset(line, 0, sizeof line);
     } else {
         const char *env = getenv("REDLOCKD_REDIS_PASSWORD");
         if (env != NULL && env[0] != '\0') {
@@ -508,7 +556,10 @@ static bool check_listen(const char *s)
  * first ':' of the userinfo; all of the userinfo when it has no ':')
  * replaced by "***", and made safe by show(). The userinfo ends at the last
  * '@', the same rule config_parse_node_uri() parses by, so the two cannot
- * disagree about where a password is. */
+ * disagree about where a password is. Without an '@', "redis://:pw" and
+ * "redis://user:pw" still carry one: whatever follows the authority's ':'
+ * is masked to the end unless it is all digits (a port), since a password
+ * may hold '/' or '?'. */
 static const char *uri_redact(const char *uri, char *out, size_t outlen)
 {
     size_t scheme = strspn(uri, "abcdefghijklmnopqrstuvwxyz"
@@ -522,7 +573,21 @@ static const char *uri_redact(const char *uri, char *out, size_t outlen)
     char buf[1024];
 
     if (at == NULL) {
-        return show(uri, out, outlen);
+        size_t alen = strcspn(rest, "/?");
+        const char *close = rest[0] == '[' ? memchr(rest, ']', alen) : NULL;
+        /* In "[v6]:port" the colons inside the brackets are the host's. */
+        const char *from = close != NULL ? close : rest;
+
+        colon = memchr(from, ':', alen - (size_t)(from - rest));
+        if (colon == NULL) {
+            return show(uri, out, outlen);
+        }
+        size_t after = alen - (size_t)(colon + 1 - rest);
+        if (strspn(colon + 1, "0123456789") >= after) {
+            return show(uri, out, outlen);
+        }
+        snprintf(buf, sizeof buf, "%.*s:***", (int)(colon - uri), uri);
+        return show(buf, out, outlen);
     }
     colon = memchr(rest, ':', (size_t)(at - rest));
     if (colon != NULL) {
@@ -729,9 +794,16 @@ static int uri_tcp(const char *s, struct node_addr *out, const char *shown,
     }
     out->port = DEFAULT_REDIS_PORT;
     if (port != NULL) {
-        out->port = parse_port(port, (size_t)(auth_end - port));
+        size_t plen = (size_t)(auth_end - port);
+
+        out->port = parse_port(port, plen);
+        if (out->port < 0 && strspn(port, "0123456789") < plen) {
+            /* "redis://user:pw" lands here: never quote a non-number. */
+            set_err(err, errlen, "bad port (not a number) in '%s'", shown);
+            return -1;
+        }
         if (out->port < 0) {
-            snprintf(tmp, sizeof tmp, "%.*s", (int)(auth_end - port), port);
+            snprintf(tmp, sizeof tmp, "%.*s", (int)plen, port);
             set_err(err, errlen, "bad port '%s' in '%s'",
                     show(tmp, sv, sizeof sv), shown);
             return -1;
@@ -894,11 +966,86 @@ void node_addr_free(struct node_addr *addr)
     memset(addr, 0, sizeof *addr);
 }
 
-/* config_add_node: parses uri and appends it to cfg->nodes. Returns 0, or
- * -1 with err (bad URI, or CONFIG_MAX_NODES already). */
-int config_add_node(struct config *cfg, const char *uri, char *err,
-                    size_t errlen)
+/* host_same: a and b name the same host as written: IP literals compared
+ * as addresses ("::1" and "0:0::1"), names without case and a final '.'.
+ * No DNS: "localhost" and "127.0.0.1" differ. */
+static bool host_same(const char *a, const char *b)
 {
+    unsigned char aa[sizeof(struct in6_addr)], ba[sizeof(struct in6_addr)];
+    size_t an = strlen(a), bn = strlen(b);
+
+    if (inet_pton(AF_INET6, a, aa) == 1 && inet_pton(AF_INET6, b, ba) == 1) {
+        return memcmp(aa, ba, sizeof(struct in6_addr)) == 0;
+    }
+    if (inet_pton(AF_INET, a, aa) == 1 && inet_pton(AF_INET, b, ba) == 1) {
+        return memcmp(aa, ba, sizeof(struct in_addr)) == 0;
+    }
+    an -= an > 1 && a[an - 1] == '.';
+    bn -= bn > 1 && b[bn - 1] == '.';
+    return an == bn && strncasecmp(a, b, an) == 0;
+}
+
+/* path_next: the next component of a unix path at *p (n bytes into *len),
+ * skipping empty and "." ones; false at the end. */
+static bool path_next(const char **p, size_t *len)
+{
+    for (;;) {
+        *p += strspn(*p, "/");
+        *len = strcspn(*p, "/");
+        if (*len == 0) {
+            return false;
+        }
+        if (*len != 1 || (*p)[0] != '.') {
+            return true;
+        }
+        *p += 1;
+    }
+}
+
+/* path_same: a and b are the same absolute path once "//" and "/./" are
+ * collapsed. ".." and symlinks are left alone: resolving them needs the
+ * file system, and a node's socket may not exist yet. */
+static bool path_same(const char *a, const char *b)
+{
+    size_t al, bl;
+
+    for (;;) {
+        bool more_a = path_next(&a, &al);
+        bool more_b = path_next(&b, &bl);
+
+        if (!more_a || !more_b) {
+            return more_a == more_b;
+        }
+        if (al != bl || memcmp(a, b, al) != 0) {
+            return false;
+        }
+        a += al;
+        b += bl;
+    }
+}
+
+/* node_same_server: a and b reach the same Redis server, whatever their
+ * db, credentials or ?persistent. */
+static bool node_same_server(const struct node_addr *a,
+                             const struct node_addr *b)
+{
+    if (a->kind != b->kind) {
+        return false;
+    }
+    if (a->kind == NODE_ADDR_UNIX) {
+        return path_same(a->path, b->path);
+    }
+    return a->port == b->port && host_same(a->host, b->host);
+}
+
+/* nodes_add: parses uri and appends it to cfg->nodes. Returns 0; -1 with
+ * err for a bad URI or a full list; -2 with err naming both positions when
+ * it names a server already listed (the caller need not add one). */
+static int nodes_add(struct config *cfg, const char *uri, char *err,
+                     size_t errlen)
+{
+    struct node_addr *addr;
+
     if (cfg->n_nodes < 0) {
         cfg->n_nodes = 0;
     }
@@ -906,12 +1053,38 @@ int config_add_node(struct config *cfg, const char *uri, char *err,
         set_err(err, errlen, "too many nodes (at most %d)", CONFIG_MAX_NODES);
         return -1;
     }
-    if (config_parse_node_uri(uri, &cfg->nodes[cfg->n_nodes], err, errlen) !=
-        0) {
+    addr = &cfg->nodes[cfg->n_nodes];
+    if (config_parse_node_uri(uri, addr, err, errlen) != 0) {
         return -1;
+    }
+    /* One server listed twice is counted as two votes: a quorum that is
+     * not a majority of servers, and SET NX that fails on the alias. A
+     * second db is the same failure domain, so it is refused too. */
+    for (int i = 0; i < cfg->n_nodes; i++) {
+        const struct node_addr *prev = &cfg->nodes[i];
+
+        if (node_same_server(prev, addr)) {
+            set_err(err, errlen,
+                    "node %d (%s) is the same Redis server as node %d "
+                    "(%s)%s; list each server once",
+                    cfg->n_nodes + 1, addr->display, i + 1, prev->display,
+                    prev->db != addr->db ? "; another db is no independent node"
+                                         : "");
+            node_addr_free(addr);
+            return -2;
+        }
     }
     cfg->n_nodes++;
     return 0;
+}
+
+/* config_add_node: parses uri and appends it to cfg->nodes. Returns 0, or
+ * -1 with err (bad URI, CONFIG_MAX_NODES already, or the same server as a
+ * node already listed). */
+int config_add_node(struct config *cfg, const char *uri, char *err,
+                    size_t errlen)
+{
+    return nodes_add(cfg, uri, err, errlen) == 0 ? 0 : -1;
 }
 
 static void nodes_clear(struct config *cfg)
@@ -1122,7 +1295,7 @@ static int add_nodes_list(struct config *cfg, const char *list,
 {
     char *copy = strdup(list);
     char *p = copy;
-    char why[256];
+    char why[512];
     int i = 1;
     int rc = 0;
 
@@ -1148,8 +1321,14 @@ static int add_nodes_list(struct config *cfg, const char *list,
             rc = -1;
             break;
         }
-        if (config_add_node(cfg, p, why, sizeof why) != 0) {
-            set_err(err, errlen, "%s: node %d: %s", where, i, why);
+        rc = nodes_add(cfg, p, why, sizeof why);
+        if (rc != 0) {
+            /* A repeat names both positions itself. */
+            if (rc == -2) {
+                set_err(err, errlen, "%s: %s", where, why);
+            } else {
+                set_err(err, errlen, "%s: node %d: %s", where, i, why);
+            }
             rc = -1;
             break;
         }
@@ -1213,7 +1392,7 @@ static const char *json_shown_node(const cJSON *item, char *out, size_t outlen)
 static int apply_json_nodes(struct config *cfg, const cJSON *item,
                             const char *where, char *err, size_t errlen)
 {
-    char why[256];
+    char why[512];
     int i = 1;
 
     nodes_clear(cfg);
@@ -1225,7 +1404,13 @@ static int apply_json_nodes(struct config *cfg, const cJSON *item,
                     where, i, json_shown_node(n, sv, sizeof sv));
             return -1;
         }
-        if (config_add_node(cfg, n->valuestring, why, sizeof why) != 0) {
+        int rc = nodes_add(cfg, n->valuestring, why, sizeof why);
+
+        if (rc == -2) {
+            set_err(err, errlen, "%s: %s", where, why);
+            return -1;
+        }
+        if (rc != 0) {
             set_err(err, errlen, "%s: node %d: %s", where, i, why);
             return -1;
         }
@@ -1471,6 +1656,14 @@ static int load_env(struct config *cfg, enum node_source *nodes_from, char *err,
             return -1;
         }
     }
+    /* REDLOCKD_REDIS_PASSWORD is the password, not a file, so it has no row
+     * of its own; it still overrides the --config file's
+     * "redis_password_file" (flags are applied after this). */
+    const char *pw = getenv("REDLOCKD_REDIS_PASSWORD");
+    if (pw != NULL && pw[0] != '\0') {
+        free(cfg->redis_password_file);
+        cfg->redis_password_file = NULL;
+    }
     return 0;
 }
 
@@ -1614,7 +1807,7 @@ static enum config_result scan_args(struct config *cfg, int argc, char **argv,
 static int apply_args(struct config *cfg, int argc, char **argv,
                       enum node_source *nodes_from, char *err, size_t errlen)
 {
-    char where[64], why[256];
+    char where[64], why[512];
     struct arg a;
     int i = 1;
     int rc;
@@ -1874,7 +2067,9 @@ const char *config_usage(void)
             "      also unix://[USER]:PASSWORD@/ABSOLUTE/PATH.sock (no '@' in "
             "the path)\n"
             "  persistent=1 marks a node that keeps its data across "
-            "restarts.\n"
+            "restarts. List each\n"
+            "  server once: two URIs for one server (another db too) "
+            "are refused.\n"
             "  Passwords never appear in logs, errors or /v1/health; flags are "
             "visible in ps,\n"
             "  so give URIs with passwords through REDLOCKD_NODES or "

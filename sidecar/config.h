@@ -79,7 +79,8 @@ enum config_result {
 /* config_load: fills cfg from defaults, then the JSON file named by --config
  * (if any), then the environment (REDLOCKD_NODES, REDLOCKD_SOCKET,
  * REDLOCKD_PREFIX, REDLOCKD_LOG_LEVEL, REDLOCKD_LOG_FORMAT,
- * REDLOCKD_REDIS_PASSWORD), then the flags in argv. Prints --help/--version
+ * REDLOCKD_REDIS_PASSWORD, which drops the file's redis_password_file),
+ * then the flags in argv. Prints --help/--version
  * text to stdout. On CONFIG_ERROR, err holds a message such as "--drift-factor:
  * must be a number in 0..0.5, got 'x'". The caller must config_free() cfg in
  * every case. */
@@ -92,7 +93,10 @@ enum config_result config_load(struct config *cfg, int argc, char **argv,
 int config_parse_node_uri(const char *uri, struct node_addr *out, char *err,
                           size_t errlen);
 
-/* config_add_node: appends a parsed URI to cfg; -1 with err when full. */
+/* config_add_node: appends a parsed URI to cfg; -1 with err for a bad URI,
+ * when full, or when it names a server already listed (same host and port,
+ * or same socket path, whatever the db): one server must not count as two
+ * Redlock votes. */
 int config_add_node(struct config *cfg, const char *uri, char *err,
                     size_t errlen);
 

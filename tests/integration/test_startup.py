@@ -30,7 +30,8 @@ BAD = [
     (["--node", "ftp://host:1"], "ftp://host:1"),
     (["--node", "redis://"], "redis://"),
     (["--node", "redis://host:99999"], "redis://host:99999"),
-    (["--node", "redis://host:notaport"], "redis://host:notaport"),
+    # Not repeated whole: "notaport" has the shape of "user:password".
+    (["--node", "redis://host:notaport"], "redis://host:***"),
     (["--node", "unix://"], "unix://"),
     (["--node", "garbage"], "garbage"),
 ]
@@ -51,6 +52,23 @@ def test_bad_uri_does_not_show_password(tmp_path):
     line = _one_line(p)
     assert p.returncode == 2, (p.returncode, line)
     assert "s3cretpw" not in line, "password shown: %r" % line
+
+
+def test_bad_uri_without_at_does_not_show_password(tmp_path):
+    for uri in ("redis://:s3cretpw", "redis://user:s3cretpw"):
+        p = run_bin(["--node", uri, "--socket", str(tmp_path / "s.sock")])
+        line = _one_line(p)
+        assert p.returncode == 2, (p.returncode, line)
+        assert "s3cretpw" not in line, "password shown: %r" % line
+
+
+def test_duplicate_node_refused(tmp_path):
+    p = run_bin(["--node", "unix:///tmp/r1.sock", "--node",
+                 "unix:///tmp//r1.sock", "--node", "unix:///tmp/r2.sock",
+                 "--socket", str(tmp_path / "s.sock")])
+    line = _one_line(p)
+    assert p.returncode == 2, (p.returncode, line)
+    assert "node 2" in line and "node 1" in line, line
 
 
 def test_bad_uri_in_env(tmp_path):

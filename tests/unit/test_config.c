@@ -881,7 +881,8 @@ static void test_env_errors(void **state)
 
     (void)state;
     setenv("REDLOCKD_NODES", "redis://a:1,redis://h:x", 1);
-    EXPECT_ERR("REDLOCKD_NODES: node 2: bad port 'x' in 'redis://h:x'",
+    EXPECT_ERR("REDLOCKD_NODES: node 2: bad port (not a number) in "
+               "'redis://h:***'",
                "--socket", "/s");
     setenv("REDLOCKD_NODES", "redis://a:1,,redis://b:2", 1);
     EXPECT_ERR("REDLOCKD_NODES: node 2: empty URI", "--socket", "/s");
@@ -1109,7 +1110,8 @@ static void test_file_errors(void **state)
     expect_file_err("{\"nodes\": [\"redis://h\", 1]}",
                     "nodes: node 2: must be a URI string, got 1");
     expect_file_err("{\"nodes\": [\"redis://h\", \"redis://h:x\"]}",
-                    "nodes: node 2: bad port 'x' in 'redis://h:x'");
+                    "nodes: node 2: bad port (not a number) in "
+                    "'redis://h:***'");
     expect_file_err("{\"nodes\": [\"redis://:" SECRET "@h:0\"]}",
                     "nodes: node 1: bad port '0' in 'redis://:***@h:0'");
     expect_file_err("{\"socket\": \"/a\", \"socket\": \"/b\"}",
@@ -1299,13 +1301,14 @@ static const struct bad_uri bad_uris[] = {
     {"redis://:" SECRET "@:6379", "missing host in 'redis://:***@:6379'"},
     {"redis://u:" SECRET "@h:0", "bad port '0' in 'redis://u:***@h:0'"},
     {"redis://h:65536", "bad port '65536' in 'redis://h:65536'"},
-    {"redis://h:abc", "bad port 'abc' in 'redis://h:abc'"},
+    /* A non-numeric port may be a password ("redis://user:pw"). */
+    {"redis://h:abc", "bad port (not a number) in 'redis://h:***'"},
     {"redis://h:", "bad port '' in 'redis://h:'"},
-    {"redis://h:-1", "bad port '-1' in 'redis://h:-1'"},
+    {"redis://h:-1", "bad port (not a number) in 'redis://h:***'"},
     {"redis://h:0006379", "bad port '0006379' in 'redis://h:0006379'"},
     {"redis://::1:6379",
-     "IPv6 addresses go in brackets ([::1]:6379) in 'redis://::1:6379'"},
-    {"redis://[::1", "bad IPv6 address in 'redis://[::1'"},
+     "IPv6 addresses go in brackets ([::1]:6379) in 'redis://:***'"},
+    {"redis://[::1", "bad IPv6 address in 'redis://[:***'"},
     {"redis://[zz::1]:1", "bad IPv6 address in 'redis://[zz::1]:1'"},
     {"redis://[::1]x", "bad IPv6 address in 'redis://[::1]x'"},
     {"redis://[::1]:0", "bad port '0' in 'redis://[::1]:0'"},
@@ -1394,7 +1397,7 @@ static void test_uri_flag_errors(void **state)
     char err[ERRLEN];
 
     (void)state;
-    EXPECT_ERR("--node: bad port 'x' in 'redis://h:x'", "--node",
+    EXPECT_ERR("--node: bad port (not a number) in 'redis://h:***'", "--node",
                "redis://h:x");
     assert_int_equal(LOAD(&c, err, "--node", "redis://a:" SECRET "@h:1",
                           "--node=redis://a:" SECRET "@h:99999"),
@@ -1434,7 +1437,7 @@ static void test_redis_password(void **state)
     assert_string_equal(c.nodes[0].user, "rl");
     assert_string_equal(c.nodes[0].password, "fromenv");
     config_free(&c);
-    /* The file wins over the environment. */
+    /* The flag wins over the environment (test_password_precedence). */
     assert_int_equal(LOAD(&c, err, "--node", "redis://rl@h:1",
                           "--redis-password-file", pwfile),
                      CONFIG_OK);
@@ -1445,11 +1448,284 @@ static void test_redis_password(void **state)
     EXPECT_ERR("node h:1: a user without a password: give user:password@ "
                "in the URI, --redis-password-file or REDLOCKD_REDIS_PASSWORD",
                "--node", "redis://h:2", "--node", "redis://rl@h:1");
+    EXPECT_ERR("the password file (given with --redis-password-file) has an "
+               "empty first line",
+               "--node", "redis://rl@h:1", "--redis-password-file", empty);
+}
+
+/* ---- duplicate nodes -------------------------------------------------- */
+
+/* Two URIs naming the same Redis server would count one server as two
+ * votes: refused, whatever the spelling, credentials or db. */
+static void test_node_duplicates(void **state)
+{
+    static const char *const same[][2] = {
+        {"unix:///r1.sock", "unix:///r1.sock"},
+        {"unix:///a.sock", "unix:///a.sock?db=0"},
+        {"unix:///run/a.sock", "unix:///run//./a.sock"},
+        {"unix:///a.sock?persistent=1", "unix://:" SECRET "@/a.sock"},
+        {"redis://127.0.0.1:6379", "redis://127.0.0.1"},
+        {"redis://h/0", "redis://h:6379"},
+        {"redis://Host.Example:1", "redis://host.example.:1"},
+        {"redis://[::1]:6379", "redis://[0:0::1]"},
+        {"redis://:" SECRET "@h:1", "redis://u:other@h:1?persistent=1"},
+        /* Another db is another key space on the same failure domain. */
+        {"redis://h:1/1", "redis://h:1/2"},
+        {"unix:///a.sock?db=1", "unix:///a.sock?db=2"},
+    };
+    static const char *const different[][2] = {
+        {"redis://h:1", "redis://h:2"},
+        {"unix:///a.sock", "unix:///b.sock"},
+        {"redis://localhost", "redis://127.0.0.1"}, /* no DNS at start-up */
+        {"unix:///a.sock", "redis://a.sock"},
+    };
+    struct config c;
+    char err[ERRLEN];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        if (LOAD(&c, err, "--node", "redis://other:9", "--node", same[i][0],
+                 "--node", same[i][1]) != CONFIG_ERROR) {
+            fail_msg("%s and %s: accepted", same[i][0], same[i][1]);
+        }
+        if (!matches("^--node: node 3 \\(.*\\) is the same Redis server as "
+                     "node 2 \\(.*\\)",
+                     err)) {
+            fail_msg("%s and %s: %s", same[i][0], same[i][1], err);
+        }
+        assert_null(strstr(err, SECRET));
+        config_free(&c);
+    }
+    for (size_t i = 0; i < sizeof different / sizeof different[0]; i++) {
+        if (LOAD(&c, err, "--node", different[i][0], "--node", different[i][1],
+                 "--node", "redis://other:9") != CONFIG_OK) {
+            fail_msg("%s and %s: %s", different[i][0], different[i][1], err);
+        }
+        config_free(&c);
+    }
+
+    /* The reviewer's cases, word for word. */
+    EXPECT_ERR("--node: node 2 (unix:/r1.sock) is the same Redis server as "
+               "node 1 (unix:/r1.sock); list each server once",
+               "--node", "unix:///r1.sock", "--node", "unix:///r1.sock",
+               "--node", "unix:///r1.sock");
+    EXPECT_ERR("--node: node 5 (h3:6379) is the same Redis server as node 3 "
+               "(h3:6379); list each server once",
+               "--node", "redis://h1", "--node", "redis://h2", "--node",
+               "redis://h3", "--node", "redis://h4", "--node",
+               "redis://h3:6379");
+    EXPECT_ERR("--node: node 2 (h:1/2) is the same Redis server as node 1 "
+               "(h:1/1); another db is no independent node; list each "
+               "server once",
+               "--node", "redis://h:1/1", "--node", "redis://h:1/2", "--node",
+               "redis://g:1");
+
+    /* The same from the environment and from the file. */
+    setenv("REDLOCKD_NODES",
+           "redis://a:1,redis://:" SECRET "@b:2,redis://b:2/0", 1);
+    EXPECT_ERR("REDLOCKD_NODES: node 3 (b:2) is the same Redis server as "
+               "node 2 (b:2); list each server once",
+               "--socket", "/s");
+    unsetenv("REDLOCKD_NODES");
     char want[ERRLEN];
-    snprintf(want, sizeof want, "--redis-password-file %s: empty first line",
-             empty);
-    EXPECT_ERR(want, "--node", "redis://rl@h:1", "--redis-password-file",
-               empty);
+    const char *path =
+        write_file("{\"nodes\": [\"unix:///x.sock\", \"unix:///y.sock\", "
+                   "\"unix:///x.sock?db=0\"]}");
+    snprintf(want, sizeof want,
+             "--config %s: nodes: node 3 (unix:/x.sock) is the same Redis "
+             "server as node 1 (unix:/x.sock); list each server once",
+             path);
+    EXPECT_ERR(want, "--config", path);
+
+    /* config_add_node (dev.c's way in) refuses it too. */
+    memset(&c, 0, sizeof c);
+    assert_int_equal(config_add_node(&c, "unix:///d.sock", err, sizeof err), 0);
+    assert_int_equal(config_add_node(&c, "unix:///d.sock", err, sizeof err),
+                     -1);
+    assert_int_equal(c.n_nodes, 1);
+    assert_null(c.nodes[1].path);
+    config_free(&c);
+}
+
+/* ---- passwords in URIs without '@' ------------------------------------- */
+
+/* "redis://:pw" and "redis://user:pw" hold no '@', but what follows the
+ * authority's ':' is a password unless it is a port (digits). */
+static void test_uri_redact_without_at(void **state)
+{
+    static const struct bad_uri cases[] = {
+        {"redis://:" SECRET, "missing host in 'redis://:***'"},
+        {"redis://user:" SECRET,
+         "bad port (not a number) in 'redis://user:***'"},
+        {"redis://user:" SECRET "/2?persistent=1",
+         "bad port (not a number) in 'redis://user:***'"},
+        {"redis://[::1]:" SECRET,
+         "bad port (not a number) in 'redis://[::1]:***'"},
+        {"unix://:" SECRET,
+         "socket path must be absolute (unix:///path) in 'unix://:***'"},
+        {"unix://user:" SECRET "/r.sock",
+         "socket path must be absolute (unix:///path) in 'unix://user:***'"},
+        {"http://user:" SECRET, "'http://user:***' is not a node URI "
+                                "(redis://host:port or "
+                                "unix:///path/redis.sock)"},
+        {"user:" SECRET, "'user:***' is not a node URI (redis://host:port or "
+                         "unix:///path/redis.sock)"},
+        /* A port is digits and stays. */
+        {"redis://h:99999", "bad port '99999' in 'redis://h:99999'"},
+        {"redis://h:1/x", "bad db 'x' in 'redis://h:1/x'"},
+    };
+    struct node_addr a;
+    struct config c;
+    char err[ERRLEN];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (config_parse_node_uri(cases[i].uri, &a, err, sizeof err) != -1) {
+            fail_msg("%s: accepted", cases[i].uri);
+        }
+        assert_null(strstr(err, SECRET));
+        assert_string_equal(err, cases[i].err);
+        node_addr_free(&a);
+    }
+    /* Through every way in: flag, environment, file. */
+    assert_int_equal(LOAD(&c, err, "--node", "redis://user:" SECRET),
+                     CONFIG_ERROR);
+    assert_string_equal(err, "--node: bad port (not a number) in "
+                             "'redis://user:***'");
+    config_free(&c);
+    setenv("REDLOCKD_NODES", "redis://a:1,redis://:" SECRET, 1);
+    assert_int_equal(LOAD(&c, err, "--socket", "/s"), CONFIG_ERROR);
+    assert_string_equal(
+        err, "REDLOCKD_NODES: node 2: missing host in 'redis://:***'");
+    config_free(&c);
+    unsetenv("REDLOCKD_NODES");
+    const char *path = write_file("{\"nodes\": [\"redis://u:" SECRET "\"]}");
+    assert_int_equal(LOAD(&c, err, "--config", path), CONFIG_ERROR);
+    assert_null(strstr(err, SECRET));
+    config_free(&c);
+    /* A stray positional argument is shown the same way. */
+    assert_int_equal(LOAD(&c, err, "--node", "redis://h", "redis://:" SECRET),
+                     CONFIG_ERROR);
+    assert_string_equal(err, "unexpected argument 'redis://:***' (see --help)");
+    config_free(&c);
+}
+
+/* ---- the password file ------------------------------------------------ */
+
+/* README: flags over environment over --config FILE. So
+ * REDLOCKD_REDIS_PASSWORD beats "redis_password_file" in the file, and
+ * --redis-password-file beats REDLOCKD_REDIS_PASSWORD. */
+static void test_password_precedence(void **state)
+{
+    const char *pwfile = write_file("fromfile\n");
+    char text[512];
+    struct config c;
+    char err[ERRLEN];
+
+    (void)state;
+    snprintf(text, sizeof text,
+             "{\"nodes\": [\"redis://rl@h:1\"], \"redis_password_file\": "
+             "\"%s\"}",
+             pwfile);
+    const char *cfgfile = write_file(text);
+
+    /* The file's setting alone. */
+    assert_int_equal(LOAD(&c, err, "--config", cfgfile), CONFIG_OK);
+    assert_string_equal(c.nodes[0].password, "fromfile");
+    config_free(&c);
+    /* The environment over the file's setting. */
+    setenv("REDLOCKD_REDIS_PASSWORD", "fromenv", 1);
+    assert_int_equal(LOAD(&c, err, "--config", cfgfile), CONFIG_OK);
+    assert_string_equal(c.nodes[0].password, "fromenv");
+    config_free(&c);
+    /* The flag over the environment. */
+    assert_int_equal(
+        LOAD(&c, err, "--config", cfgfile, "--redis-password-file", pwfile),
+        CONFIG_OK);
+    assert_string_equal(c.nodes[0].password, "fromfile");
+    config_free(&c);
+    /* An empty variable counts as unset: the file's setting applies. */
+    setenv("REDLOCKD_REDIS_PASSWORD", "", 1);
+    assert_int_equal(LOAD(&c, err, "--config", cfgfile), CONFIG_OK);
+    assert_string_equal(c.nodes[0].password, "fromfile");
+    config_free(&c);
+}
+
+/* The whole first line is the password, up to 4096 bytes; a longer one is
+ * refused, never cut. */
+static void test_password_long_line(void **state)
+{
+    static char line[4100 + 8];
+    struct config c;
+    char err[ERRLEN];
+
+    (void)state;
+    /* 2000 bytes: more than the old 1023. */
+    memset(line, 'p', 2000);
+    strcpy(line + 2000, "\nnext\n");
+    const char *f2000 = write_file(line);
+    assert_int_equal(
+        LOAD(&c, err, "--node", "redis://h:1", "--redis-password-file", f2000),
+        CONFIG_OK);
+    assert_int_equal(strlen(c.nodes[0].password), 2000);
+    config_free(&c);
+
+    /* Exactly 4096, with a CRLF and without any line end. */
+    memset(line, 'q', 4096);
+    strcpy(line + 4096, "\r\n");
+    const char *f4096 = write_file(line);
+    line[4096] = '\0';
+    const char *f4096_bare = write_file(line);
+    assert_int_equal(
+        LOAD(&c, err, "--node", "redis://h:1", "--redis-password-file", f4096),
+        CONFIG_OK);
+    assert_int_equal(strlen(c.nodes[0].password), 4096);
+    assert_int_equal(c.nodes[0].password[4095], 'q');
+    config_free(&c);
+    assert_int_equal(LOAD(&c, err, "--node", "redis://h:1",
+                          "--redis-password-file", f4096_bare),
+                     CONFIG_OK);
+    assert_int_equal(strlen(c.nodes[0].password), 4096);
+    config_free(&c);
+
+    /* 4097 bytes: refused. */
+    memset(line, 'r', 4097);
+    strcpy(line + 4097, "\n");
+    const char *f4097 = write_file(line);
+    EXPECT_ERR("the password file (given with --redis-password-file) has a "
+               "first line longer than 4096 bytes",
+               "--node", "redis://h:1", "--redis-password-file", f4097);
+}
+
+/* A value given as the password file is never echoed: it may be the
+ * password itself, pasted in the wrong place. */
+static void test_password_file_not_echoed(void **state)
+{
+    const char *empty = write_file("\n");
+    struct config c;
+    char err[ERRLEN];
+
+    (void)state;
+    EXPECT_ERR("cannot read the password file (given with "
+               "--redis-password-file): No such file or directory",
+               "--node", "redis://h:1", "--redis-password-file", SECRET);
+    EXPECT_ERR("cannot read the password file (given with "
+               "--redis-password-file): No such file or directory",
+               "--node", "redis://h:1", "--redis-password-file",
+               "/nonexistent/" SECRET);
+    EXPECT_ERR("cannot read the password file (given with "
+               "--redis-password-file): Is a directory",
+               "--node", "redis://h:1", "--redis-password-file", "/");
+    EXPECT_ERR("the password file (given with --redis-password-file) has an "
+               "empty first line",
+               "--node", "redis://h:1", "--redis-password-file", empty);
+    /* From the --config file as well. */
+    const char *cfgfile =
+        write_file("{\"nodes\": [\"redis://h:1\"], "
+                   "\"redis_password_file\": \"" SECRET "\"}");
+    assert_int_equal(LOAD(&c, err, "--config", cfgfile), CONFIG_ERROR);
+    assert_null(strstr(err, SECRET));
+    config_free(&c);
 }
 
 /* ---- ownership -------------------------------------------------------- */
@@ -1792,24 +2068,47 @@ static void test_log_lines_atomic(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        T(test_defaults),         T(test_int_flags),
-        T(test_drift_factor),     T(test_max_line_bytes),
-        T(test_socket_mode),      T(test_log_flags),
-        T(test_prefix),           T(test_socket_path),
-        T(test_metrics_listen),   T(test_dev_and_redis_server),
-        T(test_equals_form),      T(test_repeated_flags),
-        T(test_argv_errors),      T(test_help_version),
-        T(test_missing_nodes),    T(test_node_count),
-        T(test_even_warning),     T(test_env_fallbacks),
-        T(test_env_errors),       T(test_env_empty_is_unset),
-        T(test_precedence),       T(test_file_all_keys),
-        T(test_file_errors),      T(test_uri_good),
-        T(test_uri_bad),          T(test_uri_flag_errors),
-        T(test_config_free_safe), T(test_log_parse),
-        T(test_token_hash),       T(test_log_json),
-        T(test_log_text),         T(test_log_levels),
-        T(test_log_truncation),   T(test_log_errno_kept),
-        T(test_log_lines_atomic), T(test_redis_password),
+        T(test_defaults),
+        T(test_int_flags),
+        T(test_drift_factor),
+        T(test_max_line_bytes),
+        T(test_socket_mode),
+        T(test_log_flags),
+        T(test_prefix),
+        T(test_socket_path),
+        T(test_metrics_listen),
+        T(test_dev_and_redis_server),
+        T(test_equals_form),
+        T(test_repeated_flags),
+        T(test_argv_errors),
+        T(test_help_version),
+        T(test_missing_nodes),
+        T(test_node_count),
+        T(test_even_warning),
+        T(test_env_fallbacks),
+        T(test_env_errors),
+        T(test_env_empty_is_unset),
+        T(test_precedence),
+        T(test_file_all_keys),
+        T(test_file_errors),
+        T(test_uri_good),
+        T(test_uri_bad),
+        T(test_uri_flag_errors),
+        T(test_config_free_safe),
+        T(test_log_parse),
+        T(test_token_hash),
+        T(test_log_json),
+        T(test_log_text),
+        T(test_log_levels),
+        T(test_log_truncation),
+        T(test_log_errno_kept),
+        T(test_log_lines_atomic),
+        T(test_redis_password),
+        T(test_node_duplicates),
+        T(test_uri_redact_without_at),
+        T(test_password_precedence),
+        T(test_password_long_line),
+        T(test_password_file_not_echoed),
     };
 
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
