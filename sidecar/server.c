@@ -49,6 +49,16 @@
 #define OUT_HIGH (1024 * 1024)
 #define OUT_LOW (256 * 1024)
 
+/* The --metrics-listen TCP port is reachable by more peers than the lock
+ * socket (docker binds 0.0.0.0), so its connections neither count toward
+ * --max-connections nor may they sit there: a scraper needs one or two. */
+#define METRICS_MAX_CONNECTIONS 16
+/* A metrics connection must complete a request this soon after it opens
+ * or after its last answer; an idle or trickling peer is closed. */
+#define METRICS_IDLE_MS 5000
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 enum framing {
     FRAMING_UNKNOWN = 0, /* nothing but whitespace read yet */
     FRAMING_NDJSON,      /* first byte '{' */
@@ -74,6 +84,7 @@ struct client {
     struct event *linger_ev; /* owned: bound on lingering */
     struct event *flush_ev;  /* owned: made active to write this turn */
     struct event *read_ev;   /* owned: EV_READ on the socket */
+    struct event *idle_ev;   /* owned: metrics only: METRICS_IDLE_MS */
     bool reading;            /* read_ev is added */
     bool flush_pending;      /* flush_ev is active */
     bool write_on;           /* EV_WRITE enabled: the socket was full */
@@ -93,7 +104,8 @@ struct server {
     struct evconnlistener *metrics_listener; /* owned, NULL when off */
     char *socket_path;                       /* owned copy, for unlink */
     struct client *clients;
-    int n_clients;
+    int n_clients;         /* lock socket: bounded by --max-connections */
+    int n_metrics_clients; /* metrics listener: METRICS_MAX_CONNECTIONS */
     uint64_t next_id;
     struct call *free_calls;
     int free_calls_count;
@@ -217,6 +229,9 @@ static void client_free(struct client *cl)
     if (cl->read_ev != NULL) {
         event_free(cl->read_ev);
     }
+    if (cl->idle_ev != NULL) {
+        event_free(cl->idle_ev);
+    }
     if (cl->prev != NULL) {
         cl->prev->next = cl->next;
     } else {
@@ -225,11 +240,35 @@ static void client_free(struct client *cl)
     if (cl->next != NULL) {
         cl->next->prev = cl->prev;
     }
-    s->n_clients--;
+    if (cl->metrics_only) {
+        s->n_metrics_clients--;
+    } else {
+        s->n_clients--;
+    }
     METRIC_ADD(clients, -1);
     bufferevent_free(cl->bev);
     log_debug(cl->subject, "closed");
     free(cl);
+}
+
+/* A metrics connection's deadline passed with no request completed: free
+ * it at once, since a peer that does not read may still hold answers. */
+static void idle_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct client *cl = arg;
+    log_debug(cl->subject, "metrics connection idle for %d ms: closing",
+              METRICS_IDLE_MS);
+    client_free(cl);
+}
+
+/* (Re)starts a metrics connection's deadline. */
+static void client_idle_arm(struct client *cl)
+{
+    struct timeval tv = {METRICS_IDLE_MS / 1000,
+                         (METRICS_IDLE_MS % 1000) * 1000};
+    evtimer_add(cl->idle_ev, &tv);
 }
 
 #define LINGER_MS 2000
@@ -491,9 +530,11 @@ static void write_http(struct client *cl, int status, const char *ctype,
     }
 }
 
+/* head_only (HEAD): the head, with the Content-Length the body would have,
+ * and no body, or a keep-alive client would read it as the next answer. */
 static void write_http_error(struct client *cl, int status, enum proto_err err,
                              const char *msg, bool keep_alive,
-                             const char *allow)
+                             const char *allow, bool head_only)
 {
     char buf[PROTO_RESPONSE_MAX];
     struct response rsp = {0};
@@ -501,7 +542,7 @@ static void write_http_error(struct client *cl, int status, enum proto_err err,
     rsp.message = msg;
     size_t n = proto_encode_response(&rsp, buf, sizeof(buf));
     write_http(cl, status, "application/json", buf, n, keep_alive, allow,
-               false);
+               head_only);
 }
 
 static void http_next(struct client *cl);
@@ -530,17 +571,22 @@ void server_call_done(struct call *call, const struct response *rsp)
         bool http = call->http;
         bool keep_alive = call->keep_alive;
         call_free(s, call);
-        if (cl->peer_eof && cl->inflight == 0) {
-            client_close_after_flush(cl);
-            return;
-        }
         if (http) {
             cl->http_busy = false;
             if (!keep_alive) {
                 client_close_after_flush(cl);
                 return;
             }
-            http_next(cl); /* returns at once inside http_next's loop */
+            /* Requests pipelined behind this one are still owed after a
+             * half-close: http_next serves them, then closes. It returns
+             * at once inside its own loop. */
+            http_next(cl);
+            return;
+        }
+        if (cl->peer_eof && cl->inflight == 0) {
+            /* NDJSON submits every buffered line at once (reading stops
+             * before EOF while lines wait), so none is left behind. */
+            client_close_after_flush(cl);
             return;
         }
         if (cl->closing) {
@@ -746,7 +792,7 @@ static void http_serve_local(struct client *cl, const struct http_request *h,
         char *json = ops_health_json(s->ops, NULL, 0, &ok, &n);
         if (json == NULL) {
             write_http_error(cl, 500, ERR_INTERNAL, "out of memory",
-                             h->keep_alive, NULL);
+                             h->keep_alive, NULL, head_only);
             return;
         }
         write_http(cl, ok ? 200 : 503, "application/json", json, n,
@@ -758,7 +804,7 @@ static void http_serve_local(struct client *cl, const struct http_request *h,
     char *text = ops_metrics_text(s->ops, &n);
     if (text == NULL) {
         write_http_error(cl, 500, ERR_INTERNAL, "out of memory", h->keep_alive,
-                         NULL);
+                         NULL, head_only);
         return;
     }
     write_http(cl, 200, "text/plain; version=0.0.4; charset=utf-8", text, n,
@@ -795,16 +841,21 @@ static bool http_one(struct client *cl)
         enum proto_err e = big ? ERR_TOO_LARGE : ERR_BAD_REQUEST;
         write_http_error(cl, h.error_status, e,
                          h.error_message ? h.error_message : "bad request",
-                         false, NULL);
+                         false, NULL, h.method == HTTP_HEAD);
         client_close_after_flush(cl);
         return false;
     }
     cl->http_continue_sent = false;
+    bool head_only = h.method == HTTP_HEAD;
+    if (cl->metrics_only) {
+        client_idle_arm(cl); /* a request completed: the deadline restarts */
+    }
     struct call *call = call_new(s, cl);
     if (call == NULL) {
         /* Answer before closing: with nothing left to send, the close
          * could free the client under the caller. */
-        write_http_error(cl, 500, ERR_INTERNAL, "out of memory", false, NULL);
+        write_http_error(cl, 500, ERR_INTERNAL, "out of memory", false, NULL,
+                         head_only);
         client_close_after_flush(cl);
         return false;
     }
@@ -816,7 +867,8 @@ static bool http_one(struct client *cl)
         call_unlink(cl, call);
         call_free(s, call);
         write_http_error(cl, status, ERR_BAD_REQUEST, err, keep_alive,
-                         status == 405 ? http_route_allow(h.path) : NULL);
+                         status == 405 ? http_route_allow(h.path) : NULL,
+                         head_only);
     } else if (cl->metrics_only && call->req.op != OP_HEALTH &&
                call->req.op != OP_METRICS) {
         /* Prometheus' port is reachable by more peers than the lock
@@ -826,7 +878,7 @@ static bool http_one(struct client *cl)
         write_http_error(cl, 404, ERR_BAD_REQUEST,
                          "only /metrics and /v1/health are served on "
                          "the metrics listener",
-                         keep_alive, NULL);
+                         keep_alive, NULL, head_only);
     } else if (call->req.op == OP_HEALTH || call->req.op == OP_METRICS) {
         http_serve_local(cl, &h, &call->req);
         call_unlink(cl, call);
@@ -835,7 +887,7 @@ static bool http_one(struct client *cl)
         evbuffer_drain(in, h.consumed);
         call->http = true;
         call->keep_alive = keep_alive;
-        call->head_only = h.method == HTTP_HEAD;
+        call->head_only = head_only;
         call->session = NULL;
         cl->http_busy = true;
         /* A synchronous answer clears http_busy (and may close) before
@@ -852,7 +904,9 @@ static bool http_one(struct client *cl)
 }
 
 /* Runs the buffered HTTP requests, one at a time, until one is in flight
- * or the input is used up; then decides whether to keep reading. A request
+ * or the input is used up; then decides whether to keep reading, or, after
+ * the peer's EOF, closes once nothing is in flight or left to serve. It may
+ * free the client: callers return right after it. A request
  * answered synchronously (ping, a bad route, limit) calls
  * server_call_done(), which calls back here: that inner call returns at
  * once and this loop goes on, so thousands of pipelined requests take one
@@ -873,6 +927,13 @@ static void http_next(struct client *cl)
     }
     cl->http_looping = false;
     if (cl->closing) {
+        return;
+    }
+    /* Over the limits, complete requests may still be buffered: they are
+     * served when the output drains (client_maybe_resume). */
+    if (cl->peer_eof && !cl->http_busy && cl->inflight == 0 &&
+        !client_over_limits(cl)) {
+        client_close_after_flush(cl);
         return;
     }
     client_recheck_limits(cl);
@@ -1010,8 +1071,13 @@ static bool peer_allowed(const struct config *cfg, evutil_socket_t fd,
     return false;
 }
 
-static void reject(evutil_socket_t fd, const char *line, size_t len)
+/* Refuses a connection at accept: one answer (best effort), counted, the
+ * reason logged once, and the close. */
+static void reject(evutil_socket_t fd, const char *line, size_t len,
+                   const char *why)
 {
+    METRIC_INC(clients_rejected);
+    log_warn(NULL, "%s", why);
     ssize_t w = write(fd, line, len);
     (void)w;
     evutil_closesocket(fd);
@@ -1025,19 +1091,28 @@ static void client_accept(struct server *s, evutil_socket_t fd,
         static const char msg[] =
             "{\"ok\":false,\"error\":{\"code\":\"bad_request\",\"message\":"
             "\"peer not allowed (--allow-uid/--allow-gid)\"}}\n";
-        METRIC_INC(clients_rejected);
-        log_warn(NULL, "connection refused: %s not allowed", who);
-        reject(fd, msg, sizeof(msg) - 1);
+        char why[160];
+        snprintf(why, sizeof(why), "connection refused: %s not allowed", who);
+        reject(fd, msg, sizeof(msg) - 1, why);
         return;
     }
-    if (s->n_clients >= s->cfg->max_connections) {
+    if (metrics_only && s->n_metrics_clients >= METRICS_MAX_CONNECTIONS) {
+        /* Never touches the lock socket's count; no body, so the peer
+         * reads a complete answer whatever it sent. */
+        static const char msg[] =
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
+            "Connection: close\r\n\r\n";
+        reject(fd, msg, sizeof(msg) - 1,
+               "metrics connection refused: " STR(
+                   METRICS_MAX_CONNECTIONS) " open (limit)");
+        return;
+    }
+    if (!metrics_only && s->n_clients >= s->cfg->max_connections) {
         static const char msg[] =
             "{\"ok\":false,\"error\":{\"code\":\"limit\",\"message\":"
             "\"too many connections (--max-connections)\"}}\n";
-        METRIC_INC(clients_rejected);
-        log_warn(NULL, "connection refused: %d connections open (limit)",
-                 s->n_clients);
-        reject(fd, msg, sizeof(msg) - 1);
+        reject(fd, msg, sizeof(msg) - 1,
+               "connection refused: --max-connections reached");
         return;
     }
     struct client *cl = calloc(1, sizeof(*cl));
@@ -1054,12 +1129,19 @@ static void client_accept(struct server *s, evutil_socket_t fd,
     cl->flush_ev = event_new(s->base, -1, 0, client_flush_cb, cl);
     cl->read_ev =
         event_new(s->base, fd, EV_READ | EV_PERSIST, client_sock_read_cb, cl);
-    if (cl->flush_ev == NULL || cl->read_ev == NULL) {
+    if (metrics_only) {
+        cl->idle_ev = evtimer_new(s->base, idle_cb, cl);
+    }
+    if (cl->flush_ev == NULL || cl->read_ev == NULL ||
+        (metrics_only && cl->idle_ev == NULL)) {
         if (cl->flush_ev != NULL) {
             event_free(cl->flush_ev);
         }
         if (cl->read_ev != NULL) {
             event_free(cl->read_ev);
+        }
+        if (cl->idle_ev != NULL) {
+            event_free(cl->idle_ev);
         }
         bufferevent_free(cl->bev);
         free(cl);
@@ -1076,7 +1158,12 @@ static void client_accept(struct server *s, evutil_socket_t fd,
         s->clients->prev = cl;
     }
     s->clients = cl;
-    s->n_clients++;
+    if (metrics_only) {
+        s->n_metrics_clients++;
+        client_idle_arm(cl);
+    } else {
+        s->n_clients++;
+    }
     METRIC_ADD(clients, 1);
     METRIC_INC(clients_accepted);
     bufferevent_setcb(cl->bev, client_read_cb, client_write_cb, client_event_cb,

@@ -31,6 +31,8 @@ void server_stop_accepting(struct server *s);
  * teardown) are freed without it; call it before ops_destroy(). */
 void server_destroy(struct server *s);
 
+/* server_client_count: connections on the lock socket, the ones that
+ * --max-connections bounds (the metrics listener's are not counted). */
 int server_client_count(const struct server *s);
 
 /* server_flushed: every answer queued for a client has been written (or
