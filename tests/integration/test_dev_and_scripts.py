@@ -4,13 +4,23 @@ when a node has lost its script cache."""
 import glob
 import os
 import re
+import shutil
 import signal
 import subprocess
 import tempfile
 import time
 
 from rl import BIN, SLOW, Client, assert_ok, err_code, lock_key, \
-    poll_until, resp_cmd, rname
+    poll_until, pytest, resp_cmd, rname
+
+
+@pytest.fixture
+def work():
+    """A short-named temp dir for the daemon's socket, removed whatever
+    the test's outcome."""
+    d = tempfile.mkdtemp(prefix="rlit-dev-")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def _dev_dirs():
@@ -18,8 +28,7 @@ def _dev_dirs():
                                       "redlockd-dev-*")))
 
 
-def test_dev_runs_five_nodes_and_cleans_up():
-    work = tempfile.mkdtemp(prefix="rlit-dev-")
+def test_dev_runs_five_nodes_and_cleans_up(work):
     sock = os.path.join(work, "d.sock")
     before = _dev_dirs()
     p = subprocess.Popen([str(BIN), "--dev", "--socket", sock],
@@ -61,14 +70,13 @@ def test_dev_runs_five_nodes_and_cleans_up():
     left = subprocess.run(["pgrep", "-f", re.escape(dev_dir)],
                           capture_output=True, text=True).stdout.strip()
     assert left == "", "redis-server children left: %s" % left
-    os.rmdir(work)
+    assert os.listdir(work) == [], os.listdir(work)
 
 
-def _dev_stop_during(sig, when):
+def _dev_stop_during(work, sig, when):
     """Starts --dev, sends sig once `when` says so (it gets the new dev
     dir, or None), and checks that everything started is gone and the exit
     status is 0. Returns the daemon's stderr."""
-    work = tempfile.mkdtemp(prefix="rlit-dev-")
     sock = os.path.join(work, "d.sock")
     before = _dev_dirs()
     p = subprocess.Popen([str(BIN), "--dev", "--socket", sock],
@@ -90,6 +98,8 @@ def _dev_stop_during(sig, when):
         if p.poll() is None:
             p.kill()
             p.wait()
+            if dev_dir:  # what a failed run left; the asserts below fail
+                shutil.rmtree(dev_dir, ignore_errors=True)
     err = err.decode(errors="replace")
     assert p.returncode == 0, (p.returncode, err[-2000:])
     assert not os.path.exists(dev_dir), os.listdir(dev_dir)
@@ -97,18 +107,18 @@ def _dev_stop_during(sig, when):
     left = subprocess.run(["pgrep", "-f", re.escape(dev_dir)],
                           capture_output=True, text=True).stdout.strip()
     assert left == "", "redis-server children left: %s" % left
-    os.rmdir(work)
+    assert os.listdir(work) == [], os.listdir(work)
     return err
 
 
-def test_dev_sigterm_while_nodes_start():
+def test_dev_sigterm_while_nodes_start(work):
     """SIGTERM as soon as --dev has made its temp dir, while its nodes are
     starting: no temp dir, node or socket may be left, and the exit is a
     clean 0 (the signal waits until start-up can be undone)."""
-    _dev_stop_during(signal.SIGTERM, lambda d, s: True)
+    _dev_stop_during(work, signal.SIGTERM, lambda d, s: True)
 
 
-def test_dev_sighup_stops_cleanly():
+def test_dev_sighup_stops_cleanly(work):
     """Closing the terminal (SIGHUP) stops --dev like SIGTERM, cleaning up
     instead of dying on the default action."""
     def healthy(d, sock):
@@ -117,17 +127,15 @@ def test_dev_sighup_stops_cleanly():
                 return c.call("health").get("ok")
         except OSError:
             return False
-    err = _dev_stop_during(signal.SIGHUP, healthy)
+    err = _dev_stop_during(work, signal.SIGHUP, healthy)
     assert "SIGHUP: stopping" in err, err[-2000:]
 
 
-def test_dev_without_redis_server_says_so():
-    work = tempfile.mkdtemp(prefix="rlit-dev-")
+def test_dev_without_redis_server_says_so(work):
     sock = os.path.join(work, "d.sock")
     p = subprocess.run([str(BIN), "--dev", "--socket", sock,
                         "--redis-server", "/nonexistent/redis-server"],
                        capture_output=True, text=True, timeout=30)
-    os.rmdir(work)
     assert p.returncode == 2, p
     lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1, p.stderr
