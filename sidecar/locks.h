@@ -35,7 +35,7 @@ struct lock {
     uint64_t renew_until_us; /* 0: no cap (renew_max_ms) */
     uint64_t next_renew_us;  /* when the next renewal is due */
     bool renewing;           /* an extend is in flight */
-    bool completing;         /* complete sent: renewal waits for it */
+    unsigned completing;     /* completes in flight: renewal waits */
     struct lock *tok_next;   /* table: token hash chain */
     struct lock *own_prev;   /* owner's list */
     struct lock *own_next;

@@ -54,8 +54,7 @@ struct ops {
     struct waitq **wq_buckets; /* owned */
     size_t wq_n_buckets;
     int n_waiters;
-    int renew_inflight;             /* renewals sent, not yet answered */
-    struct complete_ctx *completes; /* owned: completes in flight */
+    int renew_inflight; /* renewals sent, not yet answered */
     bool shutting_down;
 };
 
@@ -71,14 +70,6 @@ static void waiter_finish(struct ops *o, struct call *call, enum proto_err err,
                           const char *msg);
 static void lock_timer_rearm(struct ops *o);
 static void lock_timer_kick(struct ops *o);
-
-/* A complete in flight; owned by the cluster callback, listed in
- * ops->completes so that a failed one knows whether another complete of
- * the same lock is still out. */
-struct complete_ctx {
-    struct call *call; /* borrowed: answered by complete_done_cb */
-    struct complete_ctx *next, *prev;
-};
 
 /* Renewals in flight at once, across all locks. */
 #define RENEW_INFLIGHT_MAX 2048
@@ -714,36 +705,15 @@ static void op_extend(struct ops *o, struct call *call)
     }
 }
 
-/* Whether another complete that addressed l is still in flight. */
-static bool complete_pending(const struct ops *o, const struct lock *l)
+/* A complete of l ended without dropping it: once no other is in flight,
+ * l is held as far as we know, so its renewal goes on, at once if one fell
+ * due meanwhile, and a lock whose validity ran short is given up (with a
+ * lost event) by the timer. */
+static void lock_complete_ended(struct ops *o, struct lock *l)
 {
-    for (const struct complete_ctx *c = o->completes; c != NULL; c = c->next) {
-        if (memcmp(c->call->req.lock, l->token, PROTO_TOKEN_LEN) == 0 &&
-            call_addresses(c->call, l)) {
-            return true;
-        }
+    if (--l->completing > 0) {
+        return;
     }
-    return false;
-}
-
-static void complete_unlink(struct ops *o, struct complete_ctx *ctx)
-{
-    if (ctx->prev != NULL) {
-        ctx->prev->next = ctx->next;
-    } else {
-        o->completes = ctx->next;
-    }
-    if (ctx->next != NULL) {
-        ctx->next->prev = ctx->prev;
-    }
-}
-
-/* A complete of l failed, so l is held as far as we know: its renewal
- * goes on, at once if one fell due meanwhile, and a lock whose validity
- * ran short is given up (with a lost event) by the timer. */
-static void lock_resume(struct ops *o, struct lock *l)
-{
-    l->completing = false;
     uint64_t due = lock_give_up_us(o, l);
     if (l->renew && !l->renewing && l->next_renew_us < due) {
         due = l->next_renew_us;
@@ -754,17 +724,15 @@ static void lock_resume(struct ops *o, struct lock *l)
 
 static void complete_done_cb(const struct cluster_result *res, void *priv)
 {
-    struct complete_ctx *ctx = priv;
-    struct call *call = ctx->call;
+    struct call *call = priv;
     struct ops *o = call->ops;
-    complete_unlink(o, ctx);
-    free(ctx);
+    /* The token finds the lock op_complete counted, or none (dropped). */
     struct lock *l = call_lock(o, call);
     if (l != NULL) {
         if (res->err == ERR_NONE || res->err == ERR_NOT_HELD) {
             lock_drop(o, l);
-        } else if (!complete_pending(o, l)) {
-            lock_resume(o, l);
+        } else {
+            lock_complete_ended(o, l);
         }
     }
     if (res->err == ERR_NONE) {
@@ -792,29 +760,15 @@ static void op_complete(struct ops *o, struct call *call)
                     "a lock taken through another daemon)");
         return;
     }
-    struct complete_ctx *ctx = calloc(1, sizeof(*ctx));
-    if (ctx == NULL) {
-        log_error(NULL, "complete: out of memory");
-        reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
-        return;
-    }
-    ctx->call = call;
-    ctx->next = o->completes;
-    if (o->completes != NULL) {
-        o->completes->prev = ctx;
-    }
-    o->completes = ctx;
     if (l != NULL) {
-        /* No renewal may race the done mark; lock_resume() restarts
-         * renewal if the complete fails. */
-        l->completing = true;
+        /* No renewal may race the done mark; lock_complete_ended()
+         * restarts renewal if the complete fails. */
+        l->completing++;
     }
     if (cluster_complete(o->cluster, res, len, call->req.lock,
-                         call->req.keep_ms, complete_done_cb, ctx) != 0) {
-        complete_unlink(o, ctx);
-        free(ctx);
-        if (l != NULL && !complete_pending(o, l)) {
-            lock_resume(o, l);
+                         call->req.keep_ms, complete_done_cb, call) != 0) {
+        if (l != NULL) {
+            lock_complete_ended(o, l);
         }
         reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
     }
@@ -888,8 +842,8 @@ static void renew_done_cb(const struct cluster_result *res, void *priv)
     uint64_t now = cluster_now_us();
     if (l->completing && res->err != ERR_NONE) {
         /* A complete is in flight and its answer decides: a renewal that
-         * met the done mark says nothing. lock_resume() retries it if
-         * the complete fails. */
+         * met the done mark says nothing. lock_complete_ended() retries it
+         * if the complete fails. */
         METRIC_INC(renew_failed);
         return;
     }
