@@ -1088,8 +1088,7 @@ struct cluster *cluster_create(struct event_base *base,
 
     struct node_options opts = {
         .timeout_ms = cfg->node_timeout_ms,
-        .connect_timeout_ms =
-            cfg->node_timeout_ms * 10 < 1000 ? 1000 : cfg->node_timeout_ms * 10,
+        .connect_timeout_ms = config_connect_timeout_ms(cfg),
         .stall_ms =
             cfg->node_timeout_ms * 8 < 2000 ? 2000 : cfg->node_timeout_ms * 8,
         .backoff_base_ms = 50,

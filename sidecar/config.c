@@ -1918,6 +1918,11 @@ enum config_result config_load(struct config *cfg, int argc, char **argv,
 
 /* config_free: frees every string and node of cfg and zeroes those fields;
  * safe on a zeroed or partly loaded cfg and when called twice. */
+int config_connect_timeout_ms(const struct config *cfg)
+{
+    return cfg->node_timeout_ms * 10 < 1000 ? 1000 : cfg->node_timeout_ms * 10;
+}
+
 void config_free(struct config *cfg)
 {
     if (cfg == NULL) {

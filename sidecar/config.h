@@ -100,6 +100,10 @@ int config_parse_node_uri(const char *uri, struct node_addr *out, char *err,
 int config_add_node(struct config *cfg, const char *uri, char *err,
                     size_t errlen);
 
+/* config_connect_timeout_ms: deadline of a connect and its handshake to a
+ * node, derived from the command deadline: 10 node timeouts, at least 1 s. */
+int config_connect_timeout_ms(const struct config *cfg);
+
 void node_addr_free(struct node_addr *addr);
 void config_free(struct config *cfg);
 

@@ -38,6 +38,7 @@ struct wake_node {
     redisAsyncContext *ac;        /* owned by hiredis once connected */
     bool ready;                   /* connected, subscribed to the set */
     struct event *retry_ev;       /* owned: reconnect timer */
+    struct event *connect_ev;     /* owned: connect deadline */
     unsigned attempt;
     char subject[32];
 };
@@ -146,6 +147,7 @@ static void connect_cb(const redisAsyncContext *ac, int status)
     if (wn->ac != ac) {
         return; /* a connection we already let go of */
     }
+    evtimer_del(wn->connect_ev);
     if (status != REDIS_OK) {
         wn->ac = NULL; /* hiredis frees it */
         if (!wn->w->closing && wn->w->count > 0) {
@@ -154,6 +156,12 @@ static void connect_cb(const redisAsyncContext *ac, int status)
         return;
     }
     wn->attempt = 0;
+    /* An idle subscriber sends nothing, so only keepalive notices a peer
+     * that vanished without a reset; redisEnableKeepAlive is TCP-only. */
+    if (wn->addr->kind == NODE_ADDR_TCP &&
+        redisEnableKeepAlive(&wn->ac->c) != REDIS_OK) {
+        log_debug(wn->subject, "%s: no TCP keepalive", wn->addr->display);
+    }
     if (wn->addr->password != NULL) {
         const char *argv[3];
         size_t lens[3];
@@ -203,6 +211,27 @@ static void retry_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* hiredis 0.14 has no connect timeout, and a SYN into a black hole waits
+ * out the kernel's retries (about two minutes) while that node's wake-ups
+ * are lost: give up on the node connections' deadline and start again. */
+static void connect_timeout_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct wake_node *wn = arg;
+    if (wn->ac == NULL || wn->ready) {
+        return;
+    }
+    redisAsyncContext *ac = wn->ac;
+    wn->ac = NULL; /* the callbacks of a let-go context return at once */
+    redisAsyncFree(ac);
+    log_debug(wn->subject, "%s: subscriber connect timed out",
+              wn->addr->display);
+    if (!wn->w->closing && wn->w->count > 0) {
+        wake_node_retry_later(wn);
+    }
+}
+
 static void wake_node_connect(struct wake_node *wn)
 {
     const struct node_addr *a = wn->addr;
@@ -219,12 +248,16 @@ static void wake_node_connect(struct wake_node *wn)
     ac->data = wn;
     wn->ac = ac;
     if (redisLibeventAttach(ac, wn->w->base) != REDIS_OK) {
-        redisAsyncFree(ac);
         wn->ac = NULL;
+        redisAsyncFree(ac);
+        wake_node_retry_later(wn);
         return;
     }
     redisAsyncSetConnectCallback(ac, connect_cb);
     redisAsyncSetDisconnectCallback(ac, disconnect_cb);
+    int ms = config_connect_timeout_ms(wn->w->cfg);
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(wn->connect_ev, &tv);
 }
 
 /* ---- watch set --------------------------------------------------------- */
@@ -300,6 +333,7 @@ void wake_unwatch(struct wake *w, const char *resource, size_t len)
     if (w->count == 0) {
         for (int i = 0; i < w->n; i++) {
             evtimer_del(w->nodes[i].retry_ev);
+            evtimer_del(w->nodes[i].connect_ev);
         }
     }
 }
@@ -335,7 +369,8 @@ struct wake *wake_create(struct event_base *base, const struct config *cfg,
         wn->addr = &cfg->nodes[i];
         snprintf(wn->subject, sizeof(wn->subject), "node %d sub", i + 1);
         wn->retry_ev = evtimer_new(base, retry_cb, wn);
-        if (wn->retry_ev == NULL) {
+        wn->connect_ev = evtimer_new(base, connect_timeout_cb, wn);
+        if (wn->retry_ev == NULL || wn->connect_ev == NULL) {
             wake_destroy(w);
             return NULL;
         }
@@ -358,6 +393,9 @@ void wake_destroy(struct wake *w)
         }
         if (wn->retry_ev != NULL) {
             event_free(wn->retry_ev);
+        }
+        if (wn->connect_ev != NULL) {
+            event_free(wn->connect_ev);
         }
     }
     for (size_t b = 0; b < w->n_buckets; b++) {

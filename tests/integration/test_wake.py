@@ -1,0 +1,162 @@
+"""The waiters' subscriber connections (wake.c) keep deadlines of their own:
+a connect that hangs is abandoned after the node connect deadline, and an
+idle subscriber over TCP has keepalive on, so a node that vanishes without
+a reset is noticed. Both are read from the kernel's /proc/net/tcp, which
+lists the daemon's sockets with their state and timers."""
+
+import socket
+import time
+
+from rl import (SLOW, RedisNode, Resp, assert_ok, free_tcp_port, lock_key,
+                poll_until, rname)
+
+TCP_SYN_SENT = 0x02
+TCP_ESTABLISHED = 0x01
+TIMER_KEEPALIVE = 2
+
+
+def _tcp_sockets(port):
+    """{local port: (state, timer)} of IPv4 sockets whose peer is
+    127.0.0.1:port."""
+    out = {}
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            local, remote, state, timer = fields[1], fields[2], fields[3], \
+                fields[5]
+            rhost, rport = remote.split(":")
+            if rhost != "0100007F" or int(rport, 16) != port:
+                continue
+            out[int(local.split(":")[1], 16)] = (int(state, 16),
+                                                 int(timer.split(":")[0], 16))
+    return out
+
+
+class BlackHole:
+    """A TCP listener on 127.0.0.1 whose accept queue is full and never
+    drained: the kernel drops every further SYN, so a connect to it hangs
+    for the kernel's SYN retries (about two minutes), as to a host that is
+    gone. Loopback only."""
+
+    def __init__(self):
+        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.lsock.bind(("127.0.0.1", 0))
+        self.lsock.listen(0)
+        self.port = self.lsock.getsockname()[1]
+        self.fillers = []
+        hung = False
+        for _ in range(8):  # backlog 0 queues one; the next one hangs
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setblocking(False)
+            s.connect_ex(("127.0.0.1", self.port))
+            self.fillers.append(s)
+            time.sleep(0.05)
+            if _tcp_sockets(self.port).get(s.getsockname()[1],
+                                           (0,))[0] == TCP_SYN_SENT:
+                hung = True
+                break
+        assert hung, "could not fill the listener's accept queue"
+
+    def own_ports(self):
+        return {s.getsockname()[1] for s in self.fillers}
+
+    def close(self):
+        for s in self.fillers + [self.lsock]:
+            s.close()
+
+
+def _wait_on_foreign_lock(cluster, d, nodes):
+    """Sets a lock no daemon holds on `nodes`, and sends a waiting acquire
+    for it: the daemon watches the resource, so its subscribers connect."""
+    res = rname("wk")
+    for n in nodes:
+        with Resp(n.path) as r:
+            r.cmd("SET", lock_key(res), "someone-else", "PX", "60000")
+    c = d.client(timeout=30.0)
+    c.send({"op": "acquire", "id": "w", "resource": res, "ttl_ms": 5000,
+            "wait_ms": 20000})
+    return c, res
+
+
+def test_subscriber_connect_gives_up_at_its_deadline(cluster,
+                                                     daemon_factory):
+    """One node's address black-holes SYNs. The subscriber's connect to it
+    must be abandoned after the connect deadline (1 s with
+    --node-timeout-ms 100) and retried, not left hanging for the kernel's
+    two minutes while that node's wake-ups are lost."""
+    hole = BlackHole()
+    try:
+        node_args = []
+        for n in cluster.nodes[:4]:
+            node_args += ["--node", n.uri]
+        node_args += ["--node", "redis://127.0.0.1:%d" % hole.port]
+        d = daemon_factory.start(cluster, name="bh", wait_nodes=False,
+                                 node_args=node_args,
+                                 extra=["--node-timeout-ms", "100"])
+
+        def four_up():
+            ns = d.health().get("nodes") or []
+            return len(ns) == 5 and sum(1 for n in ns if n["up"]) == 4
+        assert poll_until(four_up, 10.0 * SLOW)[0], d.health()
+
+        c, _ = _wait_on_foreign_lock(cluster, d, cluster.nodes[:4])
+        try:
+            ours = hole.own_ports()
+            first, last = {}, {}
+            t0 = time.monotonic()
+            window = 5.0
+            for _ in range(int(window / 0.05) + 100):
+                now = time.monotonic() - t0
+                if now >= window:
+                    break
+                for port, (state, _) in _tcp_sockets(hole.port).items():
+                    if state == TCP_SYN_SENT and port not in ours:
+                        first.setdefault(port, now)
+                        last[port] = now
+                time.sleep(0.05)
+            lives = sorted(last[p] - first[p] for p in first)
+            print("connects to the black hole seen: %d, longest %.2f s"
+                  % (len(lives), lives[-1] if lives else 0.0))
+            assert len(lives) >= 4, "too few connect attempts: %r" % lives
+            # 1 s deadline; the slack covers a loaded (or valgrind) machine
+            assert lives[-1] < 1.0 + 1.5 * SLOW, \
+                "a connect outlived its deadline: %r" % lives
+            assert d.alive()
+        finally:
+            c.close()
+    finally:
+        hole.close()
+
+
+def test_subscriber_over_tcp_has_keepalive(cluster, daemon_factory):
+    """An idle subscriber sends nothing: over TCP only keepalive notices a
+    node that vanished without a reset. The node connection itself has its
+    PINGs and deadlines; the subscriber's socket must have the keepalive
+    timer armed."""
+    tcp = RedisNode(cluster.dir, 9, tcp_port=free_tcp_port())
+    tcp.start()
+    try:
+        node_args = []
+        for n in cluster.nodes[:4]:
+            node_args += ["--node", n.uri]
+        node_args += ["--node", tcp.uri]
+        d = daemon_factory.start(cluster, name="ka", node_args=node_args)
+        before = set(_tcp_sockets(tcp.tcp_port))
+        c, _ = _wait_on_foreign_lock(cluster, d, cluster.nodes[:4] + [tcp])
+        try:
+            def keepalive_socket():
+                for port, (state, timer) in _tcp_sockets(
+                        tcp.tcp_port).items():
+                    if (port not in before and state == TCP_ESTABLISHED and
+                            timer == TIMER_KEEPALIVE):
+                        return port
+                return None
+            port, _ = poll_until(keepalive_socket, 5.0 * SLOW)
+            assert port, "no subscriber socket with keepalive: %r" % (
+                _tcp_sockets(tcp.tcp_port),)
+            assert_ok(d.health())
+        finally:
+            c.close()
+    finally:
+        tcp.stop()
