@@ -715,6 +715,14 @@ int http_route(const struct http_request *hreq, struct request *req, char *err,
         return 400;
     }
     if (r.lock == NULL) {
+        /* Acquire reads its fields from the body only; a "?ttl_ms=" that
+         * was silently dropped would hold the lock for the default TTL. */
+        if (hreq->query[0] != '\0') {
+            snprintf(err, errlen,
+                     "query parameters are not read on POST /v1/locks; "
+                     "send the fields in the JSON body");
+            return 400;
+        }
         return 0;
     }
     if (req->has_lock && memcmp(req->lock, r.lock, PROTO_TOKEN_LEN) != 0) {

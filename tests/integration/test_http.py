@@ -166,6 +166,16 @@ def test_400_bad_json_and_bad_field(daemon_mod):
     assert_error(r.json(), "bad_request", "lock")
 
 
+def test_400_query_on_acquire(cluster_mod, daemon_mod):
+    """Acquire reads the body only: a query such as ?ttl_ms= is refused,
+    never dropped in silence (that lock would get the default TTL)."""
+    res = rname("hq")
+    r = _post(daemon_mod.socket, "/v1/locks?ttl_ms=60000", {"resource": res})
+    assert r.status == 400, r
+    assert_error(r.json(), "bad_request", "JSON body")
+    assert cluster_mod.get_all(lock_key(res)) == [None] * 5
+
+
 def test_404_unknown_path(daemon_mod):
     for path in ("/nope", "/v1/lock", "/v1/locks/%s/frob" % ("a" * 32),
                  "/v2/ping", "/v1/pingx"):

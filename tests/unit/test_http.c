@@ -965,6 +965,20 @@ static void test_route_query_resource(void **state)
                      400);
     assert_string_equal(err, "ttl_ms: unknown query parameter");
 
+    /* Acquire takes its fields from the body alone: a query is refused,
+     * not dropped (an empty one, a bare '?', is no query). */
+    assert_int_equal(route_body("POST /v1/locks?ttl_ms=5",
+                                "{\"resource\":\"a\"}", &req, err, sizeof(err)),
+                     400);
+    assert_string_equal(err, "query parameters are not read on POST "
+                             "/v1/locks; send the fields in the JSON body");
+    assert_int_equal(
+        route_body("POST /v1/locks?resource=a", "", &req, err, sizeof(err)),
+        400);
+    assert_int_equal(route_body("POST /v1/locks?", "{\"resource\":\"a\"}", &req,
+                                err, sizeof(err)),
+                     0);
+
     /* 512 bytes of resource fit; 513 are refused by the validator. */
     char raw[1400];
     size_t n = (size_t)snprintf(raw, sizeof(raw),
