@@ -58,6 +58,12 @@
 #define METRICS_IDLE_MS 5000
 #define STR_(x) #x
 #define STR(x) STR_(x)
+/* A connection refused at accept on the lock socket is held this long for
+ * its first bytes, so that an HTTP client gets a status line rather than an
+ * NDJSON line it cannot read; at most REFUSALS_MAX at once (the rest are
+ * answered in NDJSON at once), so refused peers cannot pile up fds. */
+#define REFUSAL_WAIT_MS 1000
+#define REFUSALS_MAX 32
 
 enum framing {
     FRAMING_UNKNOWN = 0, /* nothing but whitespace read yet */
@@ -110,6 +116,20 @@ struct server {
     struct call *free_calls;
     int free_calls_count;
     struct http_limits http_limits;
+    struct refusal *refusals; /* owned: connections refused, not answered */
+    int n_refusals;
+};
+
+/* A connection refused at accept, waiting (REFUSAL_WAIT_MS at most) for the
+ * bytes that tell its framing. Owned by the server's refusal list; owns its
+ * fd and event. */
+struct refusal {
+    struct server *srv;
+    evutil_socket_t fd;
+    struct event *ev;
+    enum proto_err err;
+    const char *message; /* static */
+    struct refusal *prev, *next;
 };
 
 static void client_read_cb(struct bufferevent *bev, void *arg);
@@ -1083,17 +1103,121 @@ static void reject(evutil_socket_t fd, const char *line, size_t len,
     evutil_closesocket(fd);
 }
 
+/* Answers a refused connection in the framing its first bytes chose (none:
+ * NDJSON), then closes it. What it sent is drained first: closing a unix
+ * socket with unread input resets the peer, which may then miss the answer. */
+static void refusal_answer(evutil_socket_t fd, enum proto_err err,
+                           const char *message, const char *first, size_t n)
+{
+    char body[PROTO_RESPONSE_MAX];
+    char out[PROTO_RESPONSE_MAX + 256];
+    struct response rsp = {0};
+    rsp.err = err;
+    rsp.message = message;
+    size_t blen = proto_encode_response(&rsp, body, sizeof(body));
+    size_t i = 0;
+    while (i < n && is_space((unsigned char)first[i])) {
+        i++;
+    }
+    size_t len;
+    if (i < n && first[i] != '{') {
+        bool head = n - i >= 5 && memcmp(first + i, "HEAD ", 5) == 0;
+        len = http_format_head(proto_err_status(err), "application/json", blen,
+                               false, NULL, out, sizeof(out));
+        if (len > 0 && !head) {
+            memcpy(out + len, body, blen);
+            len += blen;
+        }
+    } else {
+        memcpy(out, body, blen);
+        out[blen] = '\n';
+        len = blen + 1;
+    }
+    ssize_t w = write(fd, out, len);
+    (void)w;
+    char sink[4096];
+    for (int k = 0; k < 16 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0;
+         k++) {
+    }
+    shutdown(fd, SHUT_WR);
+    evutil_closesocket(fd);
+}
+
+static void refusal_free(struct refusal *r, const char *first, size_t n)
+{
+    refusal_answer(r->fd, r->err, r->message, first, n);
+    event_free(r->ev);
+    struct server *s = r->srv;
+    if (r->prev != NULL) {
+        r->prev->next = r->next;
+    } else {
+        s->refusals = r->next;
+    }
+    if (r->next != NULL) {
+        r->next->prev = r->prev;
+    }
+    s->n_refusals--;
+    free(r);
+}
+
+static void refusal_cb(evutil_socket_t fd, short what, void *arg)
+{
+    char first[512];
+    ssize_t n = 0;
+    if (what & EV_READ) {
+        do {
+            n = recv(fd, first, sizeof(first), 0);
+        } while (n < 0 && errno == EINTR);
+    }
+    refusal_free(arg, first, n > 0 ? (size_t)n : 0);
+}
+
+/* Refuses a lock-socket connection: logged and counted now, answered when
+ * its first bytes come (or at REFUSAL_WAIT_MS) in NDJSON or HTTP; at once
+ * in NDJSON when REFUSALS_MAX are waiting already. */
+static void refuse(struct server *s, evutil_socket_t fd, enum proto_err err,
+                   const char *message, const char *why)
+{
+    METRIC_INC(clients_rejected);
+    log_warn(NULL, "%s", why);
+    struct refusal *r = NULL;
+    if (s->n_refusals < REFUSALS_MAX) {
+        r = calloc(1, sizeof(*r));
+    }
+    if (r != NULL) {
+        r->ev = event_new(s->base, fd, EV_READ, refusal_cb, r);
+    }
+    struct timeval tv = {REFUSAL_WAIT_MS / 1000,
+                         (REFUSAL_WAIT_MS % 1000) * 1000};
+    if (r == NULL || r->ev == NULL || event_add(r->ev, &tv) != 0) {
+        if (r != NULL && r->ev != NULL) {
+            event_free(r->ev);
+        }
+        free(r);
+        refusal_answer(fd, err, message, NULL, 0);
+        return;
+    }
+    r->srv = s;
+    r->fd = fd;
+    r->err = err;
+    r->message = message;
+    r->next = s->refusals;
+    if (s->refusals != NULL) {
+        s->refusals->prev = r;
+    }
+    s->refusals = r;
+    s->n_refusals++;
+}
+
 static void client_accept(struct server *s, evutil_socket_t fd,
                           bool metrics_only)
 {
     char who[96];
     if (!metrics_only && !peer_allowed(s->cfg, fd, who, sizeof(who))) {
-        static const char msg[] =
-            "{\"ok\":false,\"error\":{\"code\":\"bad_request\",\"message\":"
-            "\"peer not allowed (--allow-uid/--allow-gid)\"}}\n";
         char why[160];
         snprintf(why, sizeof(why), "connection refused: %s not allowed", who);
-        reject(fd, msg, sizeof(msg) - 1, why);
+        refuse(s, fd, ERR_BAD_REQUEST,
+               "peer not allowed (--allow-uid/--allow-gid)", why);
         return;
     }
     if (metrics_only && s->n_metrics_clients >= METRICS_MAX_CONNECTIONS) {
@@ -1108,10 +1232,7 @@ static void client_accept(struct server *s, evutil_socket_t fd,
         return;
     }
     if (!metrics_only && s->n_clients >= s->cfg->max_connections) {
-        static const char msg[] =
-            "{\"ok\":false,\"error\":{\"code\":\"limit\",\"message\":"
-            "\"too many connections (--max-connections)\"}}\n";
-        reject(fd, msg, sizeof(msg) - 1,
+        refuse(s, fd, ERR_LIMIT, "too many connections (--max-connections)",
                "connection refused: --max-connections reached");
         return;
     }
@@ -1417,6 +1538,9 @@ void server_destroy(struct server *s)
         return;
     }
     server_stop_accepting(s);
+    while (s->refusals != NULL) {
+        refusal_free(s->refusals, NULL, 0);
+    }
     while (s->clients != NULL) {
         struct client *cl = s->clients;
         if (!cl->closing && !cl->lingering) {

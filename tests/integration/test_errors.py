@@ -4,8 +4,9 @@ import json
 import socket
 import time
 
-from rl import (Client, Closed, assert_error, assert_ok, err_code, lock_key,
-                pytest, rname)
+from extra import curl1
+from rl import (SLOW, Client, Closed, assert_error, assert_ok, err_code,
+                lock_key, pytest, rname)
 
 
 # -- bad_request: a bad field keeps the connection open; the message names
@@ -242,6 +243,91 @@ def test_limit_max_connections(cluster, daemon_factory):
         time.sleep(0.05)
     b.close()
     assert ok, "no connection admitted after one of two clients left"
+
+
+def _read_to_eof(sock, timeout):
+    data = b""
+    deadline = time.monotonic() + timeout
+    for _ in range(1000):
+        if time.monotonic() > deadline:
+            raise AssertionError("not closed within %.1fs: %r" % (timeout,
+                                                                  data))
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def test_limit_max_connections_answers_http_in_http(cluster, daemon_factory):
+    """A connection refused at accept is answered in the framing of its
+    first bytes: curl gets 429 with the JSON error (HEAD: the head alone),
+    not an NDJSON line it would take for HTTP/0.9."""
+    d = daemon_factory.start(cluster, name="limh",
+                             extra=["--max-connections", "1"])
+    with d.client() as a:
+        assert_ok(a.call("ping"))
+        r = curl1(d.socket, "http://localhost/v1/ping")
+        assert r.status == 429, r
+        assert_error(r.json(), "limit", "--max-connections")
+        assert r.headers.get("connection") == "close", r.headers
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(5.0)
+        try:
+            s.connect(str(d.socket))
+            s.sendall(b"HEAD /v1/ping HTTP/1.1\r\nHost: x\r\n\r\n")
+            data = _read_to_eof(s, 5.0)
+        finally:
+            s.close()
+        assert data.startswith(b"HTTP/1.1 429 "), data
+        assert data.endswith(b"\r\n\r\n"), "HEAD answer has a body: %r" % data
+        assert_ok(a.call("ping"))
+
+
+def test_refusals_held_for_framing_are_bounded(cluster, daemon_factory):
+    """Refused connections wait (1 s) for bytes that tell their framing,
+    but at most 32 at once: the rest are answered in NDJSON at once, so
+    idle refused peers cannot pile up the daemon's fds."""
+    d = daemon_factory.start(cluster, name="limb",
+                             extra=["--max-connections", "1"])
+    with d.client() as a:
+        assert_ok(a.call("ping"))
+        socks = []
+        try:
+            for _ in range(40):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.settimeout(5.0 * SLOW)
+                s.connect(str(d.socket))
+                socks.append(s)
+            t0 = time.monotonic()
+            at_once = 0
+            for s in socks:
+                s.setblocking(False)
+            time.sleep(0.3)
+            for s in socks:
+                try:
+                    if s.recv(65536):
+                        at_once += 1
+                except BlockingIOError:
+                    pass
+            print("answered within 0.3 s: %d of 40" % at_once)
+            assert at_once >= 8, at_once
+            assert at_once < 40, "none was held for its framing"
+            for s in socks:
+                s.settimeout(5.0 * SLOW)
+            lines = [_read_to_eof(s, 5.0 * SLOW) for s in socks]
+            print("all answered after %.2f s" % (time.monotonic() - t0))
+        finally:
+            for s in socks:
+                s.close()
+        assert sum(1 for ln in lines if ln) >= 40 - at_once, lines
+        for ln in lines:
+            if ln:
+                assert_error(json.loads(ln), "limit")
+        assert_ok(a.call("ping"))
 
 
 def test_no_quorum_three_paused(cluster, daemon):

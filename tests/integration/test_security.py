@@ -117,10 +117,14 @@ def test_allow_uid_other_refuses_us(cluster, xdaemons):
     finally:
         s.close()
     assert cluster.get_all(lock_key(res)) == [None] * 5
+    # An HTTP client is refused in HTTP, with the same JSON error.
+    r = curl1(d.socket, "http://localhost/v1/ping")
+    assert r.status == 400, r
+    assert_error(r.json(), "bad_request", "--allow-uid")
     m = scrape(("127.0.0.1", port))
     rej = metric(m, "redlockd_client_rejections_total")
     print("redlockd_client_rejections_total = %r" % rej)
-    assert rej == 4, rej
+    assert rej == 5, rej
 
 
 def test_allow_uid_zero_allows_us(cluster, xdaemons):
