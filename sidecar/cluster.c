@@ -241,6 +241,12 @@ static void op_answer(struct cluster_op *op, const struct cluster_result *res)
     }
 }
 
+/* Bit i for each of n nodes; 32 nodes would shift by the width. */
+static uint32_t all_nodes_mask(int n)
+{
+    return n >= 32 ? UINT32_MAX : (1u << n) - 1u;
+}
+
 static void result_init(struct cluster_result *res)
 {
     memset(res, 0, sizeof(*res));
@@ -387,11 +393,19 @@ static void op_finish_acquire(struct cluster_op *op, enum redlock_outcome out)
     op_answer(op, &res);
 }
 
-/* Whether an extend's "not held" answers prove the lock gone: more than
- * n - quorum nodes lack the token, so no quorum can still hold it. */
-static bool extend_proves_gone(const struct redlock_round *r)
+/* Whether the answers prove that no quorum can still hold the token: more
+ * than n - quorum nodes are known to be without it. For extend those are
+ * the nodes that said it was not there; a release or complete that applied
+ * also leaves its node without the token. Fewer is no proof: the nodes that
+ * failed or were not asked may hold it still. */
+static bool round_proves_gone(const struct cluster_op *op)
 {
-    return r->n_busy > r->n_nodes - r->quorum;
+    const struct redlock_round *r = &op->round;
+    int without = r->n_busy;
+    if (op->kind == OPK_RELEASE || op->kind == OPK_COMPLETE) {
+        without += r->n_ok;
+    }
+    return without > r->n_nodes - r->quorum;
 }
 
 static void op_finish_other(struct cluster_op *op, enum redlock_outcome out)
@@ -400,41 +414,26 @@ static void op_finish_other(struct cluster_op *op, enum redlock_outcome out)
     result_init(&res);
     const struct redlock_round *r = &op->round;
     res.n_ok = r->n_ok;
-    switch (out) {
-    case RL_WON:
+    res.start_us = r->start_us;
+    if (out == RL_UNDECIDED) {
+        return;
+    }
+    if (out == RL_WON) {
         res.err = ERR_NONE;
         res.validity_ms = r->validity_ms;
         res.valid_until_us = r->decided_us + (uint64_t)r->validity_ms * 1000u;
-        break;
-    case RL_LOST_BUSY:
-    case RL_LOST_DONE:
-        if (op->kind == OPK_RELEASE && r->n_ok > 0) {
-            /* Release succeeded where the key still was: the lock no
-             * longer holds a quorum, which is what the caller asked. */
-            res.err = ERR_NONE;
-        } else if (op->kind == OPK_EXTEND && !extend_proves_gone(r)) {
-            /* Some nodes said the token is gone, too few to prove the
-             * lock lost: the others (down, or not asked once the round
-             * could no longer be won) may still hold it, and its validity
-             * stands. A renewal then retries instead of giving up. */
-            res.err = ERR_NO_QUORUM;
-        } else {
-            res.err = ERR_NOT_HELD;
-        }
-        break;
-    case RL_LOST_NOQUORUM:
+    } else if (!round_proves_gone(op)) {
+        /* Too few answers to know: the lock may still stand on a quorum
+         * (its validity, for a renewal, stands too) and a retry may
+         * succeed. */
+        res.err = ERR_NO_QUORUM;
         res.too_late = r->too_late;
-        if (op->kind == OPK_RELEASE && r->n_ok > 0) {
-            res.err = ERR_NONE;
-        } else if (op->kind == OPK_EXTEND && r->n_ok == 0 &&
-                   extend_proves_gone(r)) {
-            res.err = ERR_NOT_HELD;
-        } else {
-            res.err = ERR_NO_QUORUM;
-        }
-        break;
-    case RL_UNDECIDED:
-        return;
+    } else if (op->kind == OPK_RELEASE && r->n_ok > 0) {
+        /* Deleted where it still was, and no quorum holds it now: what
+         * the caller asked. */
+        res.err = ERR_NONE;
+    } else {
+        res.err = ERR_NOT_HELD;
     }
     op_answer(op, &res);
 }
@@ -506,7 +505,7 @@ static void op_fence_cb(struct node *node, struct redisReply *reply,
             r.err = ERR_NO_QUORUM;
             r.too_late = out == RL_WON || op->fence_round.too_late;
             METRIC_INC(rollbacks);
-            op_remove_keys(op, (1u << op->c->n) - 1);
+            op_remove_keys(op, all_nodes_mask(op->c->n));
             op_answer(op, &r);
         }
     }
@@ -547,7 +546,7 @@ static void op_send_fence(struct cluster_op *op)
         result_init(&r);
         r.err = ERR_NO_QUORUM;
         METRIC_INC(rollbacks);
-        op_remove_keys(op, (1u << c->n) - 1);
+        op_remove_keys(op, all_nodes_mask(c->n));
         op_answer(op, &r);
     }
 }

@@ -29,6 +29,9 @@ struct cluster_result {
     int n_ok;                /* nodes that applied the operation */
     bool too_late;           /* no_quorum because the validity ran out, though
                                 a quorum answered */
+    uint64_t start_us;       /* release/extend/complete: when the round was
+                                sent (a failed extend's ttl may still land,
+                                counted from then) */
 };
 
 /* Runs exactly once per accepted operation; may run before the starting
@@ -57,20 +60,24 @@ int cluster_acquire(struct cluster *c, const char *resource, size_t len,
                     cluster_done_fn *cb, void *priv);
 
 /* cluster_extend: compare-and-pexpire on every node; success when a quorum
- * extended within the validity accounting of an acquisition. */
+ * extended within the validity accounting of an acquisition. For release,
+ * extend and complete alike, ERR_NOT_HELD needs proof: more than n - quorum
+ * nodes without the token, so no quorum can hold it; fewer answers than
+ * that are ERR_NO_QUORUM. */
 int cluster_extend(struct cluster *c, const char *resource, size_t len,
                    const char *token, uint32_t ttl_ms, cluster_done_fn *cb,
                    void *priv);
 
 /* cluster_release: compare-and-delete on every node (and a publish for
- * waiters elsewhere). Success when any node deleted it and a quorum
- * answered; ERR_NOT_HELD when the nodes that answered all lacked it. cb may
- * be NULL (fire and forget). */
+ * waiters elsewhere). Success when some node deleted it and more than
+ * n - quorum nodes are now without it (so no quorum holds it); ERR_NOT_HELD
+ * when that many lacked it already. cb may be NULL (fire and forget). */
 int cluster_release(struct cluster *c, const char *resource, size_t len,
                     const char *token, cluster_done_fn *cb, void *priv);
 
 /* cluster_complete: compare-and-set the lock key to "done:<token>" with a
- * PX of keep_ms on every node; success on a quorum. */
+ * PX of keep_ms on every node; success on a quorum; ERR_NOT_HELD when more
+ * than n - quorum nodes are without the token. */
 int cluster_complete(struct cluster *c, const char *resource, size_t len,
                      const char *token, uint64_t keep_ms, cluster_done_fn *cb,
                      void *priv);

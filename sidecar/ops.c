@@ -578,6 +578,20 @@ static void lock_drop(struct ops *o, struct lock *l)
     waitq_wake(o, res, len);
 }
 
+static void lock_tell_lost(const struct lock *l, const char *why);
+
+/* l leaves the table through a call from another connection (its token
+ * passed on): released, completed, or proved gone by an extend. Its owner
+ * would learn of it at its next renewal at best, so it is told now. */
+static void lock_drop_by(struct ops *o, struct lock *l, const struct call *call,
+                         const char *why)
+{
+    if (l->owner != NULL && call->session != l->owner) {
+        lock_tell_lost(l, why);
+    }
+    lock_drop(o, l);
+}
+
 /* Resolves which resource a token refers to: the request's, else the
  * table's. Returns NULL when neither knows. */
 static const char *call_resource(struct call *call, struct lock *l, size_t *len)
@@ -650,8 +664,31 @@ static void op_release(struct ops *o, struct call *call)
         return;
     }
     if (l != NULL) {
-        lock_drop(o, l);
+        lock_drop_by(o, l, call, "released through another connection");
     }
+}
+
+/* An extend to ttl_ms sent at start_us failed, but it may have reached some
+ * nodes, which then let the key go at start + ttl: a shorter ttl bounds the
+ * lock's validity from then on. A renewing lock renews at once (with its own
+ * ttl), or is given up, with a lost event, before that bound. */
+static void extend_failed_ttl(struct ops *o, struct lock *l, uint32_t ttl_ms,
+                              uint64_t start_us)
+{
+    int64_t v = redlock_validity_ms(ttl_ms, o->cfg->drift_factor, 0);
+    uint64_t bound = start_us + (uint64_t)(v > 0 ? v : 0) * 1000u;
+    if (bound >= l->valid_until_us) {
+        return;
+    }
+    l->valid_until_us = bound;
+    uint64_t now = cluster_now_us();
+    uint64_t due = lock_give_up_us(o, l);
+    if (l->renew && !l->renewing && !l->completing) {
+        l->next_renew_us = now;
+        due = now;
+    }
+    locks_set_deadline(o->locks, l, due);
+    lock_timer_rearm(o);
 }
 
 static void extend_done_cb(const struct cluster_result *res, void *priv)
@@ -676,10 +713,13 @@ static void extend_done_cb(const struct cluster_result *res, void *priv)
     if (res->err == ERR_NOT_HELD) {
         METRIC_INC(extend_not_held);
         if (l != NULL) {
-            lock_drop(o, l);
+            lock_drop_by(o, l, call, "no longer held by a quorum");
         }
     } else {
         METRIC_INC(extend_error);
+        if (l != NULL && call->req.has_ttl) {
+            extend_failed_ttl(o, l, call->req.ttl_ms, res->start_us);
+        }
     }
     reply_error(call, res->err, result_message(res));
 }
@@ -730,7 +770,10 @@ static void complete_done_cb(const struct cluster_result *res, void *priv)
     struct lock *l = call_lock(o, call);
     if (l != NULL) {
         if (res->err == ERR_NONE || res->err == ERR_NOT_HELD) {
-            lock_drop(o, l);
+            lock_drop_by(o, l, call,
+                         res->err == ERR_NONE
+                             ? "completed through another connection"
+                             : "no longer held by a quorum");
         } else {
             lock_complete_ended(o, l);
         }
@@ -807,7 +850,9 @@ static void log_lost(const struct lock *l, const char *why)
              l->resource, why);
 }
 
-static void lock_lost(struct ops *o, struct lock *l, const char *why)
+/* Tells l's owner, if it is an NDJSON session, that l is lost; logged and
+ * counted once here. */
+static void lock_tell_lost(const struct lock *l, const char *why)
 {
     log_lost(l, why);
     METRIC_INC(locks_lost);
@@ -819,6 +864,11 @@ static void lock_lost(struct ops *o, struct lock *l, const char *why)
             server_send_event(l->owner->client, buf, n);
         }
     }
+}
+
+static void lock_lost(struct ops *o, struct lock *l, const char *why)
+{
+    lock_tell_lost(l, why);
     /* Whatever nodes still hold it let go now rather than at expiry. */
     cluster_release(o->cluster, l->resource, l->resource_len, l->token, NULL,
                     NULL);
