@@ -689,6 +689,122 @@ static const char *json_str(const cJSON *j, const char *name)
     return cJSON_IsString(m) ? m->valuestring : NULL;
 }
 
+/* The first byte at or after p that is not JSON whitespace (or end). */
+static const char *json_skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')) {
+        p++;
+    }
+    return p;
+}
+
+/* Skips the JSON string that starts at p (a '"'). Returns the byte after
+ * its closing quote, or NULL when it does not end before end. */
+static const char *json_skip_string(const char *p, const char *end)
+{
+    for (p++; p < end; p++) {
+        if (*p == '\\') {
+            p++; /* the escaped byte cannot close the string */
+        } else if (*p == '"') {
+            return p + 1;
+        }
+    }
+    return NULL;
+}
+
+/* Skips the JSON value that starts at p. Returns the byte after it, or NULL
+ * when it does not end before end. */
+static const char *json_skip_value(const char *p, const char *end)
+{
+    if (p < end && *p == '"') {
+        return json_skip_string(p, end);
+    }
+    if (p < end && (*p == '{' || *p == '[')) {
+        int depth = 0;
+        while (p < end) {
+            if (*p == '"') {
+                if ((p = json_skip_string(p, end)) == NULL) {
+                    return NULL;
+                }
+                continue;
+            }
+            if (*p == '{' || *p == '[') {
+                depth++;
+            } else if ((*p == '}' || *p == ']') && --depth == 0) {
+                return p + 1;
+            }
+            p++;
+        }
+        return NULL;
+    }
+    const char *start = p;
+    while (p < end && strchr(",}] \t\r\n", *p) == NULL) {
+        p++;
+    }
+    return p > start ? p : NULL;
+}
+
+/* Writes the fence member of the JSON object text[0..len) to out (outlen
+ * bytes) as decimal digits. cJSON holds numbers as doubles, which round
+ * fences above 2^53, so the digits come from the text itself. Returns 0, or
+ * -1 when there is no fence that is an integer in 0..UINT64_MAX. */
+static int json_fence(const char *text, size_t len, char *out, size_t outlen)
+{
+    const char *end = text + len;
+    const char *p = json_skip_ws(text, end);
+    if (p >= end || *p != '{') {
+        return -1;
+    }
+    p++;
+    /* Every member takes at least 4 bytes ("":0), so len bounds the loop. */
+    for (size_t k = 0; k < len; k++) {
+        p = json_skip_ws(p, end);
+        if (p >= end || *p != '"') {
+            return -1;
+        }
+        const char *key = p + 1;
+        if ((p = json_skip_string(p, end)) == NULL) {
+            return -1;
+        }
+        size_t key_len = (size_t)(p - 1 - key);
+        p = json_skip_ws(p, end);
+        if (p >= end || *p != ':') {
+            return -1;
+        }
+        const char *val = json_skip_ws(p + 1, end);
+        if ((p = json_skip_value(val, end)) == NULL) {
+            return -1;
+        }
+        if (key_len == 5 && memcmp(key, "fence", 5) == 0) {
+            char digits[24];
+            size_t n = (size_t)(p - val);
+            if (n >= sizeof(digits)) {
+                return -1;
+            }
+            for (size_t i = 0; i < n; i++) {
+                if (val[i] < '0' || val[i] > '9') {
+                    return -1; /* a sign, a fraction or an exponent */
+                }
+            }
+            memcpy(digits, val, n);
+            digits[n] = '\0';
+            errno = 0;
+            unsigned long long v = strtoull(digits, NULL, 10);
+            if (errno != 0) {
+                return -1; /* over UINT64_MAX */
+            }
+            int w = snprintf(out, outlen, "%llu", v);
+            return w > 0 && (size_t)w < outlen ? 0 : -1;
+        }
+        p = json_skip_ws(p, end);
+        if (p >= end || *p != ',') {
+            return -1;
+        }
+        p++;
+    }
+    return -1;
+}
+
 /* Reports the failure answer j of operation what on resource (may be NULL)
  * on stderr. Returns the exit status: RC_USAGE for bad_request, else
  * RC_FAIL. */
@@ -896,11 +1012,18 @@ static int http_json_op(const struct opts *o, const char *what,
     if (o->quiet && strcmp(what, "acquire") == 0) {
         const char *tok = json_str(j, "lock");
         const cJSON *fence = cJSON_GetObjectItemCaseSensitive(j, "fence");
+        char digits[32];
         if (tok == NULL) {
             fprintf(stderr, "redlockctl: acquire: no lock in the answer\n");
             rc = RC_UNAVAILABLE;
+        } else if (cJSON_IsNumber(fence) &&
+                   json_fence(r.body, r.body_len, digits, sizeof(digits)) !=
+                       0) {
+            fprintf(stderr, "redlockctl: acquire: the fence in the answer "
+                            "is not a whole number\n");
+            rc = RC_UNAVAILABLE;
         } else if (cJSON_IsNumber(fence)) {
-            printf("%s %.0f\n", tok, fence->valuedouble);
+            printf("%s %s\n", tok, digits);
         } else {
             printf("%s\n", tok);
         }
@@ -1134,21 +1257,28 @@ static bool is_lost_event(const struct runner *r, const cJSON *j)
 /* Waits for the answer with id on r's connection until deadline, reading
  * signals meanwhile. Lines that are not the answer are ignored, except that
  * a lost event for the lock sets *lost_seen (when not NULL). Returns the
- * parsed answer (the caller deletes it), or NULL: *sig is then the signal
+ * parsed answer (the caller deletes it) and, when textp is not NULL, its
+ * text in *textp (the caller frees it); or NULL: *sig is then the signal
  * that interrupted (0 when none) and err says what went wrong. */
 static cJSON *runner_answer(struct runner *r, int id, int64_t deadline,
-                            bool *lost_seen, int *sig, char *err, size_t errlen)
+                            bool *lost_seen, char **textp, int *sig, char *err,
+                            size_t errlen)
 {
     *sig = 0;
     for (int rounds = 0; rounds < 1000000; rounds++) {
         char *line = conn_take_line(&r->conn);
         if (line != NULL) {
             cJSON *j = cJSON_Parse(line);
-            free(line);
             const cJSON *jid = cJSON_GetObjectItemCaseSensitive(j, "id");
             if (cJSON_IsNumber(jid) && jid->valuedouble == id) {
+                if (textp != NULL) {
+                    *textp = line;
+                } else {
+                    free(line);
+                }
                 return j;
             }
+            free(line);
             if (lost_seen != NULL && is_lost_event(r, j)) {
                 *lost_seen = true;
             }
@@ -1205,6 +1335,7 @@ static int runner_acquire(struct runner *r)
     char err[ERR_LEN];
     int sig = 0;
     cJSON *rsp = NULL;
+    char *text = NULL; /* rsp as received: the exact fence */
     int rc = RC_OSERR;
     int64_t deadline =
         now_ms() + o->timeout_ms + (o->wait_ms > 0 ? o->wait_ms : 0);
@@ -1227,7 +1358,8 @@ static int runner_acquire(struct runner *r)
         fprintf(stderr, "redlockctl: %s\n", err);
         goto error;
     }
-    rsp = runner_answer(r, ID_ACQUIRE, deadline, NULL, &sig, err, sizeof(err));
+    rsp = runner_answer(r, ID_ACQUIRE, deadline, NULL, &text, &sig, err,
+                        sizeof(err));
     if (rsp == NULL) {
         if (sig != 0) {
             fprintf(stderr,
@@ -1263,15 +1395,22 @@ static int runner_acquire(struct runner *r)
                 tok == NULL || !token_valid(tok) ? "token" : "fence");
         goto error;
     }
-    memcpy(r->token, tok, TOKEN_LEN + 1);
-    if (o->fence) {
-        snprintf(r->fence, sizeof(r->fence), "%.0f", fence->valuedouble);
+    if (o->fence &&
+        json_fence(text, strlen(text), r->fence, sizeof(r->fence)) != 0) {
+        fprintf(stderr,
+                "redlockctl: lock %s: unexpected answer from redlockd "
+                "(the fence is not a whole number)\n",
+                r->resource);
+        goto error;
     }
+    memcpy(r->token, tok, TOKEN_LEN + 1);
+    free(text);
     cJSON_Delete(rsp);
     cJSON_Delete(req);
     return 0;
 error:
     conn_close(&r->conn);
+    free(text);
     cJSON_Delete(rsp);
     cJSON_Delete(req);
     return rc;
@@ -1340,20 +1479,12 @@ static void runner_lost(struct runner *r, const char *why)
     r->kill_at = now_ms() + r->o->kill_after_ms;
 }
 
-/* Reads what the daemon sent while CMD runs: a lost event for the lock, or
- * the end of the connection, means the lock is gone. */
-static void runner_read(struct runner *r)
+/* Acts on the complete lines in r's buffer, without reading: a lost event
+ * for the lock means the lock is gone. */
+static void runner_lines(struct runner *r)
 {
-    char err[ERR_LEN];
-    ssize_t got = conn_recv(&r->conn, err, sizeof(err));
-    if (got == -2) {
-        return;
-    }
-    if (got <= 0) {
-        runner_lost(r, got == 0 ? "the connection to redlockd closed" : err);
-        return;
-    }
-    for (int k = 0; k < 10000; k++) {
+    /* Each line takes at least its newline out of the bounded buffer. */
+    for (int k = 0; k <= RESPONSE_MAX && r->conn.fd >= 0; k++) {
         char *line = conn_take_line(&r->conn);
         if (line == NULL) {
             return;
@@ -1367,6 +1498,22 @@ static void runner_read(struct runner *r)
             return;
         }
     }
+}
+
+/* Reads what the daemon sent while CMD runs: a lost event for the lock, or
+ * the end of the connection, means the lock is gone. */
+static void runner_read(struct runner *r)
+{
+    char err[ERR_LEN];
+    ssize_t got = conn_recv(&r->conn, err, sizeof(err));
+    if (got == -2) {
+        return;
+    }
+    if (got <= 0) {
+        runner_lost(r, got == 0 ? "the connection to redlockd closed" : err);
+        return;
+    }
+    runner_lines(r);
 }
 
 /* Collects CMD's status if it has ended. */
@@ -1386,6 +1533,9 @@ static int runner_wait(struct runner *r)
 {
     /* Not bounded in count: CMD runs as long as it runs (like wait(2)). */
     for (;;) {
+        /* Lines may already wait in the buffer (a lost event read along with
+         * the acquire answer): no new bytes would wake poll() for them. */
+        runner_lines(r);
         struct pollfd p[2] = {{sig_pipe[0], POLLIN, 0},
                               {r->conn.fd, POLLIN, 0}};
         int n = poll(p, 2, poll_timeout(r->kill_at));
@@ -1437,7 +1587,7 @@ static void runner_release(struct runner *r)
         runner_send(r, req, deadline, err, sizeof(err)) != 0) {
         goto done; /* closing the session releases the lock */
     }
-    rsp = runner_answer(r, ID_RELEASE, deadline, &lost_seen, &sig, err,
+    rsp = runner_answer(r, ID_RELEASE, deadline, &lost_seen, NULL, &sig, err,
                         sizeof(err));
     if (lost_seen) {
         fprintf(stderr,

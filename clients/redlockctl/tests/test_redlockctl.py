@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -314,6 +315,87 @@ def pid_alive(pid):
     except OSError:
         return False
     return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+class FakeDaemon:
+    """A stand-in for redlockd on a unix socket under dir_, for the few
+    wire-level cases the real daemon cannot be made to produce on demand.
+    serve(conn) handles each accepted connection in turn, at most conns of
+    them; everything else in this file uses the real daemon."""
+
+    def __init__(self, dir_, serve, conns):
+        self.path = Path(dir_) / "fake.sock"
+        self.serve = serve
+        self.conns = conns
+        self.errors = []
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(str(self.path))
+        self.srv.listen(8)
+        self.srv.settimeout(10)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        for _ in range(self.conns):
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            with c:
+                c.settimeout(10)
+                try:
+                    self.serve(c)
+                except OSError:
+                    pass  # redlockctl went away: its exit tells the story
+                except Exception as e:  # shown by __exit__
+                    self.errors.append(e)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            self.srv.shutdown(socket.SHUT_RDWR)  # wakes a pending accept
+        except OSError:
+            pass
+        self.srv.close()
+        self.thread.join(timeout=15)
+        if exc[0] is None:  # else the test's own failure says more
+            assert not self.thread.is_alive(), "fake daemon did not stop"
+            assert not self.errors, self.errors
+
+
+def recv_request(c):
+    """Reads one request from c: an NDJSON line, or an HTTP request with
+    its body. Returns (kind, bytes) with kind "ndjson" or "http"."""
+    buf = b""
+    for _ in range(1000):
+        if buf.startswith(b"{") and b"\n" in buf:
+            return "ndjson", buf.split(b"\n", 1)[0]
+        head, sep, body = buf.partition(b"\r\n\r\n")
+        if sep:
+            m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+            if len(body) >= (int(m.group(1)) if m else 0):
+                return "http", buf
+        data = c.recv(65536)
+        if not data:
+            break
+        buf += data
+    raise AssertionError("no complete request: %r" % buf[:200])
+
+
+def answer_until_closed(c, reply):
+    """Answers each NDJSON request on c with reply % its id, until the
+    peer closes."""
+    buf = b""
+    for _ in range(1000):
+        data = c.recv(65536)
+        if not data:
+            return
+        buf += data
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            c.sendall((reply % json.loads(line)["id"]).encode())
 
 
 # ---------------------------------------------------------------------------
@@ -606,6 +688,39 @@ def test_lost_terminates_command(own):
     assert took < 5
 
 
+def test_lost_in_same_read_as_acquire_answer(tmp_path):
+    """A lost event that arrives in the same read as the acquire answer (the
+    daemon failed the first renewal at once) must stop CMD too. Before the
+    fix it stayed unread in the buffer: CMD ran to the end without the lock
+    and redlockctl exited 0. A fake daemon, because only it can put the two
+    lines into one write on demand."""
+    marker = tmp_path / "ran"
+
+    def serve(c):
+        req = json.loads(recv_request(c)[1])
+        c.sendall(('{"id":%d,"ok":true,"lock":"%s","resource":"r",'
+                   '"validity_ms":600}\n'
+                   '{"event":"lost","lock":"%s","resource":"r"}\n'
+                   % (req["id"], TOK, TOK)).encode())
+        # The daemon keeps the session open after "lost".
+        answer_until_closed(c, '{"id":%d,"ok":false,"error":{"code":'
+                            '"not_held","message":"unknown token"}}\n')
+
+    code = ("import pathlib, sys, time\n"
+            "time.sleep(3)\n"
+            "pathlib.Path(sys.argv[1]).touch()\n")
+    with FakeDaemon(tmp_path, serve, 1) as fake:
+        t0 = time.monotonic()
+        res = ctl(None, "--socket", fake.path, "lock", "--ttl", "600", "r",
+                  "--", PY, "-c", code, marker)
+        took = time.monotonic() - t0
+    assert res.returncode == RC_LOST, (res.returncode, res.stderr)
+    assert "redlockctl: lock on r lost: " in res.stderr
+    assert "SIGTERM" in res.stderr
+    assert not marker.exists(), "CMD ran to the end without the lock"
+    assert took < 2.5
+
+
 def test_lost_escalates_to_sigkill(own, tmp_path):
     """A CMD that ignores SIGTERM gets SIGKILL after --kill-after."""
     r = rname("lostkill")
@@ -715,6 +830,37 @@ def test_scripting_round_trip(shared):
     tok, fence = res.stdout.split()
     assert TOKEN_RE.match(tok) and int(fence) > 0
     assert ctl(shared, "release", "-q", tok).returncode == 0
+
+
+@pytest.mark.parametrize("fence", [2**53 + 1, 2**63 - 1])
+def test_fence_beyond_2_pow_53(tmp_path, fence):
+    """Fences are printed and exported digit for digit: 2^53 + 1 and
+    proto/vectors' 2^63 - 1 came out rounded (%.0f of a double) before the
+    fix. A fake daemon, because no test can drive the real one's counter
+    that far."""
+    def serve(c):
+        kind, req = recv_request(c)
+        body = ('"ok":true,"lock":"%s","resource":"r","validity_ms":29000,'
+                '"fence":%d}' % (TOK, fence))
+        if kind == "http":
+            body = "{" + body
+            c.sendall(("HTTP/1.1 200 OK\r\nContent-Type: application/json"
+                       "\r\nContent-Length: %d\r\nConnection: close\r\n"
+                       "\r\n%s" % (len(body), body)).encode())
+            return
+        c.sendall(('{"id":%d,' % json.loads(req)["id"] + body
+                   + "\n").encode())
+        answer_until_closed(c, '{"id":%d,"ok":true}\n')
+
+    with FakeDaemon(tmp_path, serve, 2) as fake:
+        res = ctl(None, "--socket", fake.path, "-q", "acquire", "--fence",
+                  "r")
+        assert res.returncode == 0, res.stderr
+        assert res.stdout == "%s %d\n" % (TOK, fence)
+        res = ctl(None, "--socket", fake.path, "lock", "--fence", "r", "--",
+                  "sh", "-c", 'printf %s "$REDLOCK_FENCE"')
+        assert res.returncode == 0, res.stderr
+        assert res.stdout == str(fence)
 
 
 def test_acquire_wait(shared):
