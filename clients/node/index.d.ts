@@ -102,7 +102,12 @@ export interface Health {
 export interface RedlockClientEvents {
   connect: [];
   disconnect: [reason: Error];
+  /** A Lock this client handed out was lost. */
   lost: [lock: Lock, error: LostError];
+  /**
+   * Every unsolicited message from the daemon (`{"event": ..}`), also a
+   * `lost` event for a lock taken with `request()`.
+   */
   event: [message: Record<string, unknown>];
 }
 
@@ -139,7 +144,11 @@ export declare class RedlockClient extends EventEmitter {
   ): Promise<T>;
   /** Low level: send one request object (no `id`), resolve with the answer. */
   request(payload: Record<string, unknown>, options?: CallOptions): Promise<Record<string, unknown>>;
-  /** Close the connection (the daemon releases its locks). Final. */
+  /**
+   * Close the connection (the daemon releases its locks). Requests in flight
+   * reject at once with ClientClosedError; an acquire in flight gives no Lock.
+   * Final: later calls reject with ClientClosedError.
+   */
   close(): Promise<void>;
 
   on<K extends keyof RedlockClientEvents>(event: K, listener: (...args: RedlockClientEvents[K]) => void): this;

@@ -156,6 +156,7 @@ class Connection {
     this.locks = new Map(); // token -> Lock
     this.open = true;
     this.retired = false; // the daemon is closing it: no new requests
+    this.closing = null; // client.close(): Promise of the close; read nothing more
     this.closeReason = null; // Error given to in-flight requests on close
     this.orphanError = null; // an error response the daemon sent without id
     this.buf = '';
@@ -238,9 +239,14 @@ class Connection {
   }
 
   onData(chunk) {
+    // After client.close() nothing read is handed on: every request was
+    // settled with ClientClosedError, and a grant that still arrives dies
+    // with the connection (the daemon releases session locks on close).
+    // (The loop checks again: a listener may call close() meanwhile.)
+    if (this.closing) return;
     this.buf += chunk;
     let nl;
-    while (this.open && (nl = this.buf.indexOf('\n')) >= 0) {
+    while (this.open && !this.closing && (nl = this.buf.indexOf('\n')) >= 0) {
       const line = this.buf.slice(0, nl);
       this.buf = this.buf.slice(nl + 1);
       if (line.trim() === '') continue;
@@ -301,17 +307,60 @@ class Connection {
 
   onEvent(msg) {
     if (msg.event === 'lost') {
+      // 'lost' only for a Lock this client handed out; 'event' below for
+      // every unsolicited message (a lock taken with request() included).
       const lock = this.locks.get(msg.lock);
-      if (!lock) return;
-      this.locks.delete(msg.lock);
-      const err = new LostError(
-        `lock on '${lock.resource}' lost: the daemon could not keep a quorum`,
-        lock,
-      );
-      lock._lose(err);
-      this.client.emit('lost', lock, err);
+      if (lock) {
+        this.locks.delete(msg.lock);
+        const err = new LostError(
+          `lock on '${lock.resource}' lost: the daemon could not keep a quorum`,
+          lock,
+        );
+        lock._lose(err);
+        this.client.emit('lost', lock, err);
+      }
     }
     this.client.emit('event', msg);
+  }
+
+  /**
+   * client.close(): settle every request in flight at once with `reason`,
+   * read nothing more, close the socket. Resolves once it is closed.
+   */
+  close(reason) {
+    if (this.closing) return this.closing;
+    if (!this.closeReason) this.closeReason = reason;
+    this.retired = true;
+    // Anything still due from the daemon (answers to requests in flight, or
+    // to ones given up on, e.g. an acquire still waiting there) would hold a
+    // half-closed connection open: then close it as soon as what was written
+    // has been flushed, without waiting for the daemon.
+    const due = this.pending.size > 0;
+    const entries = [...this.pending.values()];
+    this.pending.clear();
+    this.active = 0;
+    this.buf = '';
+    this.closing = new Promise((resolve) => {
+      const t = setTimeout(() => this.socket.destroy(), 1000);
+      this.socket.once('close', () => {
+        clearTimeout(t);
+        resolve();
+      });
+    });
+    for (const entry of entries) {
+      if (!entry.abandoned) {
+        entry.abandoned = true;
+        entry.settle(this.closeReason, null);
+      }
+    }
+    if (this.socket.destroyed) {
+      // 'close' is on its way (onClose settles nothing more).
+    } else if (due) {
+      this.socket.end(() => this.socket.destroy());
+    } else {
+      this.socket.end();
+    }
+    return this.closing;
   }
 
   onClose() {
@@ -629,7 +678,9 @@ export class RedlockClient extends EventEmitter {
   }
 
   /**
-   * Close the connection. In-flight requests reject with ClientClosedError;
+   * Close the connection. In-flight requests reject at once with
+   * ClientClosedError (an acquire in flight gives no Lock: a grant that
+   * still arrives is dropped, the daemon releases it with the connection);
    * the daemon releases every lock taken through this client. Final: later
    * calls reject with ClientClosedError.
    */
@@ -637,15 +688,7 @@ export class RedlockClient extends EventEmitter {
     this.#closed = true;
     const conn = this.#conn;
     if (!conn || !conn.open) return;
-    conn.closeReason ??= new ClientClosedError('the client was closed');
-    await new Promise((resolve) => {
-      const t = setTimeout(() => conn.socket.destroy(), 1000);
-      conn.socket.once('close', () => {
-        clearTimeout(t);
-        resolve();
-      });
-      conn.socket.end();
-    });
+    await conn.close(new ClientClosedError('the client was closed'));
   }
 }
 

@@ -355,6 +355,113 @@ describe('sessions and connections', () => {
   });
 });
 
+describe('close() with requests in flight', () => {
+  test('in-flight requests reject with ClientClosedError; an acquire yields no Lock', async () => {
+    const c = client();
+    const other = client();
+    await c.ping();
+    const r = uniq('close-inflight');
+    const lost = [];
+    c.on('lost', (l) => lost.push(l));
+    // Both are written before close(); their answers can only be read after.
+    const acq = c.acquire(r, { ttlMs: 20_000 }).then(
+      (lock) => ({ lock }),
+      (err) => ({ err }),
+    );
+    const ping = c.ping().then(
+      () => ({}),
+      (err) => ({ err }),
+    );
+    const t0 = Date.now();
+    await c.close();
+    assert.ok(Date.now() - t0 < 500, `close() took ${Date.now() - t0} ms`);
+    const a = await acq;
+    assert.equal(a.lock, undefined, 'close() handed out a Lock the daemon releases with the connection');
+    assert.ok(a.err instanceof ClientClosedError, String(a.err));
+    const p = await ping;
+    assert.ok(p.err instanceof ClientClosedError, String(p.err));
+    await sleep(100); // a grant that still arrives is dropped quietly
+    assert.equal(lost.length, 0, 'no Lock was handed out, so none is reported lost');
+    // The daemon released whatever it granted on that connection.
+    const t1 = Date.now();
+    const lock = await other.acquire(r, { ttlMs: 1000, waitMs: 3000 });
+    assert.ok(Date.now() - t1 < 2000);
+    await lock.release();
+    await assert.rejects(c.ping(), ClientClosedError);
+  });
+
+  test('using() does not run its routine when close() comes first', async () => {
+    const c = client();
+    await c.ping();
+    let ran = false;
+    const u = c
+      .using(uniq('close-using'), { ttlMs: 20_000 }, () => {
+        ran = true;
+      })
+      .then(
+        () => null,
+        (err) => err,
+      );
+    await c.close();
+    const err = await u;
+    await sleep(100);
+    assert.equal(ran, false, 'the routine ran under a lock that close() dropped');
+    assert.ok(err instanceof ClientClosedError, String(err));
+  });
+
+  test('close() does not wait for a waiting acquire', async () => {
+    const holder = client();
+    const c = client();
+    const r = uniq('close-waiting');
+    const held = await holder.acquire(r, { ttlMs: 20_000 });
+    await c.ping();
+    const waiting = c.acquire(r, { waitMs: 5000 }).then(
+      (lock) => ({ lock }),
+      (err) => ({ err }),
+    );
+    await sleep(50); // the daemon has queued the waiter
+    const t0 = Date.now();
+    await c.close();
+    const took = Date.now() - t0;
+    const w = await waiting;
+    assert.ok(w.err instanceof ClientClosedError, String(w.err ?? w.lock));
+    assert.ok(took < 500, `close() took ${took} ms with a waiter in flight`);
+    // The daemon dropped the waiter with its connection: the resource goes
+    // to the next client once the holder lets go.
+    await held.release();
+    const other = client();
+    const lock = await other.acquire(r, { ttlMs: 1000, waitMs: 3000 });
+    await lock.release();
+  });
+
+  test('close() does not wait for an acquire given up on (aborted) either', async () => {
+    const holder = client();
+    const c = client();
+    const r = uniq('close-aborted');
+    const held = await holder.acquire(r, { ttlMs: 20_000 });
+    const ac = new AbortController();
+    const waiting = c.acquire(r, { waitMs: 5000, signal: ac.signal });
+    await sleep(50);
+    ac.abort(new Error('gave up'));
+    await assert.rejects(waiting, /gave up/);
+    const t0 = Date.now();
+    await c.close();
+    assert.ok(Date.now() - t0 < 500, `close() took ${Date.now() - t0} ms`);
+    await held.release();
+  });
+
+  test('close() twice, concurrently: both resolve', async () => {
+    const c = client();
+    await c.ping();
+    const p = c.ping().catch((e) => e);
+    const t0 = Date.now();
+    await Promise.all([c.close(), c.close()]);
+    assert.ok(Date.now() - t0 < 500, `close() took ${Date.now() - t0} ms`);
+    assert.ok((await p) instanceof ClientClosedError);
+    await c.close(); // and once more, after the fact
+  });
+});
+
 describe('timeouts and abort', () => {
   test('an aborted acquire rejects with the reason; a late grant is released', async () => {
     const a = client();

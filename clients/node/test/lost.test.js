@@ -86,6 +86,35 @@ test('lock.signal aborts with a LostError when renewal loses the quorum', async 
   await again.release();
 });
 
+test("'event' carries every lost event, also for a lock the client does not track", async () => {
+  const c = client();
+  const events = [];
+  const lost = [];
+  c.on('event', (m) => events.push(m));
+  c.on('lost', (l) => lost.push(l));
+  // Taken with request(): the client has no Lock for it, only the event.
+  const raw = await c.request({ op: 'acquire', resource: uniq('raw-lost'), ttl_ms: 600, renew: true });
+  assert.match(raw.lock, /^[0-9a-f]{32}$/);
+  const tracked = await c.acquire(uniq('tracked-lost'), { ttlMs: 600, renew: true });
+  await sleep(250);
+  const isLost = (token) => events.some((m) => m.event === 'lost' && m.lock === token);
+  pause3();
+  try {
+    const deadline = Date.now() + 5000;
+    while (!(isLost(raw.lock) && isLost(tracked.token)) && Date.now() < deadline) await sleep(20);
+  } finally {
+    resumeAll();
+  }
+  assert.ok(isLost(tracked.token), `no 'event' for the tracked lock: ${JSON.stringify(events)}`);
+  assert.ok(isLost(raw.lock), `no 'event' for the lock taken with request(): ${JSON.stringify(events)}`);
+  const ev = events.find((m) => m.lock === raw.lock);
+  assert.equal(ev.resource, raw.resource);
+  // 'lost' is per Lock: only the tracked one.
+  assert.deepEqual(lost, [tracked]);
+  assert.equal(tracked.lost, true);
+  await waitQuorum();
+});
+
 test('using(): the routine sees its signal abort when the lock is lost', async () => {
   const c = client();
   const r = uniq('using-lost');
