@@ -8,7 +8,21 @@ lock ``tg:update:<update_id>`` through redlockd before any other handler runs:
     raises ApplicationHandlerStop, so no other group sees it;
   - after the last group the update is ``complete``d (a done mark, 1 day);
   - if a handler raised, the error handler releases the lock so that a
-    redelivery can retry.
+    redelivery can retry, and raises ApplicationHandlerStop so that no later
+    group runs the update without the lock (PTB v20+ hands a handler's
+    exception to the error handlers and then goes on with the next group,
+    unless an error handler raises ApplicationHandlerStop).
+
+It fails closed: when the gate cannot take the lock (redlockd down or
+unreachable, ``no_quorum``, a timeout: any RedlockError), the update is
+logged and dropped on this worker rather than handled without dedup.  A
+redelivery is handled once the lock can be taken again.
+
+The error handler stops every failed Update, and PTB calls no error handler
+after one that raised ApplicationHandlerStop: add your own error handlers
+*before* calling install_dedup.  Handlers must be blocking (PTB's default):
+the last group only runs after a ``block=False`` handler has been started,
+not finished.
 
 Run:  REDLOCKD_SOCKET=/run/redlockd.sock TELEGRAM_TOKEN=... python ptb_dedup.py
 (start the daemon first, e.g. ``redlockd --dev``).  The dedup logic itself
@@ -29,7 +43,7 @@ from telegram import Update
 from telegram.ext import (Application, ApplicationHandlerStop, CommandHandler,
                           ContextTypes, TypeHandler)
 
-from redlockd import AsyncRedlockClient
+from redlockd import AsyncRedlockClient, RedlockError
 from redlockd import dedup
 
 log = logging.getLogger("ptb_dedup")
@@ -46,8 +60,15 @@ def install_dedup(application: Any, client: AsyncRedlockClient, *,
 
     async def gate(update: Update, context: Any) -> None:
         update_id = update.update_id
-        lock = await dedup.abegin(client, dedup.update_key(update_id),
-                                  ttl_ms)
+        try:
+            lock = await dedup.abegin(client, dedup.update_key(update_id),
+                                      ttl_ms)
+        except RedlockError as e:
+            # Fail closed: without the lock a duplicate cannot be told from
+            # a first delivery, so no other group may see this update.
+            log.error("update %s not handled: no dedup lock: %r", update_id,
+                      e)
+            raise ApplicationHandlerStop from e
         if isinstance(lock, dedup.Skipped):
             log.info("update %s is a duplicate (%s): skipped", update_id,
                      lock.reason)
@@ -65,6 +86,11 @@ def install_dedup(application: Any, client: AsyncRedlockClient, *,
         if lock is not None:
             await dedup.afinish(client, lock, False)  # let a retry run it
         log.error("update %s failed: %r", update_id, context.error)
+        if isinstance(update, Update):
+            # PTB would go on with the next group, without the lock (just
+            # released, or never taken if the gate itself failed): stop the
+            # update here.  Errors of jobs (update None) are not stopped.
+            raise ApplicationHandlerStop
 
     application.add_handler(TypeHandler(Update, gate), group=-1)
     application.add_handler(TypeHandler(Update, done), group=LAST_GROUP)

@@ -4,7 +4,10 @@ is installed here)."""
 
 import asyncio
 import importlib.util
+import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import types
@@ -13,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from conftest import rname
-from redlockd import AsyncRedlockClient, BusyError, RedlockClient, dedup
+from redlockd import (AsyncRedlockClient, BusyError, ConnectionLostError,
+                      NoQuorumError, RedlockClient, RedlockError,
+                      RequestTimeoutError, ShuttingDownError, dedup)
 from redlockd.aiogram import UpdateDedupMiddleware
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -195,6 +200,7 @@ def _fake_telegram(monkeypatch):
 
     class CommandHandler:
         def __init__(self, cmd, callback):
+            self.type = Update
             self.callback = callback
 
     class ContextTypes:
@@ -204,29 +210,48 @@ def _fake_telegram(monkeypatch):
         def __init__(self):
             self.handlers = {}
             self.error_handlers = []
+            self.error_handler_errors = []
 
         def add_handler(self, handler, group=0):
             self.handlers.setdefault(group, []).append(handler)
 
         def add_error_handler(self, cb):
-            self.error_handlers.append(cb)
+            self.error_handlers.append(cb)  # blocking, PTB's default
+
+        async def process_error(self, update, error):
+            """PTB v20's Application.process_error for blocking error
+            handlers: each is called in order; one that raises
+            ApplicationHandlerStop ends the loop and makes this return True;
+            any other exception of an error handler is only logged."""
+            for cb in self.error_handlers:
+                ctx = types.SimpleNamespace(error=error)
+                try:
+                    await cb(update, ctx)
+                except _Stop:
+                    return True
+                except Exception:
+                    self.error_handler_errors.append(sys.exc_info()[1])
+            return False
 
         async def process_update(self, update):
-            """PTB's order: groups ascending; an exception goes to the
-            error handlers and the next group runs; ApplicationHandlerStop
-            ends the update."""
+            """PTB v20's Application.process_update: groups ascending, at
+            most one handler per group; ApplicationHandlerStop from a handler
+            ends the update; any other exception goes to process_error, and
+            the next group runs unless an error handler raised
+            ApplicationHandlerStop."""
             ctx = types.SimpleNamespace(error=None)
             for group in sorted(self.handlers):
-                for h in self.handlers[group]:
-                    try:
+                try:
+                    for h in self.handlers[group]:
+                        if not isinstance(update, h.type):
+                            continue  # TypeHandler.check_update
                         await h.callback(update, ctx)
-                    except _Stop:
-                        return
-                    except Exception as e:
-                        ctx.error = e
-                        for cb in self.error_handlers:
-                            await cb(update, ctx)
-                    break  # one handler per group
+                        break  # one handler per group
+                except _Stop:
+                    break
+                except Exception as e:
+                    if await self.process_error(update, e):
+                        break
 
     tg.Update = Update
     ext.TypeHandler = TypeHandler
@@ -275,6 +300,214 @@ def test_ptb_example(sock, monkeypatch):
             # Done marks are there: a duplicate stops at the gate.
             with pytest.raises(_Stop):
                 await app.handlers[-1][0].callback(u_ok, None)
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+class _FailingClient:
+    """An AsyncRedlockClient whose acquire always raises ``error``."""
+
+    is_async = True
+
+    def __init__(self, error):
+        self.error = error
+        self.acquires = 0
+
+    async def acquire(self, resource, **kw):
+        self.acquires += 1
+        raise self.error
+
+
+def _gated_app(ext, tg, example, client):
+    """The example installed on a stand-in Application, with a business
+    handler in group 0, an audit handler in group 1 and an error handler of
+    the bot's own (added before install_dedup, as the example says)."""
+    app = ext.Application()
+    seen = {"business": [], "audit": [], "errors": []}
+
+    async def own_error_handler(update, context):
+        seen["errors"].append(context.error)
+
+    app.add_error_handler(own_error_handler)
+    held = example.install_dedup(app, client, ttl_ms=10000, keep_ms=60000)
+
+    async def business(update, context):
+        seen["business"].append(update.update_id)
+
+    async def audit(update, context):
+        seen["audit"].append(update.update_id)
+
+    app.add_handler(ext.TypeHandler(tg.Update, business), group=0)
+    app.add_handler(ext.TypeHandler(tg.Update, audit), group=1)
+    return app, held, seen
+
+
+def test_ptb_example_fails_closed_daemon_down(monkeypatch):
+    """No daemon at the socket path: the gate cannot take the lock, so no
+    delivery of the update may reach a handler (it used to run 3 times)."""
+    tg, ext = _fake_telegram(monkeypatch)
+    example = _load_example()
+    d = tempfile.mkdtemp(prefix="rl-ptb-")
+
+    async def main():
+        c = AsyncRedlockClient(os.path.join(d, "none.sock"),
+                               connect_timeout=1, timeout=2)
+        try:
+            app, held, seen = _gated_app(ext, tg, example, c)
+            for _ in range(3):                  # the same update, 3 times
+                await app.process_update(tg.Update(42))
+            assert seen["business"] == [] and seen["audit"] == []
+            assert held == {}
+            assert seen["errors"] == []  # a stop, not an error
+        finally:
+            await c.close()
+    try:
+        asyncio.run(asyncio.wait_for(main(), 30))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_ptb_example_fails_closed_daemon_silent(monkeypatch):
+    """A daemon that accepts but never answers: RequestTimeoutError in the
+    gate, and still no handler runs."""
+    tg, ext = _fake_telegram(monkeypatch)
+    example = _load_example()
+    d = tempfile.mkdtemp(prefix="rl-ptb-")
+    path = os.path.join(d, "silent.sock")
+
+    async def main():
+        async def silent(reader, writer):
+            try:
+                await reader.read()             # until the client closes
+            finally:
+                writer.close()
+
+        server = await asyncio.start_unix_server(silent, path)
+        c = AsyncRedlockClient(path, connect_timeout=1, timeout=0.3)
+        try:
+            app, held, seen = _gated_app(ext, tg, example, c)
+            for _ in range(3):
+                await app.process_update(tg.Update(43))
+            assert seen["business"] == [] and seen["audit"] == []
+            assert held == {}
+        finally:
+            await c.close()
+            server.close()
+            await server.wait_closed()
+    try:
+        asyncio.run(asyncio.wait_for(main(), 30))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("error", [
+    NoQuorumError("no quorum"), ShuttingDownError("shutting down"),
+    ConnectionLostError("connection lost"), RedlockError("odd", "new_code"),
+    RuntimeError("not a RedlockError"),
+])
+def test_ptb_example_fails_closed_on_gate_errors(monkeypatch, error):
+    """Every error of the gate stops the update: the client's errors in the
+    gate itself, anything else through the error handler."""
+    tg, ext = _fake_telegram(monkeypatch)
+    example = _load_example()
+
+    async def main():
+        c = _FailingClient(error)
+        app, held, seen = _gated_app(ext, tg, example, c)
+        for _ in range(3):
+            await app.process_update(tg.Update(44))
+        assert c.acquires == 3
+        assert seen["business"] == [] and seen["audit"] == []
+        assert held == {}
+        if isinstance(error, RedlockError):
+            assert seen["errors"] == []
+        else:
+            assert seen["errors"] == [error] * 3
+        assert app.error_handler_errors == []
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_ptb_example_handler_raises_stops_later_groups(sock, monkeypatch):
+    """A group-0 handler raises: the lock is released (a redelivery runs it
+    again) and no later group runs that delivery without the lock."""
+    tg, ext = _fake_telegram(monkeypatch)
+    example = _load_example()
+
+    async def main():
+        async with AsyncRedlockClient(sock) as c, \
+                AsyncRedlockClient(sock) as other:
+            app, held, seen = _gated_app(ext, tg, example, c)
+            attempts = []
+
+            async def business(update, context):
+                attempts.append(update.update_id)
+                if len(attempts) <= 2:
+                    raise RuntimeError("attempt %d fails" % len(attempts))
+                seen["business"].append(update.update_id)
+
+            app.handlers[0] = [ext.TypeHandler(tg.Update, business)]
+            uid = int(time.time() * 1000) % 10**9
+            u = tg.Update(uid)
+            await app.process_update(u)
+            assert held == {} and seen["audit"] == []
+            # Released, not completed: another worker can take it now.
+            lk = await other.acquire(dedup.update_key(uid), ttl_ms=5000)
+            await other.release(lk)
+            for _ in range(3):
+                await app.process_update(u)
+            assert attempts == [uid] * 3     # fail, fail, ok, then done
+            assert seen["business"] == [uid]
+            assert seen["audit"] == [uid]   # only on the delivery that held
+            assert [str(e) for e in seen["errors"]] == \
+                ["attempt 1 fails", "attempt 2 fails"]
+            assert held == {}
+            # A job's error (no update) is not stopped by the example.
+            assert await app.process_error(None, RuntimeError("job")) is False
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+# -- aiogram: the middleware wraps the handler, so it fails closed too --------
+
+def test_aiogram_middleware_fails_closed_daemon_down():
+    d = tempfile.mkdtemp(prefix="rl-aio-")
+
+    async def main():
+        c = AsyncRedlockClient(os.path.join(d, "none.sock"),
+                               connect_timeout=1, timeout=2)
+        try:
+            mw = UpdateDedupMiddleware(c)
+            calls = []
+
+            async def handler(event, data):
+                calls.append(event.update_id)
+
+            ev = types.SimpleNamespace(update_id=45)
+            for _ in range(3):
+                with pytest.raises(ConnectionLostError):
+                    await mw(handler, ev, {})
+            assert calls == []
+        finally:
+            await c.close()
+    try:
+        asyncio.run(asyncio.wait_for(main(), 30))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("error", [NoQuorumError("no quorum"),
+                                   RequestTimeoutError("timed out")])
+def test_aiogram_middleware_fails_closed_on_errors(error):
+    async def main():
+        c = _FailingClient(error)
+        mw = UpdateDedupMiddleware(c)
+        calls = []
+
+        async def handler(event, data):
+            calls.append(event.update_id)
+
+        for _ in range(3):
+            with pytest.raises(type(error)):
+                await mw(handler, types.SimpleNamespace(update_id=46), {})
+        assert calls == [] and c.acquires == 3
     asyncio.run(asyncio.wait_for(main(), 30))
 
 
