@@ -42,6 +42,9 @@ const (
 	maxResponseBytes = 4 << 20          // longest answer line accepted
 	cleanupTimeout   = 10 * time.Second // releasing abandoned acquisitions
 	closeTimeout     = 2 * time.Second  // Close releasing the session's locks
+	// After a failed write, how long the reader may still read what the
+	// daemon sent before it closed (an id-less error saying why).
+	writeFailGrace = time.Second
 )
 
 // Client is one NDJSON connection to redlockd. It is safe for concurrent use.
@@ -55,6 +58,10 @@ type Client struct {
 	locks   map[string]*Lock // token -> lock held on this session
 	err     error            // why the client stopped; nil while usable
 	closing bool             // Close is releasing locks: only internal calls
+	// The daemon's last error answered without an id (too_large, an
+	// unparseable line, limit): it closes the connection next, and the
+	// loss of the connection carries this reason.
+	daemonErr *Error
 
 	wake       chan struct{} // writer has work (capacity 1)
 	done       chan struct{} // closed when the client stops
@@ -177,7 +184,10 @@ func (c *Client) Close() error {
 func (c *Client) Done() <-chan struct{} { return c.done }
 
 // Err is nil while the client is usable, then ErrClosed or the connection
-// error (errors.Is(err, ErrClosed) holds for both).
+// error (errors.Is(err, ErrClosed) holds for both). When the daemon said why
+// it closed the connection (an error answered without an id: ErrLimit over
+// --max-connections, ErrTooLarge, ErrBadRequest), the connection error also
+// matches that error: errors.Is(err, ErrLimit) holds, and errors.As gives the *Error.
 func (c *Client) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -283,12 +293,16 @@ func encodeRequest(req *wireRequest) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// fail stops the client: the first reason wins.
+// fail stops the client: the first reason wins. A lost connection carries
+// the daemon's id-less error, if it sent one.
 func (c *Client) fail(reason error) {
 	c.mu.Lock()
 	if c.err != nil {
 		c.mu.Unlock()
 		return
+	}
+	if ce, ok := reason.(*connError); ok && ce.daemon == nil && c.daemonErr != nil {
+		reason = &connError{err: ce.err, daemon: c.daemonErr}
 	}
 	c.err = reason
 	pending := c.pending
@@ -335,7 +349,17 @@ func (c *Client) writeLoop() {
 			continue
 		}
 		if _, err := c.conn.Write(buf); err != nil {
-			c.fail(&connError{err})
+			// The daemon may have closed after answering why (an id-less
+			// error, e.g. limit): let the reader get to it first, so that
+			// the calls fail with that reason. It ends at the daemon's
+			// close; the bound is for a write failing otherwise.
+			t := time.NewTimer(writeFailGrace)
+			select {
+			case <-c.readerDone:
+			case <-t.C:
+			}
+			t.Stop()
+			c.fail(&connError{err: err})
 			return
 		}
 		if cap(buf) > 1<<20 {
@@ -350,14 +374,14 @@ func (c *Client) readLoop() {
 	for {
 		line, err := readLine(br, maxResponseBytes)
 		if err != nil {
-			c.fail(&connError{err})
+			c.fail(&connError{err: err})
 			return
 		}
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
 		if err := c.dispatch(line); err != nil {
-			c.fail(&connError{err})
+			c.fail(&connError{err: err})
 			return
 		}
 	}
@@ -401,9 +425,16 @@ func (c *Client) dispatch(line []byte) error {
 		}
 		return nil // events this version does not know are ignored
 	}
-	if r.ID == nil {
-		// Only a request the daemon could not read the id of is answered
-		// without one; this client always sends a readable numeric id.
+	if r.ID == nil || string(r.ID) == "null" {
+		// A line the daemon could not take (too_large, unparseable) or a
+		// connection over --max-connections (limit) is answered without an
+		// id, and the daemon closes the connection next: keep the error,
+		// so the calls in flight fail with it rather than a bare EOF.
+		if e, ok := r.error().(*Error); ok {
+			c.mu.Lock()
+			c.daemonErr = e
+			c.mu.Unlock()
+		}
 		return nil
 	}
 	id, err := strconv.ParseUint(string(r.ID), 10, 64)

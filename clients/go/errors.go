@@ -46,7 +46,10 @@ var (
 var (
 	// ErrClosed: the client was closed (Close), or its connection was lost
 	// (errors.Is(err, ErrClosed) holds for both; the latter also wraps the
-	// I/O error). In-flight calls fail with it.
+	// I/O error). In-flight calls fail with it. When the daemon answered
+	// why before closing (an error without an id: limit, too_large,
+	// bad_request), a lost connection matches that *Error too
+	// (errors.Is(err, ErrLimit), errors.As).
 	ErrClosed = errors.New("redlockd: client closed")
 
 	// ErrLost: the daemon sent {"event":"lost"} for the lock: its renewal
@@ -65,9 +68,31 @@ var (
 )
 
 // connError is how a lost connection fails calls and locks: errors.Is(err,
-// ErrClosed) is true and errors.Unwrap gives the I/O error.
-type connError struct{ err error }
+// ErrClosed) is true and errors.Unwrap gives the I/O error. daemon is the
+// error the daemon answered without an id before it closed (nil if none):
+// errors.Is and errors.As match it as well.
+type connError struct {
+	err    error
+	daemon *Error
+}
 
-func (e *connError) Error() string   { return "redlockd: connection lost: " + e.err.Error() }
-func (e *connError) Unwrap() error   { return e.err }
-func (e *connError) Is(t error) bool { return t == ErrClosed }
+func (e *connError) Error() string {
+	if e.daemon != nil {
+		return e.daemon.Error() + " (the daemon closed the connection: " + e.err.Error() + ")"
+	}
+	return "redlockd: connection lost: " + e.err.Error()
+}
+
+func (e *connError) Unwrap() error { return e.err }
+
+func (e *connError) Is(t error) bool {
+	return t == ErrClosed || (e.daemon != nil && e.daemon.Is(t))
+}
+
+func (e *connError) As(target interface{}) bool {
+	if p, ok := target.(**Error); ok && e.daemon != nil {
+		*p = e.daemon
+		return true
+	}
+	return false
+}
