@@ -8,7 +8,8 @@
  *   each answer -> redlock_round_answer():
  *     ok >= quorum             -> validity = ttl - (now-t0) - (ttl*drift+2)
  *                                 > 0 ? WON : LOST_NOQUORUM
- *     ok + pending < quorum    -> LOST_{DONE,BUSY,NOQUORUM}  (certain now)
+ *     ok + pending < quorum    -> LOST_{DONE,BUSY,NOQUORUM}  (certain now;
+ *                                 done needs marks on > n - quorum nodes)
  *   LOST: rollback every node that got the SET and did not say busy/done,
  *         including nodes still pending (the delete queues behind the SET).
  */
@@ -32,16 +33,26 @@ int64_t redlock_validity_ms(uint32_t ttl_ms, double drift_factor,
     return (int64_t)ttl_ms - elapsed_ms - drift_ms;
 }
 
+/* Whether the done marks seen prove the resource done: on more than
+ * n - quorum nodes, so no acquisition can win until they expire. Fewer may
+ * be a complete that reached only a minority while its lock still stands
+ * (busy: waiters wait on) or was released since. */
+static bool round_done_proved(const struct redlock_round *r)
+{
+    return r->n_done > r->n_nodes - r->quorum;
+}
+
 /* The failure code once success is impossible. Busy needs evidence that the
  * resource is held and that enough nodes were reachable for the attempt to
  * have been meaningful; otherwise the honest answer is no_quorum. */
 static enum redlock_outcome round_loss(const struct redlock_round *r)
 {
-    if (r->n_done > 0) {
+    if (round_done_proved(r)) {
         return RL_LOST_DONE;
     }
-    int reachable = r->n_ok + r->n_busy + r->n_pending;
-    if (r->n_busy > 0 && reachable >= r->quorum) {
+    int held = r->n_busy + r->n_done;
+    int reachable = r->n_ok + held + r->n_pending;
+    if (held > 0 && reachable >= r->quorum) {
         return RL_LOST_BUSY;
     }
     return RL_LOST_NOQUORUM;
@@ -69,6 +80,12 @@ static enum redlock_outcome round_decide(struct redlock_round *r,
             r->too_late = true;
         }
     } else if (r->n_ok + r->n_pending < r->quorum) {
+        if (r->n_done > 0 && !round_done_proved(r) &&
+            r->n_done + r->n_pending > r->n_nodes - r->quorum) {
+            /* Lost for sure, but done or busy: the answers still due
+             * tell (within the node timeout). */
+            return RL_UNDECIDED;
+        }
         r->outcome = round_loss(r);
     }
     return r->outcome;

@@ -246,3 +246,29 @@ def test_32_nodes_fence_writeback_failure_rolls_back():
         if d is not None:
             d.stop()
         c.stop()
+
+
+def test_done_mark_on_a_minority_is_not_done(cluster, daemon):
+    """A complete that reached one node only (its lock still held on the
+    rest) leaves a done mark there. That proves nothing: a second acquirer
+    hears busy, not done, so a waiter waits on, and gets the lock once
+    its holder lets go instead of giving up on a resource never done."""
+    res = rname("dmin")
+    with daemon.client() as a, daemon.client(timeout=10.0) as b:
+        tok = a.call("acquire", resource=res, ttl_ms=30000)["lock"]
+        cluster.nodes[0].cmd("SET", lock_key(res), "done:" + tok, "PX",
+                             "60000")
+        r = b.call("acquire", resource=res, ttl_ms=5000)
+        assert err_code(r) == "busy", r
+        b.send({"op": "acquire", "id": "w", "resource": res, "ttl_ms": 5000,
+                "wait_ms": 8000})
+        time.sleep(0.3)
+        assert_ok(a.call("release", lock=tok), "holder's release")
+        got = b.response("w", timeout=10.0)
+        print("waiter after the holder's release: %r" % got)
+        assert_ok(got, "waiter")
+        # Marks on a quorum are done, as ever.
+        for nd in cluster.nodes[:3]:
+            nd.cmd("SET", lock_key(res), "done:x", "PX", "60000")
+        assert_ok(b.call("release", lock=got["lock"]))
+        assert err_code(b.call("acquire", resource=res)) == "done"

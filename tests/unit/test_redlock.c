@@ -119,15 +119,55 @@ static void test_lose_noquorum_on_timeouts(void **state)
     assert_int_equal(redlock_rollback_set(&r), 0x1bu);
 }
 
-static void test_done_wins_over_busy(void **state)
+static void test_done_needs_marks_beyond_a_minority(void **state)
 {
     (void)state;
     struct redlock_round r;
+    /* Marks on 3 of 5: no acquisition can win, done at once. */
     redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
     answer_at(&r, 0, RL_DONE, 0, -1, 1);
     answer_at(&r, 1, RL_DONE, 0, -1, 1);
-    assert_int_equal(answer_at(&r, 2, RL_BUSY, 0, 5, 1), RL_LOST_DONE);
+    assert_int_equal(answer_at(&r, 2, RL_DONE, 0, -1, 1), RL_LOST_DONE);
     assert_int_equal(redlock_rollback_set(&r), (1u << 3) | (1u << 4));
+
+    /* 2 marks and a busy node: lost, but done or busy is not known yet;
+     * a third mark decides done. */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    answer_at(&r, 0, RL_DONE, 0, -1, 1);
+    answer_at(&r, 1, RL_DONE, 0, -1, 1);
+    assert_int_equal(answer_at(&r, 2, RL_BUSY, 0, 5, 1), RL_UNDECIDED);
+    assert_int_equal(answer_at(&r, 3, RL_DONE, 0, -1, 1), RL_LOST_DONE);
+    assert_int_equal(redlock_rollback_set(&r), 1u << 4);
+
+    /* ... and two more busy answers make it busy: a complete that reached
+     * a minority while its lock stands is not done (waiters wait on). */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    answer_at(&r, 0, RL_DONE, 0, -1, 1);
+    answer_at(&r, 1, RL_BUSY, 0, 5, 1);
+    answer_at(&r, 2, RL_BUSY, 0, 5, 1);
+    assert_int_equal(answer_at(&r, 3, RL_DONE, 0, -1, 1), RL_UNDECIDED);
+    assert_int_equal(answer_at(&r, 4, RL_BUSY, 0, 7, 1), RL_LOST_BUSY);
+    assert_int_equal(r.pttl_min, 5);
+
+    /* A timeout among them: still undecided until no third mark can come. */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    answer_at(&r, 0, RL_DONE, 0, -1, 1);
+    answer_at(&r, 1, RL_DONE, 0, -1, 1);
+    assert_int_equal(answer_at(&r, 2, RL_FAILED, 0, -1, 1), RL_UNDECIDED);
+    assert_int_equal(answer_at(&r, 3, RL_BUSY, 0, 5, 1), RL_UNDECIDED);
+    assert_int_equal(answer_at(&r, 4, RL_FAILED, 0, -1, 1), RL_LOST_BUSY);
+
+    /* Two marks and three nodes down: nothing is proved. */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0x1cu);
+    answer_at(&r, 0, RL_DONE, 0, -1, 1);
+    assert_int_equal(answer_at(&r, 1, RL_DONE, 0, -1, 1), RL_LOST_NOQUORUM);
+
+    /* Marks never hold an acquisition back once a quorum is free. */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    answer_at(&r, 0, RL_DONE, 0, -1, 1);
+    answer_at(&r, 1, RL_OK, 0, -1, 1);
+    answer_at(&r, 2, RL_OK, 0, -1, 1);
+    assert_int_equal(answer_at(&r, 3, RL_OK, 0, -1, 1), RL_WON);
 }
 
 static void test_busy_needs_reachable_quorum(void **state)
@@ -253,7 +293,7 @@ int main(void)
         cmocka_unit_test(test_win_early),
         cmocka_unit_test(test_lose_early_busy),
         cmocka_unit_test(test_lose_noquorum_on_timeouts),
-        cmocka_unit_test(test_done_wins_over_busy),
+        cmocka_unit_test(test_done_needs_marks_beyond_a_minority),
         cmocka_unit_test(test_busy_needs_reachable_quorum),
         cmocka_unit_test(test_all_skipped_decides_at_start),
         cmocka_unit_test(test_quorum_too_late),
