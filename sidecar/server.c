@@ -89,10 +89,12 @@ struct client {
     size_t discarded;        /* bytes thrown away while lingering */
     struct event *linger_ev; /* owned: bound on lingering */
     struct event *flush_ev;  /* owned: made active to write this turn */
+    struct event *resume_ev; /* owned: made active to go on reading */
     struct event *read_ev;   /* owned: EV_READ on the socket */
     struct event *idle_ev;   /* owned: metrics only: METRICS_IDLE_MS */
     bool reading;            /* read_ev is added */
     bool flush_pending;      /* flush_ev is active */
+    bool resume_pending;     /* resume_ev is active */
     bool write_on;           /* EV_WRITE enabled: the socket was full */
     bool http_busy;          /* an HTTP request is being answered */
     bool http_looping;       /* http_next's loop is running */
@@ -245,6 +247,9 @@ static void client_free(struct client *cl)
     }
     if (cl->flush_ev != NULL) {
         event_free(cl->flush_ev);
+    }
+    if (cl->resume_ev != NULL) {
+        event_free(cl->resume_ev);
     }
     if (cl->read_ev != NULL) {
         event_free(cl->read_ev);
@@ -420,6 +425,49 @@ static bool client_over_limits(struct client *cl)
            client_http_held(cl);
 }
 
+/* Going on with a connection's input (lines buffered while it was paused,
+ * HTTP requests pipelined behind an answer, the close owed to a peer that
+ * half-closed) happens in resume_ev's callback, never inside the answer
+ * that made it possible: answers come from deep in ops and cluster
+ * callbacks, and new input there may close the connection and abandon its
+ * other calls, freeing what those callbacks still hold (a wait queue). */
+static void client_resume_later(struct client *cl)
+{
+    if (!cl->resume_pending) {
+        cl->resume_pending = true;
+        event_active(cl->resume_ev, EV_READ, 0);
+    }
+}
+
+static void http_next(struct client *cl);
+
+static void client_resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct client *cl = arg;
+    cl->resume_pending = false;
+    if (cl->closing) {
+        return;
+    }
+    if (cl->framing == FRAMING_HTTP) {
+        if (!cl->http_busy) {
+            http_next(cl);
+        }
+        return;
+    }
+    if (cl->peer_eof && cl->inflight == 0) {
+        /* NDJSON submits every buffered line at once (reading stops
+         * before EOF while lines wait), so none is left behind. */
+        client_close_after_flush(cl);
+        return;
+    }
+    if (!cl->read_paused &&
+        evbuffer_get_length(bufferevent_get_input(cl->bev)) > 0) {
+        client_read_cb(cl->bev, cl);
+    }
+}
+
 static void client_maybe_resume(struct client *cl)
 {
     if (!cl->read_paused || cl->closing) {
@@ -432,7 +480,7 @@ static void client_maybe_resume(struct client *cl)
         client_reading(cl, true);
         /* Lines may already sit in the input buffer. */
         if (evbuffer_get_length(bufferevent_get_input(cl->bev)) > 0) {
-            client_read_cb(cl->bev, cl);
+            client_resume_later(cl);
         }
     }
 }
@@ -591,25 +639,22 @@ void server_call_done(struct call *call, const struct response *rsp)
         bool http = call->http;
         bool keep_alive = call->keep_alive;
         call_free(s, call);
+        if (cl->closing) {
+            return;
+        }
         if (http) {
             cl->http_busy = false;
             if (!keep_alive) {
                 client_close_after_flush(cl);
                 return;
             }
-            /* Requests pipelined behind this one are still owed after a
-             * half-close: http_next serves them, then closes. It returns
-             * at once inside its own loop. */
-            http_next(cl);
+            /* Requests pipelined behind this one are still owed, after a
+             * half-close too: http_next serves them, then closes. */
+            client_resume_later(cl);
             return;
         }
         if (cl->peer_eof && cl->inflight == 0) {
-            /* NDJSON submits every buffered line at once (reading stops
-             * before EOF while lines wait), so none is left behind. */
-            client_close_after_flush(cl);
-            return;
-        }
-        if (cl->closing) {
+            client_resume_later(cl); /* to close */
             return;
         }
         client_recheck_limits(cl);
@@ -1248,15 +1293,19 @@ static void client_accept(struct server *s, evutil_socket_t fd,
         return;
     }
     cl->flush_ev = event_new(s->base, -1, 0, client_flush_cb, cl);
+    cl->resume_ev = event_new(s->base, -1, 0, client_resume_cb, cl);
     cl->read_ev =
         event_new(s->base, fd, EV_READ | EV_PERSIST, client_sock_read_cb, cl);
     if (metrics_only) {
         cl->idle_ev = evtimer_new(s->base, idle_cb, cl);
     }
-    if (cl->flush_ev == NULL || cl->read_ev == NULL ||
+    if (cl->flush_ev == NULL || cl->resume_ev == NULL || cl->read_ev == NULL ||
         (metrics_only && cl->idle_ev == NULL)) {
         if (cl->flush_ev != NULL) {
             event_free(cl->flush_ev);
+        }
+        if (cl->resume_ev != NULL) {
+            event_free(cl->resume_ev);
         }
         if (cl->read_ev != NULL) {
             event_free(cl->read_ev);

@@ -1,13 +1,17 @@
 """server.c robustness: shutdown with node commands still pending (a
 timed-out drain, a second signal), pipelined HTTP input while a request is
 busy (bounded input, answers in order, no recursion per request), and long
-runs of whitespace before the first byte that picks the framing."""
+runs of whitespace before the first byte that picks the framing, and input
+that waited behind a paused connection, which is read on a later loop turn
+than the answer that let it go (never from inside that answer)."""
 
 import select
 import signal
 import socket
 import subprocess
 import time
+
+import pytest
 
 from extra import HttpConn, metric, scrape, wait_metric
 from rl import (SLOW, Client, Closed, assert_ok, exit_meaning, lock_key,
@@ -237,3 +241,54 @@ def test_whitespace_only_then_close(daemon_mod):
             raise AssertionError("no close after whitespace and EOF: %s" % e)
     with Client(daemon_mod.socket, timeout=5.0 * SLOW) as c:
         assert_ok(c.call("ping"))
+
+
+# -- input that waited behind answers ----------------------------------------
+
+
+def _waiters_then_garbage(d, res):
+    """With --max-inflight 2, a connection sends two waiting acquires for a
+    held resource and then a line that is not JSON: reading stops after the
+    two, and the bad line waits in the buffer for the first answer."""
+    x = d.client(timeout=10.0)
+    x.send_raw(b"".join(
+        b'{"op":"acquire","id":"%s","resource":"%s","ttl_ms":5000,'
+        b'"wait_ms":%d}\n' % (i.encode(), res.encode(), w)
+        for i, w in (("A", 60000), ("B", 500))) + b"not json\n")
+    return x
+
+
+@pytest.mark.parametrize("how", ["waiter_times_out", "waiter_wins",
+                                 "shutdown"])
+def test_bad_line_behind_waiters(cluster, daemon_factory, how):
+    """The first waiter's answer lets reading resume; the bad line then
+    closes the connection and abandons its other waiter on the same wait
+    queue. Handled inside the answer, that freed the queue under the code
+    answering (a crash; a use-after-free under ASan)."""
+    d = daemon_factory.start(cluster, name="wq",
+                             extra=["--max-inflight", "2"])
+    res = rname("wq")
+    with d.client() as h, d.client() as other:
+        held = h.call("acquire", resource=res, ttl_ms=20000)
+        assert_ok(held)
+        kept = other.call("acquire", resource=rname("kept"), ttl_ms=20000)
+        assert_ok(kept)
+        x = _waiters_then_garbage(d, res)
+        try:
+            time.sleep(0.3 * SLOW)
+            if how == "waiter_wins":
+                assert_ok(h.call("release", lock=held["lock"]))
+            if how == "shutdown":
+                code, secs = d.stop(10.0)
+                assert code == 0, "SIGTERM gave %r%s" % (code,
+                                                        exit_meaning(code))
+                return
+            lines = x.read_until_closed(5.0 * SLOW)
+            print("the waiting connection got: %r" % lines)
+            assert any(b"bad_request" in ln for ln in lines), lines
+            assert d.alive(), d.stderr_tail()
+            # Nobody else lost anything.
+            assert_ok(other.call("extend", lock=kept["lock"]))
+            assert_ok(h.call("ping"))
+        finally:
+            x.close()
