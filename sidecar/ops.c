@@ -428,7 +428,24 @@ static void lock_schedule(struct ops *o, struct lock *l, uint64_t now)
     lock_timer_rearm(o);
 }
 
-static void acquire_won(struct ops *o, struct call *call,
+/* The --max-locks or --max-conn-locks refusal for one more lock, or NULL. */
+static const char *lock_limit_refusal(const struct ops *o,
+                                      const struct call *call)
+{
+    if (locks_count(o->locks) >= (size_t)o->cfg->max_locks) {
+        return "too many locks held by this daemon (--max-locks)";
+    }
+    if (call->session != NULL &&
+        call->session->count >= (size_t)o->cfg->max_conn_locks) {
+        return "too many locks held by this connection (--max-conn-locks)";
+    }
+    return NULL;
+}
+
+/* Takes a won lock into the table and answers. Returns whether it is held:
+ * false when it was given back on the nodes (the client left, shutdown,
+ * a limit reached meanwhile, out of memory). */
+static bool acquire_won(struct ops *o, struct call *call,
                         const struct cluster_result *res)
 {
     uint64_t now = cluster_now_us();
@@ -441,7 +458,18 @@ static void acquire_won(struct ops *o, struct call *call,
         reply_error(call, ERR_SHUTTING_DOWN,
                     call->client == NULL ? "client closed"
                                          : err_message(ERR_SHUTTING_DOWN));
-        return;
+        return false;
+    }
+    /* op_acquire checked the limits too, but every acquisition then in
+     * flight (pipelined, or waiting) passed the same check: the one that
+     * would go over gives back what it won. */
+    const char *over = lock_limit_refusal(o, call);
+    if (over != NULL) {
+        cluster_release(o->cluster, call->req.resource, call->req.resource_len,
+                        call->token, NULL, NULL);
+        METRIC_INC(acquire_error);
+        reply_error(call, ERR_LIMIT, over);
+        return false;
     }
     struct lock *l = locks_add(o->locks, call->token, call->req.resource,
                                call->req.resource_len, call->session,
@@ -451,7 +479,7 @@ static void acquire_won(struct ops *o, struct call *call,
         cluster_release(o->cluster, call->req.resource, call->req.resource_len,
                         call->token, NULL, NULL);
         reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
-        return;
+        return false;
     }
     METRIC_INC(acquire_ok);
     METRIC_ADD(locks_held, 1);
@@ -464,6 +492,7 @@ static void acquire_won(struct ops *o, struct call *call,
     lock_schedule(o, l, now);
     reply_ok(call, l->token, l->resource, l->resource_len, res->validity_ms,
              call->req.fence, res->fence);
+    return true;
 }
 
 static void acquire_done_cb(const struct cluster_result *res, void *priv)
@@ -479,13 +508,14 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
         if (q != NULL) {
             waitq_unlink(o, call);
             q->woken = false;
-            acquire_won(o, call, res);
+            bool held = acquire_won(o, call, res);
             /* The next in line waits for this lock's release (a local wake)
-             * or its expiry, whichever comes first, within its wait. */
+             * or its expiry, whichever comes first, within its wait; at
+             * once if it was given straight back. */
             if (q->head != NULL) {
                 uint64_t now = cluster_now_us();
                 uint64_t left = wait_left_ms(q->head, now);
-                uint64_t d = (uint64_t)res->validity_ms + 1;
+                uint64_t d = held ? (uint64_t)res->validity_ms + 1 : 0;
                 waiter_arm(o, q->head, d < left ? d : left);
             } else {
                 waitq_free_if_empty(o, q);
@@ -1043,19 +1073,10 @@ static void op_acquire(struct ops *o, struct call *call)
                     "session");
         return;
     }
-    if (locks_count(o->locks) >= (size_t)o->cfg->max_locks) {
+    const char *over = lock_limit_refusal(o, call);
+    if (over != NULL) {
         METRIC_INC(acquire_error);
-        reply_error(call, ERR_LIMIT,
-                    "too many locks held by this daemon "
-                    "(--max-locks)");
-        return;
-    }
-    if (call->session != NULL &&
-        call->session->count >= (size_t)o->cfg->max_conn_locks) {
-        METRIC_INC(acquire_error);
-        reply_error(call, ERR_LIMIT,
-                    "too many locks held by this connection "
-                    "(--max-conn-locks)");
+        reply_error(call, ERR_LIMIT, over);
         return;
     }
     call->attempt = 0;

@@ -356,6 +356,59 @@ def test_max_locks(cluster, daemon_factory):
     assert v, scrape(d.socket)
 
 
+
+@pytest.mark.parametrize("flag", ["--max-conn-locks", "--max-locks"])
+def test_lock_limits_hold_for_pipelined_acquires(cluster, daemon_factory,
+                                                 flag):
+    """Eight acquires pipelined at once all pass the check made when they
+    are read (nothing is held yet); the limit must still hold when they
+    win: the rest answer limit and leave nothing on the nodes."""
+    d = daemon_factory.start(cluster, name="lp", extra=[flag, "2"])
+    with d.client() as c:
+        res = [rname("lp") for _ in range(8)]
+        ans, _ = c.pipeline([{"op": "acquire", "id": i, "resource": r,
+                              "ttl_ms": 20000} for i, r in enumerate(res)])
+        rsps = [v[0] for v in ans.values()]
+        codes = sorted("ok" if r.get("ok") else r["error"]["code"]
+                       for r in rsps)
+        print("%s 2, 8 pipelined acquires: %r" % (flag, codes))
+        assert codes == ["limit"] * 6 + ["ok"] * 2, codes
+        assert metric(scrape(d.socket), "redlockd_locks_held") == 2
+        held = {r["resource"] for r in rsps if r.get("ok")}
+
+        def nothing_else_left():
+            return all(cluster.get_all(lock_key(r)) == [None] * 5
+                       for r in res if r not in held)
+        assert poll_until(nothing_else_left, 3.0)[0]
+
+
+def test_waiter_over_max_conn_locks_when_it_wins(cluster, daemon_factory):
+    """A waiter queued while its connection was under --max-conn-locks wins
+    after the connection reached it: limit, and the lock goes straight to
+    the next waiter instead of making it wait out the validity."""
+    d = daemon_factory.start(cluster, name="lw",
+                             extra=["--max-conn-locks", "1"])
+    res = rname("lw")
+    with d.client() as h, d.client(timeout=10.0) as a, \
+            d.client(timeout=10.0) as b:
+        held = h.call("acquire", resource=res, ttl_ms=20000)
+        a.send({"op": "acquire", "id": "wa", "resource": res,
+                "ttl_ms": 20000, "wait_ms": 8000})
+        time.sleep(0.2)
+        b.send({"op": "acquire", "id": "wb", "resource": res,
+                "ttl_ms": 20000, "wait_ms": 8000})
+        time.sleep(0.2)
+        assert_ok(a.call("acquire", resource=rname("lw2"), ttl_ms=20000))
+        t0 = time.monotonic()
+        assert_ok(h.call("release", lock=held["lock"]))
+        assert_error(a.response("wa", timeout=5.0), "limit")
+        rb = b.response("wb", timeout=8.0)
+        dt = time.monotonic() - t0
+        print("b got %r %.2f s after the release" % (rb, dt))
+        assert_ok(rb, "next waiter")
+        assert dt < 3.0, "b waited %.1f s: it waited out a validity" % dt
+
+
 # -- prefix ----------------------------------------------------------------
 
 
