@@ -157,6 +157,29 @@ static void heap_remove(struct lock_table *t, struct lock *l)
     }
 }
 
+/* Room in the heap for every lock in the table and one more: locks_add
+ * makes it, so that locks_set_deadline never has to allocate (a lock it
+ * could not schedule would never be renewed nor expire). Returns 0 or -1. */
+static int heap_reserve(struct lock_table *t)
+{
+    if (t->count < t->heap_cap) {
+        return 0;
+    }
+    size_t cap = t->heap_cap ? t->heap_cap * 2 : 256;
+    struct lock **h = realloc(t->heap, cap * sizeof(*h));
+    if (h == NULL) {
+        return -1;
+    }
+    t->heap = h;
+    uint64_t *d = realloc(t->heap_due, cap * sizeof(*d));
+    if (d == NULL) {
+        return -1; /* the larger heap stays; heap_cap says what both hold */
+    }
+    t->heap_due = d;
+    t->heap_cap = cap;
+    return 0;
+}
+
 void locks_set_deadline(struct lock_table *t, struct lock *l, uint64_t due_us)
 {
     if (l->heap_idx != HEAP_NONE) {
@@ -166,20 +189,7 @@ void locks_set_deadline(struct lock_table *t, struct lock *l, uint64_t due_us)
         heap_up(t, l->heap_idx);
         return;
     }
-    if (t->heap_len == t->heap_cap) {
-        size_t cap = t->heap_cap ? t->heap_cap * 2 : 256;
-        struct lock **h = realloc(t->heap, cap * sizeof(*h));
-        if (h == NULL) {
-            return;
-        }
-        t->heap = h;
-        uint64_t *d = realloc(t->heap_due, cap * sizeof(*d));
-        if (d == NULL) {
-            return;
-        }
-        t->heap_due = d;
-        t->heap_cap = cap;
-    }
+    /* heap_len <= count - 1 < heap_cap: locks_add reserved the room. */
     size_t i = t->heap_len++;
     t->heap[i] = l;
     t->heap_due[i] = due_us;
@@ -203,6 +213,9 @@ struct lock *locks_add(struct lock_table *t, const char *token,
                        struct lock_owner *owner, uint32_t ttl_ms,
                        uint64_t valid_until_us)
 {
+    if (heap_reserve(t) != 0) {
+        return NULL;
+    }
     struct lock *l = calloc(1, sizeof(*l));
     if (l == NULL) {
         return NULL;

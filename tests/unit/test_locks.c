@@ -50,8 +50,8 @@ static void test_add_find_remove_many(void **state)
         locks_new_token(tokens[i]);
         char res[32];
         int n = snprintf(res, sizeof(res), "r%d", i);
-        assert_non_null(locks_add(t, tokens[i], res, (size_t)n, NULL, 1000,
-                                  (uint64_t)i));
+        assert_non_null(
+            locks_add(t, tokens[i], res, (size_t)n, NULL, 1000, (uint64_t)i));
     }
     assert_int_equal(locks_count(t), N);
     for (int i = 0; i < N; i++) {
@@ -134,6 +134,24 @@ static void test_deadline_heap(void **state)
     }
     assert_int_equal(popped, N - (N + 5) / 7);
     assert_int_equal(locks_count(t), 0);
+
+    /* Added first, scheduled after: locks_add made the heap's room, so
+     * every lock is scheduled (none left out to never renew nor expire). */
+    enum { M = 600 };
+    struct lock *m[M];
+    for (int i = 0; i < M; i++) {
+        char tok[PROTO_TOKEN_LEN + 1];
+        locks_new_token(tok);
+        m[i] = locks_add(t, tok, "r", 1, NULL, 100, 0);
+        assert_non_null(m[i]);
+    }
+    for (int i = 0; i < M; i++) {
+        locks_set_deadline(t, m[i], (uint64_t)(M - i));
+    }
+    for (popped = 0; locks_peek_due(t, &due) != NULL; popped++) {
+        locks_remove(t, locks_peek_due(t, &due));
+    }
+    assert_int_equal(popped, M);
     locks_destroy(t);
 }
 
