@@ -608,16 +608,21 @@ static void lock_drop(struct ops *o, struct lock *l)
     waitq_wake(o, res, len);
 }
 
-static void lock_tell_lost(const struct lock *l, const char *why);
+static void lock_tell_lost(const struct lock *l);
 
 /* l leaves the table through a call from another connection (its token
  * passed on): released, completed, or proved gone by an extend. Its owner
- * would learn of it at its next renewal at best, so it is told now. */
+ * would learn of it at its next renewal at best, so it is told now. Not
+ * counted as lost (redlockd_locks_lost_total is for locks that could not
+ * be kept): someone holding the token let it go. */
 static void lock_drop_by(struct ops *o, struct lock *l, const struct call *call,
                          const char *why)
 {
     if (l->owner != NULL && call->session != l->owner) {
-        lock_tell_lost(l, why);
+        char tag[9];
+        log_debug(NULL, "lock %s on '%.64s': %s", log_token_hash(l->token, tag),
+                  l->resource, why);
+        lock_tell_lost(l);
     }
     lock_drop(o, l);
 }
@@ -880,12 +885,9 @@ static void log_lost(const struct lock *l, const char *why)
              l->resource, why);
 }
 
-/* Tells l's owner, if it is an NDJSON session, that l is lost; logged and
- * counted once here. */
-static void lock_tell_lost(const struct lock *l, const char *why)
+/* Sends l's owner, if it is an NDJSON session, the lost event. */
+static void lock_tell_lost(const struct lock *l)
 {
-    log_lost(l, why);
-    METRIC_INC(locks_lost);
     if (l->owner != NULL && l->owner->client != NULL) {
         char buf[PROTO_RESPONSE_MAX];
         size_t n = proto_encode_event("lost", l->token, l->resource,
@@ -898,7 +900,9 @@ static void lock_tell_lost(const struct lock *l, const char *why)
 
 static void lock_lost(struct ops *o, struct lock *l, const char *why)
 {
-    lock_tell_lost(l, why);
+    log_lost(l, why);
+    METRIC_INC(locks_lost);
+    lock_tell_lost(l);
     /* Whatever nodes still hold it let go now rather than at expiry. */
     cluster_release(o->cluster, l->resource, l->resource_len, l->token, NULL,
                     NULL);

@@ -21,6 +21,7 @@ import time
 
 import pytest
 
+from extra import metric, scrape
 from rl import (PREFIX, Cluster, Daemon, assert_ok, err_code, lock_key,
                 rname)
 
@@ -186,15 +187,21 @@ def test_failed_shorter_extend_renews_at_once(cluster, daemon):
 @pytest.mark.parametrize("op", ["release", "complete"])
 def test_owner_told_when_another_connection_ends_its_lock(cluster, daemon,
                                                           op):
+    """The owner hears lost at once; it is not counted as a lock that
+    could not be kept (redlockd_locks_lost_total, which operators alert on):
+    someone holding its token let it go."""
     res = rname("tp")
     with daemon.client() as owner, daemon.client() as other:
         tok = owner.call("acquire", resource=res, ttl_ms=30000,
                          renew=True)["lock"]
+        lost0 = metric(scrape(daemon.socket), "redlockd_locks_lost_total")
         assert_ok(other.call(op, lock=tok, resource=res), op)
         ev = owner.wait_event(timeout=3.0)
         print("owner got %r" % ev)
         assert ev.get("event") == "lost" and ev.get("lock") == tok, ev
         assert ev.get("resource") == res, ev
+        assert metric(scrape(daemon.socket),
+                      "redlockd_locks_lost_total") == lost0
 
 
 def test_owner_not_told_of_its_own_release(cluster, daemon):
