@@ -1600,8 +1600,13 @@ static void bulk_send_more(struct conn *c)
 {
     char buf[256];
     size_t limit = B.rate > 0 ? B.allowed : B.total;
-    while (c->inflight < opt.window && B.sent < limit) {
-        size_t i = B.sent++;
+    /* Connection k of n sends indices k, k + n, ...: in every phase the
+     * same ones, so each lock is released through the session that took
+     * it, as a bot would (through another, its owner gets a lost event). */
+    while (c->inflight < opt.window && B.sent < limit && c->next < B.total) {
+        size_t i = c->next;
+        c->next += (size_t)B.n_conns;
+        B.sent++;
         int n;
         if (B.release) {
             if (B.tokens[i][0] == '\0') {
@@ -1723,6 +1728,7 @@ static double bulk_run(struct conn **conns, int n_conns, size_t total,
     for (int i = 0; i < n_conns; i++) {
         conns[i]->on_line = bulk_line;
         conns[i]->inflight = 0;
+        conns[i]->next = (size_t)i;
     }
     for (int i = 0; i < n_conns; i++) {
         bulk_send_more(conns[i]);
