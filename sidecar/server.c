@@ -1012,6 +1012,13 @@ static bool is_space(unsigned char c)
     return c == ' ' || c == '\t' || c == '\r' || c == '\n';
 }
 
+/* The framing a connection's first non-space byte chooses: '{' is NDJSON,
+ * anything else HTTP (always HTTP on the metrics listener). */
+static enum framing framing_of(unsigned char first, bool metrics_only)
+{
+    return first == '{' && !metrics_only ? FRAMING_NDJSON : FRAMING_HTTP;
+}
+
 /* Drops the whitespace before a connection's first byte, however much of
  * it is buffered (looked at a slice at a time, so a long run costs no big
  * pull-up), and picks the framing from that byte. Returns false while
@@ -1036,8 +1043,7 @@ static bool client_pick_framing(struct client *cl)
             i++;
         }
         if (i < look) {
-            cl->framing = p[i] == '{' && !cl->metrics_only ? FRAMING_NDJSON
-                                                           : FRAMING_HTTP;
+            cl->framing = framing_of(p[i], cl->metrics_only);
             evbuffer_drain(in, i);
             return true;
         }
@@ -1165,7 +1171,7 @@ static void refusal_answer(evutil_socket_t fd, enum proto_err err,
         i++;
     }
     size_t len;
-    if (i < n && first[i] != '{') {
+    if (i < n && framing_of((unsigned char)first[i], false) == FRAMING_HTTP) {
         bool head = n - i >= 5 && memcmp(first + i, "HEAD ", 5) == 0;
         len = http_format_head(proto_err_status(err), "application/json", blen,
                                false, NULL, out, sizeof(out));

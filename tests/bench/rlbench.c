@@ -2066,9 +2066,6 @@ static void idle_open(void)
      * buffers allocated like a real NDJSON client's. */
     int saved = opt.window;
     opt.window = 1;
-    for (int i = 0; i < opt.idle; i++) {
-        idle_conns[i]->next = 0;
-    }
     /* A ping per connection: total = idle, one in flight per connection. */
     B.tokens = NULL;
     bulk_run(idle_conns, opt.idle, (size_t)opt.idle, false, false, 0, "",
