@@ -141,7 +141,8 @@ if [ "$BUILD" = 1 ]; then
     fi
     if [ -z "$RLBENCH" ]; then
         gcc $CFLAGS_BENCH -Wall -Wextra -I"$ROOT/sidecar" "$HERE/rlbench.c" \
-            "$ROOT/sidecar/scripts.c" -lhiredis -levent -luuid -lm \
+            "$ROOT/sidecar/scripts.c" "$ROOT/sidecar/redlock.c" \
+            -lhiredis -levent -luuid -lm \
             -o "$BIN/rlbench"
         RLBENCH=$BIN/rlbench
     fi
