@@ -55,14 +55,19 @@ one request in flight per client; median over the repetitions, (min–max).
 - **acquire p50 / p99**: µs from sending the acquire to its answer, medians \
 over the repetitions.
 - **Redis cmds/cycle**: the nodes' `INFO commandstats` calls, summed over \
-the five nodes, per completed cycle (`CONFIG RESETSTAT` on every node when \
-the measured interval starts, read when it ends). Commands a script runs \
-inside count as well as the `EVALSHA`; the bench's own `CONFIG` and `INFO` \
-do not. Failed attempts and their rollbacks count (their work is real).
+the five nodes, per completed cycle. Each run is counted whole, from idle \
+nodes to idle nodes: `CONFIG RESETSTAT` on every node before the run's \
+first request, read once its last cycle finished and the nodes' call \
+counts stopped moving, divided by every cycle the run completed (warmup, \
+measured interval, drain). Reading at the edges of the measured interval \
+would miss the backlog of the slowest nodes, since a round is answered at \
+quorum. Commands a script runs inside count as well as the `EVALSHA`; the \
+bench's own `CONFIG` and `INFO` do not. Failed attempts and their rollbacks \
+count (their work is real).
 - **Redis cmd µs/cycle**: the `usec` of the same commandstats (a script's \
 usec includes the calls inside it, which count again on their own line).
 - **Redis CPU µs/cycle**: the change of `used_cpu_sys + used_cpu_user` \
-(`INFO cpu`, the whole redis-server process) over the interval, summed \
+(`INFO cpu`, the whole redis-server process) over the same span, summed \
 over the five nodes, per cycle: the fairest price of the Redis work; at 1 \
 client it is dominated by each node's per-wake-up cost.
 - **paired**: a ratio taken within each repetition (the runs compared were \
@@ -924,6 +929,9 @@ def build(args):
             # Only the per-function lines (callgrind_annotate adds a header).
             lines = [ln.strip() for ln in txt.splitlines()
                      if re.match(r"^\s*[\d,.]+%?\s", ln)][:40]
+            # Paths relative to the repository: no machine's paths in it.
+            root = os.path.abspath(args.root) + os.sep
+            lines = [ln.replace(root, "") for ln in lines]
             doc.append("## Profile: %s\n" % title)
             doc.append(stamp(out_dir, "profile"))
             doc.append("```\n%s\n```\n" % "\n".join(lines))
