@@ -759,6 +759,11 @@ def pin_block(args, rows, unix_rows, renew):
                    fmt(secs, 1) if secs else "?"))
     doc.append(WORK_LEGEND)
     doc.append(work_section(out_dir, rows, unix_rows))
+    _, summary = comparison_tables(rows)
+    if summary:
+        doc.append("#### Targets of issue 15, nodes over %s (reported, not "
+                   "asserted)\n" % ("TCP" if rows else "unix sockets"))
+        doc.append(targets_table(summary, renew, group(rows)))
     if renew:
         doc.append("Renewing locks (daemon, TCP nodes): %s of %s locks at "
                    "ttl %s ms held %s s: RSS median %s MB, daemon CPU median "
@@ -792,6 +797,7 @@ def pin(args):
     _, renew = renew_table(parse_results(os.path.join(out_dir, "renew.txt")))
     if not rows and not unix_rows:
         sys.exit("report.py: no results in %s to pin" % out_dir)
+    rows = rows or unix_rows
     old = read(args.md) if os.path.exists(args.md) else \
         "# redlockd benchmarks\n"
     blocks = pinned_blocks(old)
