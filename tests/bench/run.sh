@@ -13,9 +13,9 @@
 # commandstats and INFO cpu). Then the renew run (100,000 renewing locks by
 # default); writes BENCHMARKS.md plus a PNG.
 #
-#   tests/bench/run.sh              the comparison + renew (about 12 min)
+#   tests/bench/run.sh              the comparison + renew (about 9 min)
 #   tests/bench/run.sh --unix       ... and the comparison again with the
-#                                   nodes on unix sockets (about 20 min)
+#                                   nodes on unix sockets (about 16 min)
 #   tests/bench/run.sh --quick      a smoke run, about 2 minutes; writes its
 #                                   report under tests/bench/out/quick/ only
 #   tests/bench/run.sh --scaling    "How cost grows": node count, client
