@@ -1099,9 +1099,8 @@ static void i_start_release(struct client *cl);
 
 /* The compare-and-delete of one key on one node, for a release or a
  * rollback; cb NULL: nobody waits for the answer. */
-static int i_send_delete(struct rnode *nd, struct client *cl,
-                         const char *token, bool publish,
-                         redisCallbackFn *cb, void *privdata)
+static int i_send_delete(struct rnode *nd, struct client *cl, const char *token,
+                         bool publish, redisCallbackFn *cb, void *privdata)
 {
     struct rbuf rb;
     if (limit_kind == LIMIT_MINIMAL) {
@@ -1307,8 +1306,9 @@ static void i_send_all(struct iop *op)
         if (op->outstanding == 0) {
             iop_put(op);
         }
-        fprintf(stderr, "rlbench: client %d: fewer than a quorum of nodes "
-                        "connected; stopping it\n",
+        fprintf(stderr,
+                "rlbench: client %d: fewer than a quorum of nodes "
+                "connected; stopping it\n",
                 cl->idx);
         client_stop(cl);
     }
@@ -1399,8 +1399,7 @@ static redisContext *sync_connect(const char *addr)
     return redisConnectWithTimeout(host, port, tv);
 }
 
-static void script_load(redisContext *c, const char *src, char out[41],
-                        int idx)
+static void script_load(redisContext *c, const char *src, char out[41], int idx)
 {
     redisReply *r = redisCommand(c, "SCRIPT LOAD %s", src);
     if (r == NULL || r->type != REDIS_REPLY_STRING || r->len != 40) {
@@ -1421,8 +1420,8 @@ static void inproc_setup(void)
         die("at most %d nodes", REDLOCK_MAX_NODES);
     }
     n_nodes = opt.n_redis;
-    fence_key_len = (size_t)snprintf(fence_key, sizeof(fence_key), "%sfence",
-                                     opt.prefix);
+    fence_key_len =
+        (size_t)snprintf(fence_key, sizeof(fence_key), "%sfence", opt.prefix);
     ttl_len = (size_t)snprintf(ttl_str, sizeof(ttl_str), "%d", opt.ttl_ms);
     for (int i = 0; i < n_nodes; i++) {
         struct rnode *nd = &nodes[i];
@@ -1507,8 +1506,8 @@ static void stats_open(void)
     for (int i = 0; i < opt.n_redis; i++) {
         redisContext *c = sync_connect(opt.redis[i]);
         if (c == NULL || c->err) {
-            die("node %d (%s): %s (--no-redis-stats runs without INFO)",
-                i + 1, opt.redis[i], c ? c->errstr : "out of memory");
+            die("node %d (%s): %s (--no-redis-stats runs without INFO)", i + 1,
+                opt.redis[i], c ? c->errstr : "out of memory");
         }
         stat_ctx[n_stat++] = c;
     }
@@ -1564,9 +1563,10 @@ static void stats_begin(void)
         redisReply *r = redisCommand(stat_ctx[i], "CONFIG RESETSTAT");
         if (r == NULL || r->type != REDIS_REPLY_STATUS) {
             fprintf(stderr, "rlbench: node %d: CONFIG RESETSTAT failed: %s\n",
-                    i + 1, r != NULL && r->type == REDIS_REPLY_ERROR
-                               ? r->str
-                               : stat_ctx[i]->errstr);
+                    i + 1,
+                    r != NULL && r->type == REDIS_REPLY_ERROR
+                        ? r->str
+                        : stat_ctx[i]->errstr);
             stat_begun = false;
         }
         if (r != NULL) {
@@ -1664,7 +1664,7 @@ static long long node_calls(int i)
     return n;
 }
 
-#define SETTLE_STABLE 3    /* equal readings in a row */
+#define SETTLE_STABLE 3 /* equal readings in a row */
 #define SETTLE_TICK_US 50000
 #define SETTLE_MAX_S 10
 
@@ -1702,8 +1702,9 @@ static void settle_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (now_us() >= settle.until) {
-        fprintf(stderr, "rlbench: the nodes were still busy %d s after the "
-                        "run; reading their work anyway\n",
+        fprintf(stderr,
+                "rlbench: the nodes were still busy %d s after the "
+                "run; reading their work anyway\n",
                 SETTLE_MAX_S);
         event_base_loopbreak(base);
         return;
