@@ -262,3 +262,34 @@ def test_quarantine_counts_only_grants(cluster, daemon):
         print("quarantine after a 45 s grant: %d ms" % q)
         assert q == 45000, q
         assert_ok(c.call("release", lock=r["lock"]))
+
+
+def test_done_mark_repair_as_the_documented_acl_user(cluster,
+                                                      daemon_factory):
+    """The repair's SCAN runs as the least-privilege user that
+    docs/operations.md documents: node 1 restarts (and gets the user back,
+    as from an aclfile), and its mark is copied without a refusal in any
+    node's ACL LOG."""
+    import os
+
+    from test_acl import USER, _acl_refusals, _acl_rules, _lock_down
+    pw = "aclpw-%s" % os.urandom(8).hex()
+    _lock_down(cluster, pw)
+    args = []
+    for nd in cluster.nodes:
+        args += ["--node", "unix://%s:%s@%s" % (USER, pw, nd.path)]
+    d = daemon_factory.start(cluster, name="dacl", extra=QUARANTINE,
+                             node_args=args)
+    res = rname("a14")
+    mark = _complete_on_first_three(cluster, d, res, 600000)
+    mark_seen = len(d.stderr_text())
+    n1 = cluster.nodes[0]
+    n1.restart()
+    assert n1.cmd("ACL", "SETUSER", USER, *_acl_rules(pw)) == "OK"
+    _wait_log(d, r"node 1: restarted \(new run_id\)", 15.0 * SLOW,
+              mark_seen)
+    _wait_quarantine_over(d, 0, 15.0 * SLOW)
+    assert n1.cmd("GET", lock_key(res)) == mark
+    refused = _acl_refusals(cluster)
+    print("ACL LOG entries: %r" % refused)
+    assert refused == [], refused
