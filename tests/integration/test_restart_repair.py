@@ -11,6 +11,8 @@ cost, against real redis-servers.
 """
 
 import re
+import socket
+import time
 
 from rl import (PREFIX, SLOW, assert_error, assert_ok, err_code, lock_key,
                 poll_until, rname)
@@ -32,6 +34,16 @@ def _wait_quarantine_over(daemon, k, timeout):
     assert ok, "node %d still quarantined after %.1fs: %r\n%s" % (
         k + 1, took, _health_nodes(daemon), daemon.stderr_tail(40))
     return took
+
+
+def _wait_none_quarantined(daemon):
+    """On a loaded machine the five redis-servers may start seconds apart,
+    and a daemon then quarantines the late ones as possibly restarted
+    (for the quarantine period): wait that out."""
+    ok, _ = poll_until(lambda: not any(n.get("quarantined") for n in
+                                       _health_nodes(daemon)),
+                       40.0 * SLOW, 0.1)
+    assert ok, _health_nodes(daemon)
 
 
 def _wait_log(daemon, pattern, timeout, after=0):
@@ -177,23 +189,45 @@ def test_done_marks_survive_minority_restarts(cluster, daemon_factory):
     assert cluster.get_all(lock_key(res)) == [mark] * 3 + [None] * 2
 
 
-def test_marks_on_quorum_minus_one_answer_done(cluster, daemon):
-    """Marks on nodes 2 and 3 only: what a quorum of marks leaves when a
+def test_mark_seen_holds_the_grant_until_answers_are_in(cluster,
+                                                       daemon_factory):
+    """Marks on nodes 2 and 5 only: what a quorum of marks leaves when a
     node lost its own and the daemon never saw it restart (it started
-    later, or a proxy hid the restart). Nodes 1, 4 and 5 are free, a
-    quorum; the acquire must still answer done, and leave no key behind."""
+    later, or a proxy hid the restart). Nodes 1 and 5 are paused so the
+    answers come in a known order: node 2's mark, nodes 3 and 4 ok, then
+    node 1 ok, a third one. With a mark seen and node 5 still due, the
+    acquire must wait for it rather than win; node 5's mark then makes it
+    done, and no key is left behind. (The node timeout is long, so the
+    pauses are answers late, not lost.)"""
+    d = daemon_factory.start(cluster, name="dw",
+                             extra=QUARANTINE + ["--node-timeout-ms",
+                                                 "10000"])
+    _wait_none_quarantined(d)
     res = rname("q14")
-    for nd in cluster.nodes[1:3]:
-        assert nd.cmd("SET", lock_key(res), "done:x" * 6, "PX",
-                      "60000") == "OK"
-    with daemon.client() as c:
-        r = c.call("acquire", resource=res, ttl_ms=5000)
-        print("acquire with marks on nodes 2, 3: %r" % r)
+    for k in (1, 4):
+        assert cluster.nodes[k].cmd("SET", lock_key(res), "done:" + "x" * 32,
+                                    "PX", "60000") == "OK"
+    with d.client(timeout=15.0) as c:
+        cluster.nodes[0].pause()
+        cluster.nodes[4].pause()
+        c.send({"op": "acquire", "id": "a", "resource": res,
+                "ttl_ms": 30000})
+        time.sleep(0.5)
+        cluster.nodes[0].resume()
+        try:
+            early = c.response("a", timeout=0.7)
+        except socket.timeout:
+            early = None
+        cluster.nodes[4].resume()
+        r = early or c.response("a", timeout=10.0)
+        print("answered before node 5's answer: %r; answer: %r" % (
+            early, r))
+        assert early is None, "granted on the third ok: %r" % early
         assert_error(r, "done")
 
     def rolled_back():
         vals = cluster.get_all(lock_key(res))
-        return vals[0] is None and vals[3] is None and vals[4] is None
+        return vals[0] is None and vals[2] is None and vals[3] is None
     ok, _ = poll_until(rolled_back, 5.0 * SLOW)
     assert ok, cluster.get_all(lock_key(res))
 
@@ -248,6 +282,7 @@ def test_quarantine_counts_only_grants(cluster, daemon):
     nothing, so a restart after it is quarantined for the default 30 s,
     not for a day. A TTL that was granted (45 s) does count."""
     res = rname("g14")
+    _wait_none_quarantined(daemon)
     with daemon.client() as c:
         r = c.call("extend", lock="0123456789abcdef" * 2, resource=res,
                    ttl_ms=86400000)
@@ -290,6 +325,8 @@ def test_done_mark_repair_as_the_documented_acl_user(cluster,
               mark_seen)
     _wait_quarantine_over(d, 0, 15.0 * SLOW)
     assert n1.cmd("GET", lock_key(res)) == mark
-    refused = _acl_refusals(cluster)
-    print("ACL LOG entries: %r" % refused)
+    # A reconnect may beat the user back to node 1: that AUTH failure is
+    # the test's doing; a refused command would be the documented line's.
+    refused = [e for e in _acl_refusals(cluster) if e[1] != b"auth"]
+    print("ACL LOG entries other than AUTH: %r" % refused)
     assert refused == [], refused
