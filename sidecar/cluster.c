@@ -124,12 +124,12 @@ struct cluster {
     struct qarg {
         struct cluster *c;
         int i;
-    } qargs[REDLOCK_MAX_NODES]; /* quarantine timer arguments */
-    int repair_attempt[REDLOCK_MAX_NODES]; /* retries: the back-off */
+    } qargs[REDLOCK_MAX_NODES];             /* quarantine timer arguments */
+    int repair_attempt[REDLOCK_MAX_NODES];  /* retries: the back-off */
     bool repair_waiting[REDLOCK_MAX_NODES]; /* no sound read yet (logged) */
-    char scan_match[2 * 64 + 8]; /* SCAN MATCH for <prefix>lock:* */
+    char scan_match[2 * 64 + 8];            /* SCAN MATCH for <prefix>lock:* */
     struct redlock_grants grants; /* live TTLs granted: the quarantine */
-    int64_t fence_max_seen; /* largest fence this daemon handed out */
+    int64_t fence_max_seen;       /* largest fence this daemon handed out */
 };
 
 uint64_t cluster_now_us(void)
@@ -836,8 +836,8 @@ static void repair_retry_later(struct cluster *c, int target)
     if (c->closing) {
         return; /* the timer may be freed already */
     }
-    uint32_t ms = redlock_backoff_ms((unsigned)c->repair_attempt[target]++,
-                                     250, 5000, (double)random() / RAND_MAX);
+    uint32_t ms = redlock_backoff_ms((unsigned)c->repair_attempt[target]++, 250,
+                                     5000, (double)random() / RAND_MAX);
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
     evtimer_add(c->quarantine_ev[target], &tv);
 }
@@ -913,9 +913,10 @@ static void repair_src_failed(struct repair_src *s)
     r->running--;
     if (r->complete + r->running < r->need) {
         char why[96];
-        snprintf(why, sizeof(why), "node %d could not be read (%d of %d "
-                 "needed left)", s->node + 1, r->complete + r->running,
-                 r->need);
+        snprintf(why, sizeof(why),
+                 "node %d could not be read (%d of %d "
+                 "needed left)",
+                 s->node + 1, r->complete + r->running, r->need);
         repair_fail(r, why);
     }
 }
@@ -975,10 +976,10 @@ static void repair_copy_cb(struct node *node, struct redisReply *reply,
             r->marks += (uint64_t)reply->integer;
             repair_scan_next(s);
         } else {
-            repair_fail(r, status == NODE_REPLY && reply->type ==
-                                                       REDIS_REPLY_ERROR
-                               ? reply->str
-                               : "copying done marks got no answer");
+            repair_fail(r,
+                        status == NODE_REPLY && reply->type == REDIS_REPLY_ERROR
+                            ? reply->str
+                            : "copying done marks got no answer");
         }
     }
     repair_release(r);
@@ -999,7 +1000,7 @@ static void repair_scan_cb(struct node *node, struct redisReply *reply,
     if (status != NODE_REPLY || reply->type != REDIS_REPLY_ARRAY ||
         reply->elements < 1 || (reply->elements - 1) % 3 != 0) {
         log_warn(NULL, "node %d: done-mark scan: %s", node_index(node) + 1,
-                 status != NODE_REPLY ? "no answer"
+                 status != NODE_REPLY               ? "no answer"
                  : reply->type == REDIS_REPLY_ERROR ? reply->str
                                                     : "unexpected reply");
         repair_src_failed(s);
@@ -1030,8 +1031,7 @@ static void repair_scan_cb(struct node *node, struct redisReply *reply,
         if (argc == 0) {
             repair_scan_next(s);
         } else if (node_script(r->c->nodes[r->target], SCRIPT_DONE_COPY,
-                               (int)argc, argv, lens, repair_copy_cb,
-                               s) == 0) {
+                               (int)argc, argv, lens, repair_copy_cb, s) == 0) {
             r->outstanding++;
         } else {
             repair_fail(r, "copying done marks not sent");

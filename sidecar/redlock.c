@@ -374,9 +374,8 @@ uint32_t redlock_grants_max_ttl(const struct redlock_grants *gs,
     return max;
 }
 
-uint32_t redlock_quarantine_ms(const struct redlock_grants *gs,
-                               uint64_t now_us, uint32_t fixed_ms,
-                               uint32_t floor_ms)
+uint32_t redlock_quarantine_ms(const struct redlock_grants *gs, uint64_t now_us,
+                               uint32_t fixed_ms, uint32_t floor_ms)
 {
     if (fixed_ms > 0) {
         return fixed_ms;

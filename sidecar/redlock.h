@@ -174,8 +174,7 @@ uint32_t redlock_grants_max_ttl(const struct redlock_grants *gs,
 
 /* redlock_quarantine_ms: the restart quarantine: fixed_ms when set (> 0),
  * else the largest live TTL granted, but at least floor_ms. */
-uint32_t redlock_quarantine_ms(const struct redlock_grants *gs,
-                               uint64_t now_us, uint32_t fixed_ms,
-                               uint32_t floor_ms);
+uint32_t redlock_quarantine_ms(const struct redlock_grants *gs, uint64_t now_us,
+                               uint32_t fixed_ms, uint32_t floor_ms);
 
 #endif

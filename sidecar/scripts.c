@@ -80,7 +80,7 @@ const char *const script_source[SCRIPT__COUNT] = {
 };
 
 const int script_numkeys[SCRIPT__COUNT] = {
-    [SCRIPT_ACQUIRE] = 2,  [SCRIPT_RELEASE] = 1,     [SCRIPT_EXTEND] = 1,
-    [SCRIPT_COMPLETE] = 1, [SCRIPT_FENCE_RAISE] = 2, [SCRIPT_FENCE_REPAIR] = 1,
+    [SCRIPT_ACQUIRE] = 2,   [SCRIPT_RELEASE] = 1,     [SCRIPT_EXTEND] = 1,
+    [SCRIPT_COMPLETE] = 1,  [SCRIPT_FENCE_RAISE] = 2, [SCRIPT_FENCE_REPAIR] = 1,
     [SCRIPT_DONE_SCAN] = 0, [SCRIPT_DONE_COPY] = 0,
 };

@@ -296,10 +296,8 @@ static void test_grants_age_out(void **state)
     /* a day granted at t=1 s: a day of quarantine until it has expired */
     redlock_grants_add(&g, 86400000, 1000 * MS, 1000 * MS);
     redlock_grants_add(&g, 45000, 2000 * MS, 2000 * MS);
-    assert_int_equal(redlock_quarantine_ms(&g, 3000 * MS, 0, 30000),
-                     86400000);
-    assert_int_equal(redlock_grants_max_ttl(&g, 86400999ULL * MS),
-                     86400000);
+    assert_int_equal(redlock_quarantine_ms(&g, 3000 * MS, 0, 30000), 86400000);
+    assert_int_equal(redlock_grants_max_ttl(&g, 86400999ULL * MS), 86400000);
     /* the day is over at 86401 s; the 45 s grant long before */
     assert_int_equal(redlock_grants_max_ttl(&g, 86401000ULL * MS), 0);
     assert_int_equal(redlock_quarantine_ms(&g, 86401000ULL * MS, 0, 30000),
