@@ -8,6 +8,8 @@
  *   each answer -> redlock_round_answer():
  *     ok >= quorum             -> validity = ttl - (now-t0) - (ttl*drift+2)
  *                                 > 0 ? WON : LOST_NOQUORUM
+ *                                 (a done mark seen first: see
+ *                                 redlock_free_quorum)
  *     ok + pending < quorum    -> LOST_{DONE,BUSY,NOQUORUM}  (certain now;
  *                                 done needs marks on > n - quorum nodes)
  *   LOST: rollback every node that got the SET and did not say busy/done,
@@ -68,6 +70,15 @@ static enum redlock_outcome round_decide(struct redlock_round *r,
         return r->outcome;
     }
     if (r->n_ok >= r->quorum) {
+        enum redlock_free_verdict fv =
+            redlock_free_quorum(r->n_nodes, r->n_done, r->n_pending);
+        if (fv == RL_FREE_WAIT) {
+            return RL_UNDECIDED;
+        }
+        if (fv == RL_FREE_DONE) {
+            r->outcome = RL_LOST_DONE;
+            return r->outcome;
+        }
         uint64_t now_us = clock();
         int64_t v = redlock_validity_ms(r->ttl_ms, r->drift_factor,
                                         now_us - r->start_us);
@@ -223,4 +234,152 @@ uint32_t redlock_retry_delay_ms(unsigned attempt, int64_t pttl_min,
         d = wait_left_ms;
     }
     return (uint32_t)d;
+}
+
+enum redlock_free_verdict redlock_free_quorum(int n_nodes, int n_done,
+                                              int n_pending)
+{
+    if (n_done <= 0) {
+        return RL_FREE_GRANT;
+    }
+    int q = redlock_quorum(n_nodes);
+    int enough = q - 1 > 1 ? q - 1 : 1;
+    if (n_done >= enough) {
+        return RL_FREE_DONE;
+    }
+    if (n_done + n_pending >= enough) {
+        return RL_FREE_WAIT;
+    }
+    return RL_FREE_GRANT;
+}
+
+static int bits_set(uint32_t v)
+{
+    int n = 0;
+    while (v != 0) {
+        v &= v - 1u;
+        n++;
+    }
+    return n;
+}
+
+enum redlock_repair_plan redlock_repair_plan(int n_nodes, int target,
+                                             uint32_t lost, uint32_t up,
+                                             uint32_t *read, int *need)
+{
+    uint32_t all = n_nodes >= 32 ? UINT32_MAX : (1u << n_nodes) - 1u;
+    uint32_t others = all & ~(1u << target);
+    uint32_t sound = others & ~lost;
+    int want = n_nodes - redlock_quorum(n_nodes) + 1;
+    *read = 0;
+    *need = 0;
+    if (bits_set(sound) >= want) {
+        /* Down is not lost: a sound node that is down now still holds
+         * what the read must see. */
+        if (bits_set(sound & up) < want) {
+            return RL_REPAIR_WAIT;
+        }
+        *read = sound & up;
+        *need = want;
+        return RL_REPAIR_SOUND;
+    }
+    if (others != 0 && (others & up) == 0) {
+        return RL_REPAIR_WAIT;
+    }
+    *read = others & up;
+    *need = bits_set(*read);
+    return RL_REPAIR_BEST_EFFORT;
+}
+
+/* Whether grant a stands at least as long, and is at least as long, as a
+ * grant of ttl_ms standing until until_us: then the latter adds nothing. */
+static bool grant_covers(const struct redlock_grant *a, uint32_t ttl_ms,
+                         uint64_t until_us)
+{
+    return a->ttl_ms >= ttl_ms && a->until_us >= until_us;
+}
+
+void redlock_grants_add(struct redlock_grants *gs, uint32_t ttl_ms,
+                        uint64_t sent_us, uint64_t now_us)
+{
+    uint64_t until = sent_us + (uint64_t)ttl_ms * 1000u;
+    if (until <= now_us) {
+        return;
+    }
+    /* Drop what has expired and what the new grant covers. */
+    bool covered = false;
+    int k = 0;
+    for (int i = 0; i < gs->n; i++) {
+        struct redlock_grant e = gs->g[i];
+        if (e.until_us <= now_us ||
+            (e.ttl_ms <= ttl_ms && e.until_us <= until)) {
+            continue;
+        }
+        covered = covered || grant_covers(&e, ttl_ms, until);
+        gs->g[k++] = e;
+    }
+    gs->n = k;
+    if (covered) {
+        return;
+    }
+    if (gs->n == REDLOCK_GRANTS_MAX) {
+        /* Full: merge the two shortest TTLs into one as long as the
+         * longer and standing as late as the later. */
+        int a = 0, b = 1;
+        if (gs->g[b].ttl_ms < gs->g[a].ttl_ms) {
+            a = 1;
+            b = 0;
+        }
+        for (int i = 2; i < gs->n; i++) {
+            if (gs->g[i].ttl_ms < gs->g[a].ttl_ms) {
+                b = a;
+                a = i;
+            } else if (gs->g[i].ttl_ms < gs->g[b].ttl_ms) {
+                b = i;
+            }
+        }
+        struct redlock_grant *m = &gs->g[a];
+        m->ttl_ms = gs->g[b].ttl_ms;
+        if (gs->g[b].until_us > m->until_us) {
+            m->until_us = gs->g[b].until_us;
+        }
+        gs->g[b] = gs->g[gs->n - 1];
+        gs->n--;
+        if (a == gs->n) {
+            m = &gs->g[b]; /* it was the last one: moved */
+        }
+        if (grant_covers(m, ttl_ms, until)) {
+            return;
+        }
+        if (ttl_ms >= m->ttl_ms && until >= m->until_us) {
+            m->ttl_ms = ttl_ms;
+            m->until_us = until;
+            return;
+        }
+    }
+    gs->g[gs->n].ttl_ms = ttl_ms;
+    gs->g[gs->n].until_us = until;
+    gs->n++;
+}
+
+uint32_t redlock_grants_max_ttl(const struct redlock_grants *gs,
+                                uint64_t now_us)
+{
+    uint32_t max = 0;
+    for (int i = 0; i < gs->n; i++) {
+        if (gs->g[i].until_us > now_us && gs->g[i].ttl_ms > max) {
+            max = gs->g[i].ttl_ms;
+        }
+    }
+    return max;
+}
+
+uint32_t redlock_quarantine_ms(const struct redlock_grants *gs, uint64_t now_us,
+                               uint32_t fixed_ms, uint32_t floor_ms)
+{
+    if (fixed_ms > 0) {
+        return fixed_ms;
+    }
+    uint32_t q = redlock_grants_max_ttl(gs, now_us);
+    return q > floor_ms ? q : floor_ms;
 }

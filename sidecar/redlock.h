@@ -106,4 +106,75 @@ uint32_t redlock_backoff_ms(unsigned attempt, uint32_t base_ms, uint32_t cap_ms,
 uint32_t redlock_retry_delay_ms(unsigned attempt, int64_t pttl_min,
                                 uint64_t wait_left_ms, double rand01);
 
+/* redlock_free_quorum: what an acquisition does once a quorum of nodes set
+ * its key, given the done marks seen so far (n_done) and the answers still
+ * due (n_pending). A complete that succeeded left marks on a quorum; an
+ * acquisition can find a quorum free only where marks were lost (a node
+ * restarted or was flushed before its marks were repaired), and one lost
+ * mark leaves quorum - 1 of them. So marks on quorum - 1 nodes (at least
+ * one) answer done; fewer are a complete that reached only a minority and
+ * do not hold the resource back. Until the answers still due cannot reach
+ * that many marks, the decision waits for them (or their node timeout). */
+enum redlock_free_verdict {
+    RL_FREE_GRANT = 0, /* won: no mark, or too few to count */
+    RL_FREE_WAIT,      /* a mark was seen: wait for the answers still due */
+    RL_FREE_DONE,      /* marks on quorum - 1 nodes: answer done */
+};
+enum redlock_free_verdict redlock_free_quorum(int n_nodes, int n_done,
+                                              int n_pending);
+
+/* How a restarted node's fence counter and done marks are repaired before
+ * it counts again (cluster.c). Reading N - quorum + 1 nodes other than the
+ * target that kept their data meets every earlier write-back quorum and
+ * every quorum of done marks. A node that is down but was never seen to
+ * restart kept its data: it cannot be read now, so the repair waits for
+ * it; only when the nodes that lost their data (restarted, not repaired
+ * yet) leave too few others is no sound read possible at all. */
+enum redlock_repair_plan {
+    RL_REPAIR_WAIT = 0,    /* too few sound nodes up now: retry later */
+    RL_REPAIR_SOUND,       /* read *read, need answers from *need of them */
+    RL_REPAIR_BEST_EFFORT, /* restarts alone left too few sound nodes:
+                              read every node up, all must answer */
+};
+
+/* redlock_repair_plan: target is the node to repair; lost the nodes that
+ * restarted without persistence and are not repaired yet (target's bit is
+ * ignored); up the nodes connected now. Sets *read (the nodes to read) and
+ * *need (answers needed); both 0 for RL_REPAIR_WAIT. */
+enum redlock_repair_plan redlock_repair_plan(int n_nodes, int target,
+                                             uint32_t lost, uint32_t up,
+                                             uint32_t *read, int *need);
+
+/* The TTLs granted that may still be live, for the restart quarantine: a
+ * node that restarts must sit out until every lock it may have held has
+ * expired, that is for the largest TTL granted whose lock may still stand.
+ * A grant is counted from when its round was sent (the key cannot outlive
+ * send time + ttl by the daemon's clock, drift aside, which the validity
+ * already took off). Bounded: past REDLOCK_GRANTS_MAX distinct (ttl,
+ * expiry) steps, the two shortest merge into one that covers both, so the
+ * answer is never below the truth. */
+#define REDLOCK_GRANTS_MAX 16
+struct redlock_grant {
+    uint32_t ttl_ms;
+    uint64_t until_us; /* monotonic: the lock cannot stand past this */
+};
+struct redlock_grants {
+    int n;
+    struct redlock_grant g[REDLOCK_GRANTS_MAX];
+};
+
+/* redlock_grants_add: records a grant of ttl_ms sent at sent_us. */
+void redlock_grants_add(struct redlock_grants *gs, uint32_t ttl_ms,
+                        uint64_t sent_us, uint64_t now_us);
+
+/* redlock_grants_max_ttl: the largest ttl of a grant that may still stand
+ * at now_us; 0 when none. */
+uint32_t redlock_grants_max_ttl(const struct redlock_grants *gs,
+                                uint64_t now_us);
+
+/* redlock_quarantine_ms: the restart quarantine: fixed_ms when set (> 0),
+ * else the largest live TTL granted, but at least floor_ms. */
+uint32_t redlock_quarantine_ms(const struct redlock_grants *gs, uint64_t now_us,
+                               uint32_t fixed_ms, uint32_t floor_ms);
+
 #endif

@@ -162,12 +162,196 @@ static void test_done_needs_marks_beyond_a_minority(void **state)
     answer_at(&r, 0, RL_DONE, 0, -1, 1);
     assert_int_equal(answer_at(&r, 1, RL_DONE, 0, -1, 1), RL_LOST_NOQUORUM);
 
-    /* Marks never hold an acquisition back once a quorum is free. */
+    /* One mark (a complete that reached one node) does not hold an
+     * acquisition back once a quorum is free, but the answer still due
+     * is awaited first: it could be a second mark. */
     redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
     answer_at(&r, 0, RL_DONE, 0, -1, 1);
     answer_at(&r, 1, RL_OK, 0, -1, 1);
     answer_at(&r, 2, RL_OK, 0, -1, 1);
-    assert_int_equal(answer_at(&r, 3, RL_OK, 0, -1, 1), RL_WON);
+    assert_int_equal(answer_at(&r, 3, RL_OK, 0, -1, 1), RL_UNDECIDED);
+    assert_int_equal(answer_at(&r, 4, RL_OK, 0, -1, 1), RL_WON);
+}
+
+/* Issue 14 item 2: marks on exactly a quorum, one node restarted and lost
+ * its mark. Its ok, with two others, must not win on the third ok while
+ * the nodes still due may hold the marks. */
+static void test_done_mark_blocks_early_grant(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    /* Third ok with one mark seen and one answer due: wait; the second
+     * mark makes it done, and every ok node is rolled back. */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    answer_at(&r, 0, RL_OK, 0, -1, 1);
+    answer_at(&r, 1, RL_DONE, 0, -1, 1);
+    answer_at(&r, 3, RL_OK, 0, -1, 1);
+    assert_int_equal(answer_at(&r, 4, RL_OK, 0, -1, 1), RL_UNDECIDED);
+    assert_int_equal(answer_at(&r, 2, RL_DONE, 0, -1, 1), RL_LOST_DONE);
+    assert_int_equal(redlock_rollback_set(&r),
+                     (1u << 0) | (1u << 3) | (1u << 4));
+
+    /* Two marks before the third ok: done at once. */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    answer_at(&r, 1, RL_DONE, 0, -1, 1);
+    answer_at(&r, 2, RL_DONE, 0, -1, 1);
+    answer_at(&r, 0, RL_OK, 0, -1, 1);
+    answer_at(&r, 3, RL_OK, 0, -1, 1);
+    assert_int_equal(answer_at(&r, 4, RL_OK, 0, -1, 1), RL_LOST_DONE);
+
+    /* The answer due times out: granted then, with validity measured at
+     * that moment, not at the third ok. */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    answer_at(&r, 0, RL_OK, 0, -1, 1 * MS);
+    answer_at(&r, 1, RL_DONE, 0, -1, 1 * MS);
+    answer_at(&r, 2, RL_OK, 0, -1, 1 * MS);
+    assert_int_equal(answer_at(&r, 3, RL_OK, 0, -1, 2 * MS), RL_UNDECIDED);
+    assert_int_equal(answer_at(&r, 4, RL_FAILED, 0, -1, 250 * MS), RL_WON);
+    assert_int_equal(r.validity_ms, 1000 - 250 - 12);
+
+    /* No mark: the third ok still decides at once. */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    answer_at(&r, 0, RL_OK, 0, -1, 1);
+    answer_at(&r, 1, RL_OK, 0, -1, 1);
+    assert_int_equal(answer_at(&r, 2, RL_OK, 0, -1, 1), RL_WON);
+}
+
+static void test_free_quorum_verdict(void **state)
+{
+    (void)state;
+    /* 5 nodes: two marks are what a quorum of marks leaves after one
+     * node lost its own. */
+    assert_int_equal(redlock_free_quorum(5, 0, 2), RL_FREE_GRANT);
+    assert_int_equal(redlock_free_quorum(5, 1, 1), RL_FREE_WAIT);
+    assert_int_equal(redlock_free_quorum(5, 1, 0), RL_FREE_GRANT);
+    assert_int_equal(redlock_free_quorum(5, 2, 0), RL_FREE_DONE);
+    assert_int_equal(redlock_free_quorum(5, 2, 1), RL_FREE_DONE);
+    /* 7 nodes: three. */
+    assert_int_equal(redlock_free_quorum(7, 1, 2), RL_FREE_WAIT);
+    assert_int_equal(redlock_free_quorum(7, 1, 1), RL_FREE_GRANT);
+    assert_int_equal(redlock_free_quorum(7, 2, 1), RL_FREE_WAIT);
+    assert_int_equal(redlock_free_quorum(7, 3, 0), RL_FREE_DONE);
+    /* 3 nodes: any mark. */
+    assert_int_equal(redlock_free_quorum(3, 1, 0), RL_FREE_DONE);
+    assert_int_equal(redlock_free_quorum(3, 0, 1), RL_FREE_GRANT);
+}
+
+/* Issue 14 item 1: 5 nodes, node 0 restarted; nodes 1 and 2 are down but
+ * never restarted. A read of nodes 3 and 4 alone may miss every fence
+ * written back to {0, 1, 2}: wait, do not fall back. */
+static void test_repair_plan(void **state)
+{
+    (void)state;
+    uint32_t read;
+    int need;
+    assert_int_equal(redlock_repair_plan(5, 0, 0x1u, 0x19u, &read, &need),
+                     RL_REPAIR_WAIT);
+    assert_int_equal(read, 0);
+    assert_int_equal(need, 0);
+    /* One of them back: a sound read of three. */
+    assert_int_equal(redlock_repair_plan(5, 0, 0x1u, 0x1bu, &read, &need),
+                     RL_REPAIR_SOUND);
+    assert_int_equal(read, 0x1au);
+    assert_int_equal(need, 3);
+    /* Every node up: read the four others, three answers suffice. */
+    assert_int_equal(redlock_repair_plan(5, 0, 0x1u, 0x1fu, &read, &need),
+                     RL_REPAIR_SOUND);
+    assert_int_equal(read, 0x1eu);
+    assert_int_equal(need, 3);
+    /* Nodes 1 and 2 restarted too (quarantined): only 3 and 4 kept their
+     * counters, no sound read exists: best effort over every node up. */
+    assert_int_equal(redlock_repair_plan(5, 0, 0x7u, 0x1fu, &read, &need),
+                     RL_REPAIR_BEST_EFFORT);
+    assert_int_equal(read, 0x1eu);
+    assert_int_equal(need, 4);
+    /* ... and with no other node up there is nothing to read yet. */
+    assert_int_equal(redlock_repair_plan(5, 0, 0x7u, 0x1u, &read, &need),
+                     RL_REPAIR_WAIT);
+    /* Two restarted, the rest sound and up: a sound read of the three. */
+    assert_int_equal(redlock_repair_plan(5, 2, 0x6u, 0x1fu, &read, &need),
+                     RL_REPAIR_SOUND);
+    assert_int_equal(read, 0x19u);
+    assert_int_equal(need, 3);
+    /* One node: nothing to read, nothing to wait for. */
+    assert_int_equal(redlock_repair_plan(1, 0, 0x1u, 0x1u, &read, &need),
+                     RL_REPAIR_BEST_EFFORT);
+    assert_int_equal(read, 0);
+    assert_int_equal(need, 0);
+    /* 32 nodes: no shift by the width. */
+    assert_int_equal(
+        redlock_repair_plan(32, 31, 1u << 31, UINT32_MAX, &read, &need),
+        RL_REPAIR_SOUND);
+    assert_int_equal(read, 0x7fffffffu);
+    assert_int_equal(need, 16);
+}
+
+/* Issue 14 item 6: only grants count, and they age out. */
+static void test_grants_age_out(void **state)
+{
+    (void)state;
+    struct redlock_grants g = {0};
+    assert_int_equal(redlock_grants_max_ttl(&g, 0), 0);
+    assert_int_equal(redlock_quarantine_ms(&g, 0, 0, 30000), 30000);
+    assert_int_equal(redlock_quarantine_ms(&g, 0, 200, 30000), 200);
+    /* a day granted at t=1 s: a day of quarantine until it has expired */
+    redlock_grants_add(&g, 86400000, 1000 * MS, 1000 * MS);
+    redlock_grants_add(&g, 45000, 2000 * MS, 2000 * MS);
+    assert_int_equal(redlock_quarantine_ms(&g, 3000 * MS, 0, 30000), 86400000);
+    assert_int_equal(redlock_grants_max_ttl(&g, 86400999ULL * MS), 86400000);
+    /* the day is over at 86401 s; the 45 s grant long before */
+    assert_int_equal(redlock_grants_max_ttl(&g, 86401000ULL * MS), 0);
+    assert_int_equal(redlock_quarantine_ms(&g, 86401000ULL * MS, 0, 30000),
+                     30000);
+    assert_int_equal(redlock_grants_max_ttl(&g, 46000 * MS), 86400000);
+
+    /* the same ttl again and again: one entry, the latest */
+    struct redlock_grants h = {0};
+    for (int i = 0; i < 1000; i++) {
+        redlock_grants_add(&h, 5000, (uint64_t)i * MS, (uint64_t)i * MS);
+    }
+    assert_int_equal(h.n, 1);
+    assert_int_equal(redlock_grants_max_ttl(&h, 5998 * MS), 5000);
+    assert_int_equal(redlock_grants_max_ttl(&h, 5999 * MS), 0);
+
+    /* a shorter grant that ends sooner adds nothing */
+    redlock_grants_add(&h, 100, 999 * MS, 999 * MS);
+    assert_int_equal(h.n, 1);
+    /* a grant already over by now adds nothing either */
+    redlock_grants_add(&h, 100, 0, 999 * MS);
+    assert_int_equal(h.n, 1);
+}
+
+/* Past REDLOCK_GRANTS_MAX steps the answer may be larger than the truth
+ * for a while, never smaller. */
+static void test_grants_bounded_and_conservative(void **state)
+{
+    (void)state;
+    struct redlock_grants g = {0};
+    uint32_t ttl[40];
+    uint64_t sent[40];
+    /* longer TTLs sent earlier, so that none covers another */
+    for (int i = 0; i < 40; i++) {
+        ttl[i] = (uint32_t)(100000 - i * 1000);
+        sent[i] = (uint64_t)i * 2000 * MS;
+        redlock_grants_add(&g, ttl[i], sent[i], sent[i]);
+        assert_true(g.n <= REDLOCK_GRANTS_MAX);
+    }
+    assert_int_equal(g.n, REDLOCK_GRANTS_MAX);
+    for (uint64_t t = 78000; t < 200000; t += 500) {
+        uint32_t truth = 0;
+        for (int i = 0; i < 40; i++) {
+            if (sent[i] + (uint64_t)ttl[i] * MS > t * MS && ttl[i] > truth) {
+                truth = ttl[i];
+            }
+        }
+        uint32_t got = redlock_grants_max_ttl(&g, t * MS);
+        assert_true(got >= truth);
+        /* merging took the shortest: the longest stays exact, and once
+         * every grant is over nothing is left */
+        if (truth == 100000 || truth == 0) {
+            assert_int_equal(got, truth);
+        }
+    }
 }
 
 static void test_busy_needs_reachable_quorum(void **state)
@@ -294,6 +478,11 @@ int main(void)
         cmocka_unit_test(test_lose_early_busy),
         cmocka_unit_test(test_lose_noquorum_on_timeouts),
         cmocka_unit_test(test_done_needs_marks_beyond_a_minority),
+        cmocka_unit_test(test_done_mark_blocks_early_grant),
+        cmocka_unit_test(test_free_quorum_verdict),
+        cmocka_unit_test(test_repair_plan),
+        cmocka_unit_test(test_grants_age_out),
+        cmocka_unit_test(test_grants_bounded_and_conservative),
         cmocka_unit_test(test_busy_needs_reachable_quorum),
         cmocka_unit_test(test_all_skipped_decides_at_start),
         cmocka_unit_test(test_quorum_too_late),
