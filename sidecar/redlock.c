@@ -275,9 +275,16 @@ redlock_renew_decide(const struct redlock_renew_state *s, uint64_t now_us,
     /* give_up <= last: the guard is never below the event's margin. */
     uint64_t last = redlock_renew_last_us(s->valid_until_us, s->ttl_ms);
     if (s->sent_us != 0) {
-        /* A renewal sent on time had a node timeout to answer; one sent
-         * late gets what is left. */
-        uint64_t deadline = s->sent_us < give_up ? give_up : last;
+        /* A renewal answers within a node timeout: it is waited for that
+         * long, but never past the last moment; one sent on time has
+         * answered by the give-up time. */
+        uint64_t deadline = s->sent_us + (uint64_t)s->node_timeout_ms * 1000u;
+        if (deadline > last) {
+            deadline = last;
+        }
+        if (deadline < give_up) {
+            deadline = give_up;
+        }
         if (now_us >= deadline) {
             return RL_RENEW_GIVE_UP;
         }
@@ -295,8 +302,11 @@ redlock_renew_decide(const struct redlock_renew_state *s, uint64_t now_us,
         return RL_RENEW_GIVE_UP;
     }
     if (now_us >= s->next_renew_us) {
-        *wake_us = now_us < give_up ? give_up : last;
-        return RL_RENEW_SEND;
+        struct redlock_renew_state sent = *s;
+        sent.sent_us = now_us;
+        return redlock_renew_decide(&sent, now_us, wake_us) == RL_RENEW_WAIT
+                   ? RL_RENEW_SEND
+                   : RL_RENEW_GIVE_UP;
     }
     *wake_us = s->next_renew_us < last ? s->next_renew_us : last;
     return RL_RENEW_WAIT;

@@ -328,26 +328,49 @@ static void test_renew_decide(void **state)
                                     .next_renew_us = 2250};
     assert_int_equal(redlock_renew_decide(&s, 1000, &wake), RL_RENEW_WAIT);
     assert_int_equal(wake, 2250);
+    /* a node timeout (250 ms) is longer than the validity: the renewal is
+     * waited for until the last moment */
     assert_int_equal(redlock_renew_decide(&s, 2300, &wake), RL_RENEW_SEND);
-    assert_int_equal(wake, 4500);
+    assert_int_equal(wake, 6 * MS);
     /* a timer firing late, past the give-up: the overdue renewal is sent
      * while the lock is valid, and waited for until the last moment */
     assert_int_equal(redlock_renew_decide(&s, 5000, &wake), RL_RENEW_SEND);
     assert_int_equal(wake, 6 * MS);
     assert_int_equal(redlock_renew_decide(&s, 6 * MS, &wake),
                      RL_RENEW_GIVE_UP);
-    /* in flight: sent on time, given up at the give-up time */
+    /* in flight: waited for until the last moment */
     s.sent_us = 2300;
-    assert_int_equal(redlock_renew_decide(&s, 3000, &wake), RL_RENEW_WAIT);
-    assert_int_equal(wake, 4500);
-    assert_int_equal(redlock_renew_decide(&s, 4500, &wake),
+    assert_int_equal(redlock_renew_decide(&s, 4500, &wake), RL_RENEW_WAIT);
+    assert_int_equal(wake, 6 * MS);
+    assert_int_equal(redlock_renew_decide(&s, 6 * MS, &wake),
                      RL_RENEW_GIVE_UP);
-    /* sent late: waited for until the last moment */
-    s.sent_us = 5000;
+    /* sent late, just before the give-up: the same */
+    s.sent_us = 4400;
     assert_int_equal(redlock_renew_decide(&s, 5500, &wake), RL_RENEW_WAIT);
     assert_int_equal(wake, 6 * MS);
     assert_int_equal(redlock_renew_decide(&s, 6 * MS, &wake),
                      RL_RENEW_GIVE_UP);
+    /* a long lock: a renewal sent on time is given up at the give-up time
+     * (a node timeout before it, the owner has time to act) ... */
+    struct redlock_renew_state l = {.valid_until_us = 20000 * MS,
+                                    .ttl_ms = 30000,
+                                    .node_timeout_ms = 250,
+                                    .next_renew_us = 10000 * MS,
+                                    .sent_us = 10000 * MS};
+    assert_int_equal(redlock_renew_decide(&l, 10100 * MS, &wake),
+                     RL_RENEW_WAIT);
+    assert_int_equal(wake, 19730 * MS);
+    assert_int_equal(redlock_renew_decide(&l, 19730 * MS, &wake),
+                     RL_RENEW_GIVE_UP);
+    /* ... one sent late gets a node timeout, up to the last moment */
+    l.sent_us = 19700 * MS;
+    assert_int_equal(redlock_renew_decide(&l, 19730 * MS, &wake),
+                     RL_RENEW_WAIT);
+    assert_int_equal(wake, 19950 * MS);
+    l.sent_us = 19900 * MS;
+    assert_int_equal(redlock_renew_decide(&l, 19930 * MS, &wake),
+                     RL_RENEW_WAIT);
+    assert_int_equal(wake, 19980 * MS);
     /* Issue 14 item 9: a complete in flight pauses renewal, never the
      * give-up */
     s.sent_us = 0;
