@@ -20,8 +20,8 @@ struct client;
 struct lock_owner {
     struct lock *head; /* borrowed: locks are owned by the table */
     size_t count;
-    size_t waiters;        /* ops: this connection's calls in a wait queue */
-    size_t renewing;       /* ops: renewals in flight for its locks */
+    size_t waiters;  /* ops: this connection's calls in a wait queue */
+    size_t renewing; /* ops: renewals in flight for its locks */
     struct lock *defer_head, *defer_tail; /* borrowed: locks whose renewal
                                              waits for this connection's
                                              budget, oldest first */
@@ -43,8 +43,8 @@ struct lock {
                                 waits, their answer decides */
     bool deferred;           /* in its owner's defer list */
     struct lock *defer_prev, *defer_next;
-    struct lock *tok_next;   /* table: token hash chain */
-    struct lock *own_prev;   /* owner's list */
+    struct lock *tok_next; /* table: token hash chain */
+    struct lock *own_prev; /* owner's list */
     struct lock *own_next;
     size_t heap_idx; /* table: position in the deadline heap */
 };

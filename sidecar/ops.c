@@ -1109,7 +1109,8 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
              * go on. The give-up stands. */
             locks_defer(l);
             locks_set_deadline(
-                o->locks, l, redlock_renew_last_us(l->valid_until_us, l->ttl_ms));
+                o->locks, l,
+                redlock_renew_last_us(l->valid_until_us, l->ttl_ms));
             continue;
         }
         lock_renew(o, l, now, wake);

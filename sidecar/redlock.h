@@ -156,8 +156,9 @@ uint64_t redlock_renew_next_us(uint64_t now_us, uint64_t give_up_us,
  * that fires late must not lose a lock that a renewal can still keep); one
  * in flight is waited for a node timeout after it was sent, never past the
  * last moment and never given up before the give-up time. A paused lock
- * is given up at the give-up time all the same. For RL_RENEW_WAIT, *wake_us is when to look again;
- * for RL_RENEW_SEND, when to give up on the renewal being sent. */
+ * is given up at the give-up time all the same. For RL_RENEW_WAIT, *wake_us is
+ * when to look again; for RL_RENEW_SEND, when to give up on the renewal being
+ * sent. */
 enum redlock_renew_action
 redlock_renew_decide(const struct redlock_renew_state *s, uint64_t now_us,
                      uint64_t *wake_us);

@@ -300,8 +300,7 @@ static void test_renew_schedule(void **state)
     /* a long lock: ttl / 3, less the jitter */
     give_up = redlock_renew_give_up_us(29000 * MS, 30000, 250);
     assert_int_equal(give_up, 29000 * MS - 270 * MS);
-    assert_int_equal(redlock_renew_next_us(0, give_up, 30000, 0.0),
-                     10000 * MS);
+    assert_int_equal(redlock_renew_next_us(0, give_up, 30000, 0.0), 10000 * MS);
     uint64_t j = redlock_renew_next_us(0, give_up, 30000, 0.999999);
     assert_true(j > 9000 * MS && j <= 10000 * MS);
     /* ttl 10: validity 7 ms, give-up a quarter ttl before, renewal first */
@@ -336,20 +335,17 @@ static void test_renew_decide(void **state)
      * while the lock is valid, and waited for until the last moment */
     assert_int_equal(redlock_renew_decide(&s, 5000, &wake), RL_RENEW_SEND);
     assert_int_equal(wake, 6 * MS);
-    assert_int_equal(redlock_renew_decide(&s, 6 * MS, &wake),
-                     RL_RENEW_GIVE_UP);
+    assert_int_equal(redlock_renew_decide(&s, 6 * MS, &wake), RL_RENEW_GIVE_UP);
     /* in flight: waited for until the last moment */
     s.sent_us = 2300;
     assert_int_equal(redlock_renew_decide(&s, 4500, &wake), RL_RENEW_WAIT);
     assert_int_equal(wake, 6 * MS);
-    assert_int_equal(redlock_renew_decide(&s, 6 * MS, &wake),
-                     RL_RENEW_GIVE_UP);
+    assert_int_equal(redlock_renew_decide(&s, 6 * MS, &wake), RL_RENEW_GIVE_UP);
     /* sent late, just before the give-up: the same */
     s.sent_us = 4400;
     assert_int_equal(redlock_renew_decide(&s, 5500, &wake), RL_RENEW_WAIT);
     assert_int_equal(wake, 6 * MS);
-    assert_int_equal(redlock_renew_decide(&s, 6 * MS, &wake),
-                     RL_RENEW_GIVE_UP);
+    assert_int_equal(redlock_renew_decide(&s, 6 * MS, &wake), RL_RENEW_GIVE_UP);
     /* a long lock: a renewal sent on time is given up at the give-up time
      * (a node timeout before it, the owner has time to act) ... */
     struct redlock_renew_state l = {.valid_until_us = 20000 * MS,
@@ -377,8 +373,7 @@ static void test_renew_decide(void **state)
     s.paused = true;
     assert_int_equal(redlock_renew_decide(&s, 2300, &wake), RL_RENEW_WAIT);
     assert_int_equal(wake, 4500);
-    assert_int_equal(redlock_renew_decide(&s, 4500, &wake),
-                     RL_RENEW_GIVE_UP);
+    assert_int_equal(redlock_renew_decide(&s, 4500, &wake), RL_RENEW_GIVE_UP);
 }
 
 int main(void)
