@@ -4,10 +4,12 @@
  *          -> busy with wait_ms: the resource's wait queue, FIFO; only the
  *             queue's head tries, on a jittered back-off no shorter than the
  *             holder's PTTL; a local release wakes the head at once
- * release  -> drop from the table, cluster_release, wake the next waiter
+ * release  -> cluster_release; on proof (ok or not_held) drop from the
+ *             table and wake the next waiter; renewal pauses meanwhile
  * extend   -> cluster_extend, new validity into the table
  * complete -> cluster_complete ("done:<token>"), wake waiters (they get done);
- *             renewal pauses until the answer and resumes if it failed
+ *             renewal pauses until the answer and resumes if it failed;
+ *             the give-up (and its lost event) never pauses
  *
  * A release, extend or complete finds the table's lock by token but acts on
  * the request's resource when one is given; only a request that names the
