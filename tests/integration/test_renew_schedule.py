@@ -7,7 +7,8 @@ import socket
 import time
 
 from extra import metric, scrape
-from rl import SANITIZED, SLOW, assert_ok, err_code, pytest, rname
+from rl import (SANITIZED, SLOW, assert_ok, err_code, lock_key, pytest,
+                rname)
 
 
 def _counts(daemon):
@@ -95,3 +96,57 @@ def test_large_drift_factor_renews(cluster, daemon_factory):
             # ~150 ms between a renewal and the give-up: kept.
             assert not lost, "ttl %d, drift 0.45: lost %r (renewals %r)" % (
                 ttl, lost, moved)
+
+
+def test_one_connection_cannot_take_every_renewal_slot(cluster,
+                                                      daemon_factory):
+    """2048 renewals are in flight at most, for every lock of the daemon.
+    A connection with more renewing locks than that, whose renewals hang on
+    a stalled majority, held every slot: another connection's renewal fell
+    due and was held back until its lock was lost. One connection now has
+    256 renewals in flight at most; the rest of its due renewals wait, and
+    other connections' go out."""
+    d = daemon_factory.start(cluster, name="fair",
+                             extra=["--node-timeout-ms", "20000",
+                                    "--max-inflight", "3000"])
+    ttl = 9000  # first renewals due 2.7 to 3 s after each acquisition
+    n = 2400  # enough that 2048 of its renewals fall due before other's
+    hog, other = d.client(timeout=30.0), d.client(timeout=10.0)
+    try:
+        t0 = time.monotonic()
+        answers, _ = hog.pipeline(
+            [{"op": "acquire", "id": "h%d" % i, "resource": rname("hog"),
+              "ttl_ms": ttl, "renew": True} for i in range(n)],
+            timeout=30.0 * SLOW)
+        hog_res = []
+        for rs in answers.values():
+            assert_ok(rs[0], "hog's acquire")
+            hog_res.append(rs[0]["resource"])
+        time.sleep(0.4)  # other's renewal falls due after the hog's
+        r = other.call("acquire", resource=rname("other"), ttl_ms=ttl,
+                       renew=True)
+        t_other = time.monotonic()
+        assert_ok(r)
+        # Renewals from now on hang on the stalled majority; node 5 still
+        # applies each one it is sent.
+        for nd in cluster.nodes[:3]:
+            nd.pause()
+        print("stalled %.2f s after the first acquire (renewals due from "
+              "2.7 s)" % (time.monotonic() - t0))
+        time.sleep(max(0.0, t_other + 3.5 - time.monotonic()))
+        # A key not renewed has at most ttl - 3.5 s left; one renewed
+        # since the stall, more than ttl - 3 s.
+        n5 = cluster.nodes[4]
+        p_other = n5.cmd("PTTL", lock_key(r["resource"]))
+        renewed = sum(1 for res in hog_res
+                      if n5.cmd("PTTL", lock_key(res)) > ttl - 3200)
+        print("other's key on node 5: PTTL %d; hog's keys renewed there: "
+              "%d of %d" % (p_other, renewed, len(hog_res)))
+        assert p_other > ttl - 2000, (
+            "the other connection's renewal was never sent (PTTL %d on "
+            "node 5): the hog's renewals held every slot" % p_other)
+        assert renewed <= 256 + 16, renewed
+    finally:
+        cluster.resume_all()
+        hog.close()
+        other.close()
