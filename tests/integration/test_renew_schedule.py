@@ -7,7 +7,7 @@ import socket
 import time
 
 from extra import metric, scrape
-from rl import (SANITIZED, SLOW, assert_ok, err_code, lock_key, pytest,
+from rl import (BIN, SANITIZED, SLOW, assert_ok, err_code, lock_key, pytest,
                 rname)
 
 
@@ -106,6 +106,9 @@ def test_one_connection_cannot_take_every_renewal_slot(cluster,
     due and was held back until its lock was lost. One connection now has
     256 renewals in flight at most; the rest of its due renewals wait, and
     other connections' go out."""
+    if "valgrind" in BIN.name:
+        pytest.skip("its renewals fall due 2.7 s after 2400 acquisitions: "
+                    "too tight a schedule for a daemon under valgrind")
     d = daemon_factory.start(cluster, name="fair",
                              extra=["--node-timeout-ms", "20000",
                                     "--max-inflight", "3000"])
