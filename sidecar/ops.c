@@ -708,7 +708,9 @@ static struct lock *call_lock(struct ops *o, const struct call *call)
  * lock op_release or op_complete counted, or none (dropped meanwhile). The
  * lock leaves the table only on proof that no quorum holds it (ok, or
  * not_held): one that failed (no_quorum) may have changed nothing, and a
- * retry must ask the nodes again. done_why: what ok means, for the log. */
+ * retry must ask the nodes again. A lock whose release failed is renewed
+ * no more (its owner wants it gone): it ends with its validity, unless a
+ * retry proves it gone first. done_why: what ok means, for the log. */
 static void lock_ending_answered(struct ops *o, struct call *call,
                                  enum proto_err err, const char *done_why)
 {
@@ -719,9 +721,12 @@ static void lock_ending_answered(struct ops *o, struct call *call,
     if (err == ERR_NONE || err == ERR_NOT_HELD) {
         lock_drop_by(o, l, call,
                      err == ERR_NONE ? done_why : "no longer held by a quorum");
-    } else {
-        lock_ending_ended(o, l);
+        return;
     }
+    if (call->req.op == OP_RELEASE) {
+        l->renew = false;
+    }
+    lock_ending_ended(o, l);
 }
 
 static void release_done_cb(const struct cluster_result *res, void *priv)
