@@ -657,7 +657,9 @@ static void op_send_main(struct cluster_op *op, enum node_script script,
     struct cluster *c = op->c;
     op->ttl_ms = ttl_ms;
     op->prepared = node_prepare(&op->prep_main, script, argc, argv, lens) == 0;
-    if (op->kind == OPK_ACQUIRE &&
+    /* While closing, nothing waits in the queue: the round is answered at
+     * once (no node can be asked). */
+    if (op->kind == OPK_ACQUIRE && !c->closing &&
         (c->acquires_sent >= ACQUIRES_SENT_MAX || c->queue_head != NULL)) {
         if (c->queue_len >= ACQUIRE_QUEUE_MAX) {
             struct cluster_result r;
@@ -1355,12 +1357,20 @@ void cluster_destroy(struct cluster *c)
             event_free(c->quarantine_ev[i]);
         }
     }
+    /* Acquires still queued were never sent: their callbacks run too
+     * (every pending callback runs exactly once), with shutting_down. */
     while (c->queue_head != NULL) {
         struct cluster_op *op = c->queue_head;
         c->queue_head = op->next_queued;
-        node_prep_free(&op->prep_main);
-        event_free(op->deadline_ev);
-        free(op);
+        if (c->queue_head == NULL) {
+            c->queue_tail = NULL;
+        }
+        c->queue_len--;
+        struct cluster_result r;
+        result_init(&r);
+        r.err = ERR_SHUTTING_DOWN;
+        op_answer(op, &r);
+        op_release_if_finished(op);
     }
     while (c->free_ops != NULL) {
         struct cluster_op *op = c->free_ops;

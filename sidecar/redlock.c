@@ -383,3 +383,90 @@ uint32_t redlock_quarantine_ms(const struct redlock_grants *gs, uint64_t now_us,
     uint32_t q = redlock_grants_max_ttl(gs, now_us);
     return q > floor_ms ? q : floor_ms;
 }
+
+/* ---- renewal ----------------------------------------------------------- */
+
+/* The lost event's own delivery: a write to a local socket and the owner's
+ * reading of it. */
+#define RENEW_EVENT_MARGIN_US 20000u
+
+static uint64_t sub_floor(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : 0;
+}
+
+uint64_t redlock_renew_give_up_us(uint64_t valid_until_us, uint32_t ttl_ms,
+                                  uint32_t node_timeout_ms)
+{
+    uint64_t guard = (uint64_t)node_timeout_ms * 1000u + RENEW_EVENT_MARGIN_US;
+    uint64_t quarter = (uint64_t)ttl_ms * 1000u / 4u;
+    return sub_floor(valid_until_us, guard < quarter ? guard : quarter);
+}
+
+uint64_t redlock_renew_last_us(uint64_t valid_until_us, uint32_t ttl_ms)
+{
+    uint64_t tenth = (uint64_t)ttl_ms * 1000u / 10u;
+    uint64_t margin =
+        RENEW_EVENT_MARGIN_US < tenth ? RENEW_EVENT_MARGIN_US : tenth;
+    return sub_floor(valid_until_us, margin);
+}
+
+uint64_t redlock_renew_next_us(uint64_t now_us, uint64_t give_up_us,
+                               uint32_t ttl_ms, double rand01)
+{
+    if (rand01 < 0) {
+        rand01 = 0;
+    } else if (rand01 >= 1) {
+        rand01 = 0.999999;
+    }
+    uint64_t period = (uint64_t)ttl_ms * 1000u / 3u;
+    period -= (uint64_t)((double)(period / 10u) * rand01);
+    uint64_t half = sub_floor(give_up_us, now_us) / 2u;
+    return now_us + (period < half ? period : half);
+}
+
+enum redlock_renew_action
+redlock_renew_decide(const struct redlock_renew_state *s, uint64_t now_us,
+                     uint64_t *wake_us)
+{
+    uint64_t give_up = redlock_renew_give_up_us(s->valid_until_us, s->ttl_ms,
+                                                s->node_timeout_ms);
+    /* give_up <= last: the guard is never below the event's margin. */
+    uint64_t last = redlock_renew_last_us(s->valid_until_us, s->ttl_ms);
+    if (s->sent_us != 0) {
+        /* A renewal answers within a node timeout: it is waited for that
+         * long, but never past the last moment; one sent on time has
+         * answered by the give-up time. */
+        uint64_t deadline = s->sent_us + (uint64_t)s->node_timeout_ms * 1000u;
+        if (deadline > last) {
+            deadline = last;
+        }
+        if (deadline < give_up) {
+            deadline = give_up;
+        }
+        if (now_us >= deadline) {
+            return RL_RENEW_GIVE_UP;
+        }
+        *wake_us = deadline;
+        return RL_RENEW_WAIT;
+    }
+    if (s->paused) {
+        if (now_us >= give_up) {
+            return RL_RENEW_GIVE_UP;
+        }
+        *wake_us = give_up;
+        return RL_RENEW_WAIT;
+    }
+    if (now_us >= last) {
+        return RL_RENEW_GIVE_UP;
+    }
+    if (now_us >= s->next_renew_us) {
+        struct redlock_renew_state sent = *s;
+        sent.sent_us = now_us;
+        return redlock_renew_decide(&sent, now_us, wake_us) == RL_RENEW_WAIT
+                   ? RL_RENEW_SEND
+                   : RL_RENEW_GIVE_UP;
+    }
+    *wake_us = s->next_renew_us < last ? s->next_renew_us : last;
+    return RL_RENEW_WAIT;
+}

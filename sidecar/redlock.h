@@ -177,4 +177,61 @@ uint32_t redlock_grants_max_ttl(const struct redlock_grants *gs,
 uint32_t redlock_quarantine_ms(const struct redlock_grants *gs, uint64_t now_us,
                                uint32_t fixed_ms, uint32_t floor_ms);
 
+/* ---- renewal of a lock the daemon keeps alive ---------------------------
+ *
+ * A renewing lock is valid until valid_until_us. Its renewal is due at
+ * next_renew_us; a lost event must reach the owner before the validity
+ * ends, whatever is in flight. All times in µs on the monotonic clock. */
+
+/* What the renewal timer does for one lock now. */
+enum redlock_renew_action {
+    RL_RENEW_WAIT = 0, /* nothing yet: look again at *wake_us */
+    RL_RENEW_SEND,     /* send a renewal now */
+    RL_RENEW_GIVE_UP,  /* lost: tell the owner now */
+};
+
+struct redlock_renew_state {
+    uint64_t valid_until_us;  /* end of the validity the owner was told */
+    uint32_t ttl_ms;          /* the ttl each renewal asks for */
+    uint32_t node_timeout_ms; /* a node's answer comes within this */
+    uint64_t next_renew_us;   /* when the next renewal is due */
+    uint64_t sent_us;         /* a renewal in flight was sent then; 0: none */
+    bool paused;              /* a release or complete in flight: no renewal,
+                                 its answer decides */
+};
+
+/* redlock_renew_give_up_us: when a renewing lock is given up unless a
+ * renewal sent before then succeeded: valid_until_us less one node timeout
+ * and the lost event's delivery (20 ms), but never more than a quarter of
+ * ttl_ms, so that a short lock is not given up at once. */
+uint64_t redlock_renew_give_up_us(uint64_t valid_until_us, uint32_t ttl_ms,
+                                  uint32_t node_timeout_ms);
+
+/* redlock_renew_last_us: the last moment a lost event can be sent and still
+ * reach the owner before valid_until_us: less the event's delivery margin
+ * (20 ms, at most a tenth of ttl_ms). A renewal the timer sends late, after
+ * the give-up time, is waited for until then. */
+uint64_t redlock_renew_last_us(uint64_t valid_until_us, uint32_t ttl_ms);
+
+/* redlock_renew_next_us: when the renewal after one that ended at now_us is
+ * due: the earlier of ttl_ms / 3 (less up to 10% jitter, rand01 in [0,1),
+ * so that locks taken together do not renew in the same tick) and half the
+ * time left until give_up_us, so that a renewal has time to fail and be
+ * tried again before the lock is given up (a large drift factor leaves
+ * less validity than ttl / 3). now_us when give_up_us has passed. */
+uint64_t redlock_renew_next_us(uint64_t now_us, uint64_t give_up_us,
+                               uint32_t ttl_ms, double rand01);
+
+/* redlock_renew_decide: what to do for lock s at now_us. A renewal that is
+ * due is sent while the lock is valid, even after the give-up time (a timer
+ * that fires late must not lose a lock that a renewal can still keep); one
+ * in flight is waited for a node timeout after it was sent, never past the
+ * last moment and never given up before the give-up time. A paused lock
+ * is given up at the give-up time all the same. For RL_RENEW_WAIT, *wake_us is
+ * when to look again; for RL_RENEW_SEND, when to give up on the renewal being
+ * sent. */
+enum redlock_renew_action
+redlock_renew_decide(const struct redlock_renew_state *s, uint64_t now_us,
+                     uint64_t *wake_us);
+
 #endif

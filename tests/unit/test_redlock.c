@@ -469,6 +469,97 @@ static void test_retry_delay(void **state)
     assert_true(d >= 1 && d <= 5);
 }
 
+/* Issue 14 item 3: a short ttl or a large drift factor leaves less validity
+ * than ttl / 3; the next renewal must still come before the give-up. */
+static void test_renew_schedule(void **state)
+{
+    (void)state;
+    /* ttl 1000, drift 0.45: validity 548 ms, give-up 250 ms before it */
+    uint64_t valid = 548 * MS;
+    uint64_t give_up = redlock_renew_give_up_us(valid, 1000, 250);
+    assert_int_equal(give_up, 298 * MS);
+    uint64_t next = redlock_renew_next_us(0, give_up, 1000, 0.0);
+    assert_int_equal(next, 149 * MS); /* half the time to give-up */
+    assert_true(next < give_up);
+    /* a long lock: ttl / 3, less the jitter */
+    give_up = redlock_renew_give_up_us(29000 * MS, 30000, 250);
+    assert_int_equal(give_up, 29000 * MS - 270 * MS);
+    assert_int_equal(redlock_renew_next_us(0, give_up, 30000, 0.0), 10000 * MS);
+    uint64_t j = redlock_renew_next_us(0, give_up, 30000, 0.999999);
+    assert_true(j > 9000 * MS && j <= 10000 * MS);
+    /* ttl 10: validity 7 ms, give-up a quarter ttl before, renewal first */
+    give_up = redlock_renew_give_up_us(7 * MS, 10, 250);
+    assert_int_equal(give_up, 4500);
+    assert_int_equal(redlock_renew_next_us(0, give_up, 10, 0.0), 2250);
+    /* past the give-up: due now */
+    assert_int_equal(redlock_renew_next_us(5000, give_up, 10, 0.5), 5000);
+    /* the last moment: a tenth of the ttl, at most 20 ms */
+    assert_int_equal(redlock_renew_last_us(7 * MS, 10), 6 * MS);
+    assert_int_equal(redlock_renew_last_us(29000 * MS, 30000),
+                     29000 * MS - 20 * MS);
+    assert_int_equal(redlock_renew_last_us(500, 10), 0);
+}
+
+static void test_renew_decide(void **state)
+{
+    (void)state;
+    uint64_t wake = 0;
+    /* ttl 10: valid until 7 ms, give-up 4.5 ms, last 6 ms */
+    struct redlock_renew_state s = {.valid_until_us = 7 * MS,
+                                    .ttl_ms = 10,
+                                    .node_timeout_ms = 250,
+                                    .next_renew_us = 2250};
+    assert_int_equal(redlock_renew_decide(&s, 1000, &wake), RL_RENEW_WAIT);
+    assert_int_equal(wake, 2250);
+    /* a node timeout (250 ms) is longer than the validity: the renewal is
+     * waited for until the last moment */
+    assert_int_equal(redlock_renew_decide(&s, 2300, &wake), RL_RENEW_SEND);
+    assert_int_equal(wake, 6 * MS);
+    /* a timer firing late, past the give-up: the overdue renewal is sent
+     * while the lock is valid, and waited for until the last moment */
+    assert_int_equal(redlock_renew_decide(&s, 5000, &wake), RL_RENEW_SEND);
+    assert_int_equal(wake, 6 * MS);
+    assert_int_equal(redlock_renew_decide(&s, 6 * MS, &wake), RL_RENEW_GIVE_UP);
+    /* in flight: waited for until the last moment */
+    s.sent_us = 2300;
+    assert_int_equal(redlock_renew_decide(&s, 4500, &wake), RL_RENEW_WAIT);
+    assert_int_equal(wake, 6 * MS);
+    assert_int_equal(redlock_renew_decide(&s, 6 * MS, &wake), RL_RENEW_GIVE_UP);
+    /* sent late, just before the give-up: the same */
+    s.sent_us = 4400;
+    assert_int_equal(redlock_renew_decide(&s, 5500, &wake), RL_RENEW_WAIT);
+    assert_int_equal(wake, 6 * MS);
+    assert_int_equal(redlock_renew_decide(&s, 6 * MS, &wake), RL_RENEW_GIVE_UP);
+    /* a long lock: a renewal sent on time is given up at the give-up time
+     * (a node timeout before it, the owner has time to act) ... */
+    struct redlock_renew_state l = {.valid_until_us = 20000 * MS,
+                                    .ttl_ms = 30000,
+                                    .node_timeout_ms = 250,
+                                    .next_renew_us = 10000 * MS,
+                                    .sent_us = 10000 * MS};
+    assert_int_equal(redlock_renew_decide(&l, 10100 * MS, &wake),
+                     RL_RENEW_WAIT);
+    assert_int_equal(wake, 19730 * MS);
+    assert_int_equal(redlock_renew_decide(&l, 19730 * MS, &wake),
+                     RL_RENEW_GIVE_UP);
+    /* ... one sent late gets a node timeout, up to the last moment */
+    l.sent_us = 19700 * MS;
+    assert_int_equal(redlock_renew_decide(&l, 19730 * MS, &wake),
+                     RL_RENEW_WAIT);
+    assert_int_equal(wake, 19950 * MS);
+    l.sent_us = 19900 * MS;
+    assert_int_equal(redlock_renew_decide(&l, 19930 * MS, &wake),
+                     RL_RENEW_WAIT);
+    assert_int_equal(wake, 19980 * MS);
+    /* Issue 14 item 9: a complete in flight pauses renewal, never the
+     * give-up */
+    s.sent_us = 0;
+    s.paused = true;
+    assert_int_equal(redlock_renew_decide(&s, 2300, &wake), RL_RENEW_WAIT);
+    assert_int_equal(wake, 4500);
+    assert_int_equal(redlock_renew_decide(&s, 4500, &wake), RL_RENEW_GIVE_UP);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -492,6 +583,8 @@ int main(void)
         cmocka_unit_test(test_clock_read_at_decision_only),
         cmocka_unit_test(test_backoff),
         cmocka_unit_test(test_retry_delay),
+        cmocka_unit_test(test_renew_schedule),
+        cmocka_unit_test(test_renew_decide),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
