@@ -478,6 +478,40 @@ def test_lock_busy_and_done(shared, tmp_path):
     assert not marker.exists()
 
 
+def test_lock_waits_in_rounds(shared, tmp_path):
+    """lock --wait has no 300000 cap: it waits in rounds (each a fresh
+    acquire with wait_ms <= 300000, here shortened by the test knob
+    REDLOCKCTL_WAIT_ROUND_MS) until the lock is free or the wait is over."""
+    r = rname("rounds")
+    code, held = acquire(shared, r, "--ttl", "20000")
+    assert code == 0
+    marker = tmp_path / "ran"
+    rounds = {"REDLOCKCTL_WAIT_ROUND_MS": "150"}
+    t0 = time.monotonic()
+    res = ctl(shared, "lock", "--wait", "700", r, "--", "touch", marker,
+              env=rounds)
+    assert res.returncode == RC_FAIL, res.stderr
+    assert time.monotonic() - t0 >= 0.65        # every round was waited
+    assert res.stderr == "redlockctl: %s is busy\n" % r
+    # A standby far past the old cap, in 150 ms rounds: it takes the lock
+    # when the holder lets go, a few rounds in.
+    p = ctl_bg(shared, "lock", "--wait", "3600000", r, "--", "touch", marker,
+               env=rounds)
+    try:
+        time.sleep(0.8)
+        assert p.poll() is None and not marker.exists()
+        assert ctl(shared, "release", held["lock"], r).returncode == 0
+        out, err = p.communicate(timeout=10)
+    finally:
+        stop_proc(p)
+    assert p.returncode == 0, err
+    assert marker.exists()
+    # Without the knob, a wait above 300000 is accepted (one 300000 round
+    # first): the lock is free, so it runs at once.
+    res = ctl(shared, "lock", "--wait", "600000", r, "--", "true")
+    assert res.returncode == 0, res.stderr
+
+
 def test_lock_cannot_run(shared, tmp_path):
     r = rname("exec")
     res = ctl(shared, "lock", r, "--", str(tmp_path / "no-such-cmd"))
@@ -952,7 +986,8 @@ USAGE_CASES = [
     ["lock", "--ttl", "5", "r", "--", "true"],
     ["lock", "--ttl", "abc", "r", "--", "true"],
     ["lock", "--ttl", "-100", "r", "--", "true"],
-    ["lock", "--wait", "300001", "r", "--", "true"],
+    ["lock", "--wait", "9007199254740992", "r", "--", "true"],
+    ["acquire", "--wait", "300001", "r"],
     ["lock", "--kill-after", "x", "r", "--", "true"],
     ["lock", "--keep", "10", "r", "--", "true"],
     ["--ttl", "100", "acquire", "r"],
