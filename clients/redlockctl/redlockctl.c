@@ -73,8 +73,8 @@ enum {
 #define RELEASE_TIMEOUT_MS 5000 /* cap on waiting for the final release */
 #define ERR_LEN 512
 
-#define WAIT_ROUND_MS 300000 /* the daemon's largest wait_ms: lock waits \
-                                longer in rounds of at most this */
+/* The daemon's largest wait_ms: lock waits longer in rounds of at most this. */
+#define WAIT_ROUND_MS 300000
 #define WAIT_MAX_MS 9007199254740991LL /* 2^53 - 1: a JSON-safe integer */
 #define ID_ACQUIRE 1 /* NDJSON request ids on the lock's connection */
 #define ID_RELEASE 2
@@ -1401,8 +1401,8 @@ again:;
                         sizeof(err));
     if (rsp != NULL && wait_end - now_ms() > 0 &&
         cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(rsp, "ok"))) {
-        const char *code = json_str(
-            cJSON_GetObjectItemCaseSensitive(rsp, "error"), "code");
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(rsp, "error");
+        const char *code = json_str(e, "code");
         if (code != NULL && strcmp(code, "busy") == 0) {
             /* A round ran out and there is wait left: queue again. */
             free(text);
