@@ -74,6 +74,16 @@ def install_dedup(application: Any, client: AsyncRedlockClient, *,
                      lock.reason)
             raise ApplicationHandlerStop
         held[update_id] = lock
+        # The lock in the handlers' hands: PTB passes one CallbackContext to
+        # every group of an update (its __dict__ takes attributes), so later
+        # handlers read context.redlock (token, fence, lost).  PTB runs the
+        # groups in its own task (the fetcher's, without concurrent_updates)
+        # so a lost lock is not cancelled here: check context.redlock.lost
+        # before a write, and pass renew=True for long handlers.
+        try:
+            context.redlock = lock
+        except AttributeError:  # a context type without attributes
+            pass
 
     async def done(update: Update, context: Any) -> None:
         lock = held.pop(update.update_id, None)

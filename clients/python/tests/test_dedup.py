@@ -285,6 +285,7 @@ def test_ptb_example(sock, monkeypatch):
             fail_once = {"n": 0}
 
             async def business(update, context):
+                assert context.redlock is held[update.update_id]
                 if update.update_id % 2 and fail_once["n"] == 0:
                     fail_once["n"] += 1
                     raise RuntimeError("first try fails")
