@@ -1,4 +1,4 @@
-// Type declarations for redlockd-client (ESM, Node >= 20).
+// Type declarations for redlockd-client (ESM; Node 20.19+, 22.12+ or 23+).
 
 import type { EventEmitter } from 'node:events';
 
