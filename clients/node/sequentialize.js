@@ -36,6 +36,9 @@ export function sequentialize(client, options = {}) {
   }
   const { key = chatKey, ttlMs = 30_000, waitMs = 60_000, fence = true, property = 'lock' } = options;
   if (typeof key !== 'function') throw new TypeError('sequentialize: options.key must be a function');
+  if (!(Number.isInteger(waitMs) && waitMs >= 0 && waitMs <= 300_000)) {
+    throw new RangeError("sequentialize: options.waitMs must be an integer in 0..300000 (the daemon's largest wait)");
+  }
 
   return async function redlockSequentialize(ctx, next) {
     const resource = await key(ctx);

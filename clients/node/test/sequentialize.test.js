@@ -122,6 +122,12 @@ describe('the lock in the handler and its loss', { skip }, () => {
     });
   }
 
+  test('sequentialize refuses a wait the daemon would refuse', async () => {
+    const { sequentialize } = await import('../sequentialize.js');
+    assert.throws(() => sequentialize(client, { waitMs: 300_001 }), RangeError);
+    assert.throws(() => sequentialize(client, { key: 'chat' }), TypeError);
+  });
+
   test('Telegraf + sequentialize: ctx.lock is the chat lock with a fence', async () => {
     const mod = await import('../telegraf.js');
     const bot = new telegraf.Telegraf('123456789:FAKE-token-for-tests', { telegram: { apiRoot: 'http://127.0.0.1:9' } });

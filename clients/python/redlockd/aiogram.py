@@ -145,6 +145,9 @@ class RedlockEventIsolation(_BaseEventIsolation):  # type: ignore[misc,valid-typ
     def __init__(self, client: Any = None, *, ttl_ms: int = 30000,
                  wait_ms: int = 60000, fence: bool = True,
                  key: Optional[Callable[[Any], str]] = None) -> None:
+        if not 0 <= wait_ms <= 300000:
+            raise ValueError("wait_ms must be in 0..300000 (the daemon's "
+                             "largest wait)")
         self._owned = client is None or isinstance(client, str)
         if self._owned:
             client = AsyncRedlockClient(client)

@@ -69,6 +69,8 @@ def test_isolation_key_and_interface():
                       aiogram_standin.BaseEventIsolation)
     with pytest.raises(TypeError):
         rl_aiogram.RedlockEventIsolation(object())
+    with pytest.raises(ValueError):
+        rl_aiogram.RedlockEventIsolation("x.sock", wait_ms=300001)
 
 
 def test_isolation_wait_is_bounded(daemon, sock):
