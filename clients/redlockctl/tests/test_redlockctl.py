@@ -785,6 +785,50 @@ def test_lost_escalates_to_sigkill(own, tmp_path):
     assert 0.6 < took < 6
 
 
+def test_lock_standby_on_another_daemon_takes_over(own, tmp_path):
+    """Leader election with lock: a standby waiting (in rounds, past the
+    old 300000 cap) through a second daemon over the same nodes runs its
+    command once the leader's redlockctl is killed, well within the ttl
+    (its session closes, the release wakes the other daemon's waiter)."""
+    r = rname("standby")
+    sock2 = own.dir / "d2.sock"
+    argv = [str(DAEMON), "--socket", str(sock2)]
+    for n in own.nodes:
+        argv += ["--node", "unix://%s" % n.path]
+    with open(own.dir / "d2.stderr", "wb") as err:
+        d2 = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=err)
+    marker = tmp_path / "standby-ran"
+    leader = ctl_bg(own, "lock", "--ttl", "3000", r, "--", "sleep", "30")
+    standby = None
+    try:
+        assert wait_for(lambda: sock2.exists(), 10)
+        assert wait_for(lambda: children_of(leader.pid), 5)
+        cmd_pid = children_of(leader.pid)[0]
+        standby = subprocess.Popen(
+            [str(CTL), "--socket", str(sock2), "lock", "--ttl", "3000",
+             "--wait", "3600000", r, "--", "touch", str(marker)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+            env=ctl_env({"REDLOCKCTL_WAIT_ROUND_MS": "200"}))
+        time.sleep(0.7)
+        assert standby.poll() is None and not marker.exists()
+        t0 = time.monotonic()
+        leader.kill()
+        os.kill(cmd_pid, signal.SIGKILL)
+        assert wait_for(marker.exists, 10)
+        took = time.monotonic() - t0
+        _, err = standby.communicate(timeout=10)
+    finally:
+        stop_proc(leader)
+        if standby is not None:
+            stop_proc(standby)
+        code = stop_proc(d2)
+    assert standby.returncode == 0, err
+    assert took < 3.0, took
+    assert code == 0
+
+
 def test_connection_drop_is_lost(own, tmp_path):
     """The daemon dies (SIGKILL): the session is gone, so is the lock."""
     r = rname("drop")
