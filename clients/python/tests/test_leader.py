@@ -157,8 +157,14 @@ def test_campaign_waits_in_rounds_and_times_out(daemon, sock):
         with pytest.raises(BusyError):
             with leader.lead(c, res, 2000, round_ms=100, timeout=0.35):
                 pass
+        stop = threading.Event()
+        threading.Timer(0.3, stop.set).start()
+        with pytest.raises(BusyError):       # a stop event ends a campaign
+            leader.lead(c, res, 2000, round_ms=100, stop=stop).campaign()
         holder.release(lk)
         assert leader.run_as_leader(c, res, lambda t: t.fence) > 0
+        with pytest.raises(ValueError):
+            leader.lead(c, res, round_ms=300001)
 
 
 def test_resign_releases_at_once(daemon, sock):
