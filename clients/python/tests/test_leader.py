@@ -244,3 +244,32 @@ def test_sigterm_worker_is_not_leading_after(two, workers):
     assert a.wait(30) == 0 and c.wait(30) == 0
     terms = workers.terms()
     assert [t[3] for t in terms] == [str(a.pid), str(c.pid)]
+
+
+def test_standbys_lead_in_arrival_order(daemon, sock):
+    """Standbys on one daemon wait FIFO: each resign hands over to the one
+    that has waited longest."""
+    async def main():
+        res = rname("fifo")
+        clients = [AsyncRedlockClient(sock) for _ in range(4)]
+        order = []
+        try:
+            first = leader.lead(clients[0], res, 10000)
+            await first.acampaign()
+
+            async def standby(k):
+                async with leader.lead(clients[k], res, 10000):
+                    order.append(k)
+                    await asyncio.sleep(0.05)
+
+            tasks = []
+            for k in (1, 2, 3):
+                tasks.append(asyncio.ensure_future(standby(k)))
+                await asyncio.sleep(0.15)  # queued one after the other
+            await first.aresign()
+            await asyncio.wait_for(asyncio.gather(*tasks), 20)
+        finally:
+            for c in clients:
+                await c.close()
+        assert order == [1, 2, 3]
+    asyncio.run(main())
