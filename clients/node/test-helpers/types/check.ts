@@ -12,7 +12,7 @@ import {
   createDedup,
   errorFromCode,
 } from 'redlockd-client';
-import { dedupMiddleware as grammyDedup, sequentialize as grammySeq } from 'redlockd-client/grammy';
+import { type LockFlavor, dedupMiddleware as grammyDedup, sequentialize as grammySeq } from 'redlockd-client/grammy';
 import { dedupMiddleware as telegrafDedup, sequentialize as telegrafSeq } from 'redlockd-client/telegraf';
 import { Bot, type Context } from 'grammy';
 import { Telegraf } from 'telegraf';
@@ -68,6 +68,13 @@ async function main(): Promise<void> {
   bot.use(grammyDedup(client, { key: (ctx: Context) => `tg:${ctx.me.id}:${ctx.update.update_id}` }));
   bot.use(createDedup(client));
   bot.use(grammySeq(client, { key: (ctx: Context) => ctx.chat && `chat:${ctx.chat.id}`, waitMs: 5000 }));
+  const flavored = new Bot<Context & LockFlavor>('1:x');
+  flavored.use(grammySeq(client));
+  flavored.on('message', (ctx) => {
+    const f: bigint | undefined = ctx.lock.fence;
+    ctx.lock.signal.throwIfAborted();
+    void f;
+  });
 
   // Telegraf
   const tg = new Telegraf('1:x');
