@@ -10,6 +10,10 @@ after such a cancellation raises :class:`~redlockd.LockLostError` instead
 of ``CancelledError``; a cancellation that came from elsewhere stays a
 ``CancelledError``.  Used by ``redlockd.leader``, ``redlockd.dedup`` and
 ``redlockd.aiogram``; usable on its own with any ``AsyncLock``.
+
+:func:`run_until_lost` is the same for one awaitable run in a task of its
+own, for frameworks where the current task must not be cancelled (it may
+be the framework's own loop, as python-telegram-bot's update fetcher is).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any, Optional
 
 from .errors import LockLostError
 
-__all__ = ["cancel_on_lost", "lost_error"]
+__all__ = ["cancel_on_lost", "run_until_lost", "lost_error"]
 
 
 def lost_error(lock: Any, what: str = "lock") -> LockLostError:
@@ -73,3 +77,30 @@ class cancel_on_lost:  # noqa: N801 - used like a function
         if et is None or issubclass(et, asyncio.CancelledError):
             raise lost_error(self.lock, self.what) from ev
         return False  # the block's own exception wins
+
+
+async def run_until_lost(lock: Any, aw: Any, what: str = "lock") -> Any:
+    """Await ``aw`` in a task of its own; if ``lock.lost`` is set first,
+    cancel that task (and only it), wait for it to end and raise
+    :class:`LockLostError`.  Returns what ``aw`` returns."""
+    if lock.lost.is_set():
+        if asyncio.iscoroutine(aw):
+            aw.close()
+        raise lost_error(lock, what)
+    work = asyncio.ensure_future(aw)
+    lost = asyncio.ensure_future(lock.lost.wait())
+    try:
+        await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        work.cancel()
+        raise
+    finally:
+        lost.cancel()
+    if work.done():
+        return work.result()
+    work.cancel()
+    try:
+        await work
+    except asyncio.CancelledError:
+        pass
+    raise lost_error(lock, what)
