@@ -37,25 +37,38 @@ func ExampleClient_Campaign() {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	token := os.Getenv("BOT_TOKEN")
+	api := os.Getenv("TELEGRAM_API_ROOT") // a local Bot API server, or:
+	if api == "" {
+		api = "https://api.telegram.org"
+	}
+	err = runPoller(ctx, c, api, os.Getenv("BOT_TOKEN"), func(id, fence int64) {
+		fmt.Println("update", id) // ... handle it; pass fence to what it writes ...
+	})
+	log.Fatal(err) // ctx ended, or the client closed
+}
+
+// runPoller leads (waiting its turn), polls while leading, stands by again
+// when leadership ends, until ctx ends or Campaign fails.
+func runPoller(ctx context.Context, c *redlockd.Client, api, token string, handle func(id, fence int64)) error {
 	offset := int64(0)
 	for {
 		ld, err := c.Campaign(ctx, "tg:poller:"+strings.SplitN(token, ":", 2)[0], 5*time.Second)
 		if err != nil {
-			log.Fatal(err) // the client closed, or the daemon refuses
+			return err
 		}
-		offset = pollWhileLeading(ld.Context(), c, token, offset) // returns when leadership ends
+		offset = pollWhileLeading(ld.Context(), c, api, token, offset, handle) // until leadership ends
 		_ = ld.Resign(ctx)
 	}
 }
 
-func pollWhileLeading(ctx context.Context, c *redlockd.Client, token string, offset int64) int64 {
+func pollWhileLeading(ctx context.Context, c *redlockd.Client, api, token string, offset int64,
+	handle func(id, fence int64)) int64 {
 	for ctx.Err() == nil {
-		url := fmt.Sprintf("https://api.telegram.org/bot%s/getUpdates?timeout=20&offset=%d", token, offset)
+		url := fmt.Sprintf("%s/bot%s/getUpdates?timeout=20&offset=%d", api, token, offset)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := http.DefaultClient.Do(req) // cancelled when leadership ends
 		if err != nil {
-			time.Sleep(time.Second)
+			sleepCtx(ctx, time.Second)
 			continue
 		}
 		var body struct {
@@ -67,22 +80,31 @@ func pollWhileLeading(ctx context.Context, c *redlockd.Client, token string, off
 		_ = json.NewDecoder(resp.Body).Decode(&body)
 		resp.Body.Close()
 		if conflict { // the old leader's poll is still open
-			time.Sleep(time.Second)
+			sleepCtx(ctx, time.Second)
 			continue
 		}
 		for _, u := range body.Result {
 			if ctx.Err() != nil {
 				break // not confirmed: the next leader gets it
 			}
-			handleOnce(ctx, c, u.UpdateID)
+			handleOnce(ctx, c, u.UpdateID, handle)
 			offset = u.UpdateID + 1
 		}
 	}
 	return offset
 }
 
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
 // handleOnce is the seed pattern: acquire tg:update:<id>, handle, complete.
-func handleOnce(ctx context.Context, c *redlockd.Client, id int64) {
+func handleOnce(ctx context.Context, c *redlockd.Client, id int64, handle func(id, fence int64)) {
 	l, err := c.Acquire(ctx, fmt.Sprintf("tg:update:%d", id),
 		redlockd.AcquireOptions{TTL: time.Minute, Renew: true, Fence: true})
 	if errors.Is(err, redlockd.ErrBusy) || errors.Is(err, redlockd.ErrDone) {
@@ -92,8 +114,7 @@ func handleOnce(ctx context.Context, c *redlockd.Client, id int64) {
 		log.Print(err)
 		return
 	}
-	// ... handle the update under l.Context() (it ends if the lock is lost),
-	// passing l.Fence to what it writes ...
+	handle(id, l.Fence) // l.Context() ends if the lock is lost
 	if err := c.Complete(ctx, l, 24*time.Hour); err != nil {
 		log.Print(err) // not marked: a redelivery may run it again
 	}

@@ -269,3 +269,7 @@ func TestLeaderResignAndLost(t *testing.T) {
 	}
 	_ = hold.Release(tctx(t))
 }
+
+// SharedSocketForTest is the shared --dev daemon's socket, for the tests of
+// package redlockd_test (the poller example's test).
+func SharedSocketForTest(t *testing.T) string { return sharedDaemon(t).sock }
