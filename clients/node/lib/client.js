@@ -16,6 +16,7 @@ import {
   TooLargeError,
   errorFromCode,
 } from './errors.js';
+import { campaign, runAsLeader } from './leader.js';
 
 const DEFAULT_TIMEOUT_MS = 10_000;
 const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
@@ -675,6 +676,20 @@ export class RedlockClient extends EventEmitter {
       }
     }
     return result;
+  }
+
+  /**
+   * Leader election: wait (in the daemon's FIFO, in bounded rounds) until
+   * this client leads `resource`; resolves with a Leadership (`signal`,
+   * `fence`, `resign()`). See lib/leader.js.
+   */
+  campaign(resource, options = {}) {
+    return campaign(this, resource, options);
+  }
+
+  /** Wait for leadership, run `fn(signal, leadership)`, resign. */
+  runAsLeader(resource, options, fn) {
+    return runAsLeader(this, resource, options, fn);
   }
 
   /**
