@@ -67,8 +67,10 @@ struct node *node_create(struct event_base *base, int index,
 void node_destroy(struct node *node);
 
 /* node_script: EVALSHA script with argv (keys then args, as the script
- * table says); falls back to EVAL on NOSCRIPT. Returns 0 (cb will run once)
- * or -1 (node not up or overloaded; cb will not run). */
+ * table says); on NOSCRIPT it is sent again as EVAL in its original place
+ * on the connection (later commands wait; an acquire that a later command
+ * overtook gets the NOSCRIPT error instead, see node.c). Returns 0 (cb
+ * will run once) or -1 (node not up or overloaded; cb will not run). */
 int node_script(struct node *node, enum node_script script, int argc,
                 const char **argv, const size_t *argvlen, node_reply_fn *cb,
                 void *privdata);
