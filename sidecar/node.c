@@ -47,6 +47,7 @@
 #include "redlock.h"
 #include "resp.h"
 #include "scripts.h"
+#include "util.h"
 
 #define HANDSHAKE_INFO (-2) /* handshake_cb tag of INFO server */
 #define SHA_LEN 40
@@ -142,11 +143,11 @@ struct node {
 static void node_connect(struct node *node);
 static void node_drop(struct node *node, const char *why);
 
-static uint64_t now_us(void)
+/* The clock of every deadline here: the one cluster.c measures validity
+ * on (util.h), as node_send_prepared takes its readings. */
+static inline uint64_t now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return util_now_us();
 }
 
 const char *node_state_name(enum node_state state)

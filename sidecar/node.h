@@ -95,7 +95,7 @@ int node_prepare(struct node_prep *p, enum node_script script, int argc,
 void node_prep_free(struct node_prep *p);
 
 /* node_send_prepared: node_script for a prepared command; p is borrowed
- * until cb has run. now_us is the caller's CLOCK_MONOTONIC reading in
+ * until cb has run. now_us is the caller's util_now_us() reading in
  * microseconds (cluster_now_us()), taken before the call and shared by the
  * sends of one operation: the command's deadline counts from it, so an
  * earlier reading only makes the deadline stricter. (Under KVM a clock
