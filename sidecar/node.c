@@ -45,6 +45,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "redlock.h"
+#include "resolve.h"
 #include "resp.h"
 #include "scripts.h"
 #include "util.h"
@@ -94,15 +95,16 @@ struct node {
     enum node_state state;
     node_state_fn *state_cb;
     void *state_priv;
-    struct event *conn_timer; /* reconnect delay / connect deadline */
-    struct event *cmd_timer;  /* deadline of the oldest live command */
-    bool cmd_timer_on;        /* cmd_timer is added ... */
-    uint64_t cmd_timer_at;    /* ... to fire at this time */
-    struct event *ping_timer; /* heartbeat while idle */
-    uint64_t last_send_us;    /* when a command was last written */
-    uint64_t last_reply_us;   /* when a reply last arrived */
-    unsigned attempt;         /* failed connects in a row */
-    int handshake_left;       /* replies still expected before UP */
+    struct event *conn_timer;  /* reconnect delay / connect deadline */
+    struct resolve *resolving; /* owned: the host lookup in flight */
+    struct event *cmd_timer;   /* deadline of the oldest live command */
+    bool cmd_timer_on;         /* cmd_timer is added ... */
+    uint64_t cmd_timer_at;     /* ... to fire at this time */
+    struct event *ping_timer;  /* heartbeat while idle */
+    uint64_t last_send_us;     /* when a command was last written */
+    uint64_t last_reply_us;    /* when a reply last arrived */
+    unsigned attempt;          /* failed connects in a row */
+    int handshake_left;        /* replies still expected before UP */
     bool handshake_failed;
     char sha[SCRIPT__COUNT][SHA_LEN + 1];
     bool sha_ok[SCRIPT__COUNT];   /* sha equals known_sha: prepared sends ok */
@@ -142,6 +144,7 @@ struct node {
 
 static void node_connect(struct node *node);
 static void node_drop(struct node *node, const char *why);
+static void node_resolve_failed(struct node *node, const char *why);
 
 /* The clock of every deadline here: the one cluster.c measures validity
  * on (util.h), as node_send_prepared takes its readings. */
@@ -1228,6 +1231,12 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct node *node = arg;
+    if (node->state == NODE_CONNECTING && node->resolving != NULL) {
+        resolve_cancel(node->resolving);
+        node->resolving = NULL;
+        node_resolve_failed(node, "timed out");
+        return;
+    }
     if (node->state == NODE_CONNECTING) {
         if (node->last_error[0] == '\0') {
             node_set_error(node, "connect: timed out%s", "");
@@ -1241,9 +1250,12 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* A non-blocking socket connecting to the node; sets *connected when the
- * connect completed at once. Returns the fd, or -1 with errno set. */
-static int socket_connect(const struct node_addr *a, bool *connected)
+/* A non-blocking socket connecting to the node: its unix socket, or the
+ * first address of ai that takes a socket (ai is NULL for unix); sets
+ * *connected when the connect completed at once. Returns the fd, or -1
+ * with errno set. */
+static int socket_connect(const struct node_addr *a,
+                          const struct addrinfo *ai_list, bool *connected)
 {
     *connected = false;
     if (a->kind == NODE_ADDR_UNIX) {
@@ -1269,20 +1281,8 @@ static int socket_connect(const struct node_addr *a, bool *connected)
         errno = e;
         return -1;
     }
-    char port[8];
-    snprintf(port, sizeof(port), "%d", a->port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res = NULL;
-    /* Blocking, like hiredis's connect was: names resolve from
-     * /etc/hosts or a local resolver in the pods this runs in. */
-    int gai = getaddrinfo(a->host, port, &hints, &res);
-    if (gai != 0) {
-        errno = gai == EAI_SYSTEM ? errno : EHOSTUNREACH;
-        return -1;
-    }
     int fd = -1, e = ECONNREFUSED;
-    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+    for (const struct addrinfo *ai = ai_list; ai != NULL; ai = ai->ai_next) {
         fd = socket(ai->ai_family,
                     ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                     ai->ai_protocol);
@@ -1303,23 +1303,43 @@ static int socket_connect(const struct node_addr *a, bool *connected)
         close(fd);
         fd = -1;
     }
-    freeaddrinfo(res);
     if (fd < 0) {
         errno = e;
     }
     return fd;
 }
 
-static void node_connect(struct node *node)
+/* Arms the connect deadline unless it runs already: one deadline covers
+ * the host lookup, the connect and the handshake. */
+static void conn_deadline_arm(struct node *node)
+{
+    if (evtimer_pending(node->conn_timer, NULL)) {
+        return;
+    }
+    struct timeval tv = {(time_t)(node->opts.connect_timeout_ms / 1000),
+                         (suseconds_t)(node->opts.connect_timeout_ms % 1000) *
+                             1000};
+    evtimer_add(node->conn_timer, &tv);
+}
+
+/* A connect attempt that failed before any socket: down, retry later. */
+static void node_connect_failed(struct node *node)
+{
+    evtimer_del(node->conn_timer);
+    node_set_state(node, NODE_DOWN);
+    node_schedule_reconnect(node);
+}
+
+/* Connects to the node's unix socket, or to ai (the host's addresses). */
+static void node_connect_to(struct node *node, const struct addrinfo *ai)
 {
     bool connected;
-    int fd = socket_connect(node->addr, &connected);
+    int fd = socket_connect(node->addr, ai, &connected);
     if (fd < 0) {
         node_set_error(node, "connect: %s", strerror(errno));
         log_debug(node->subject, "%s: %s", node->addr->display,
                   node->last_error);
-        node_set_state(node, NODE_DOWN);
-        node_schedule_reconnect(node);
+        node_connect_failed(node);
         return;
     }
     if (event_assign(node->read_ev, node->base, fd, EV_READ | EV_PERSIST,
@@ -1329,17 +1349,13 @@ static void node_connect(struct node *node)
         event_add(node->read_ev, NULL) != 0) {
         close(fd);
         node_set_error(node, "connect: %s", "out of memory");
-        node_set_state(node, NODE_DOWN);
-        node_schedule_reconnect(node);
+        node_connect_failed(node);
         return;
     }
     node->fd = fd;
     node->connected = connected;
     node_set_state(node, NODE_CONNECTING);
-    struct timeval tv = {(time_t)(node->opts.connect_timeout_ms / 1000),
-                         (suseconds_t)(node->opts.connect_timeout_ms % 1000) *
-                             1000};
-    evtimer_add(node->conn_timer, &tv);
+    conn_deadline_arm(node);
     if (!connected) {
         node->write_armed = true; /* write_cb finishes the connect */
         event_add(node->write_ev, NULL);
@@ -1349,6 +1365,57 @@ static void node_connect(struct node *node)
         node_set_error(node, "handshake: cannot queue commands%s", "");
         node_drop(node, "handshake");
     }
+}
+
+/* A failed or timed-out lookup: the node is down, saying why. Logged as a
+ * warning once per outage (the error changes or was cleared by an up). */
+static void node_resolve_failed(struct node *node, const char *why)
+{
+    char msg[sizeof(node->last_error)];
+    snprintf(msg, sizeof(msg), "resolve %s: %s", node->addr->host, why);
+    if (strcmp(msg, node->last_error) != 0) {
+        log_warn(node->subject, "%s: %s", node->addr->display, msg);
+    } else {
+        log_debug(node->subject, "%s: %s", node->addr->display, msg);
+    }
+    memcpy(node->last_error, msg, sizeof(msg));
+    node_connect_failed(node);
+}
+
+static void resolved_cb(const struct addrinfo *res, const char *err, void *priv)
+{
+    struct node *node = priv;
+    node->resolving = NULL;
+    if (res == NULL) {
+        node_resolve_failed(node, err);
+        return;
+    }
+    node_connect_to(node, res);
+}
+
+/* Starts a connect: a host name is looked up first, off the loop (see
+ * resolve.h), under the connect deadline; numeric hosts and unix sockets
+ * connect at once. */
+static void node_connect(struct node *node)
+{
+    const struct node_addr *a = node->addr;
+    struct addrinfo *ai = NULL;
+    if (a->kind == NODE_ADDR_UNIX ||
+        resolve_numeric(a->host, a->port, &ai) == 0) {
+        node_connect_to(node, ai);
+        if (ai != NULL) {
+            freeaddrinfo(ai);
+        }
+        return;
+    }
+    node->resolving =
+        resolve_start(node->base, a->host, a->port, resolved_cb, node);
+    if (node->resolving == NULL) {
+        node_resolve_failed(node, strerror(errno));
+        return;
+    }
+    node_set_state(node, NODE_CONNECTING);
+    conn_deadline_arm(node);
 }
 
 struct node *node_create(struct event_base *base, int index,
@@ -1399,6 +1466,8 @@ void node_destroy(struct node *node)
         METRIC_ADD(nodes_up, -1);
     }
     node->state = NODE_CLOSED;
+    resolve_cancel(node->resolving);
+    node->resolving = NULL;
     node_drop(node, "closed"); /* runs every pending callback */
     struct event *evs[] = {node->conn_timer, node->cmd_timer, node->ping_timer,
                            node->read_ev,    node->write_ev,  node->flush_ev};

@@ -27,7 +27,7 @@ struct node;
 
 enum node_state {
     NODE_DOWN = 0,       /* no connection; a reconnect timer is pending */
-    NODE_CONNECTING = 1, /* socket connecting or handshake commands running */
+    NODE_CONNECTING = 1, /* host lookup, socket connecting or handshake */
     NODE_UP = 2,         /* ready: scripts loaded, commands accepted */
     NODE_CLOSED = 3,     /* node_destroy() called; nothing more happens */
 };
