@@ -11,6 +11,7 @@ and 5: a loopback TCP proxy that forwards the daemon's commands at once
 but holds the node's replies until the test lets them through.
 """
 
+import random
 import socket
 import threading
 import time
@@ -310,3 +311,74 @@ def test_acquire_not_resent_after_a_later_command_ran(cluster,
         g5.reopen()
         daemon_factory.teardown([])
         g5.close()
+
+
+def test_flushes_under_load_leave_no_keys(cluster, daemon_factory):
+    """Two daemons, contending clients, and SCRIPT FLUSH on random nodes
+    every few ms, for a bounded time: exclusion holds, and once every
+    client has released, no lock key is left on any node (a failed
+    acquire's rollback or a release that ran before the acquire it undoes
+    would leave one for the whole 30 s TTL)."""
+    daemons = [daemon_factory.start(cluster, name="f%d" % i)
+               for i in range(2)]
+    resources = [rname("flush") for _ in range(3)]
+    holders = {r: None for r in resources}
+    mu = threading.Lock()
+    stop = threading.Event()
+    errors = []
+    counts = {"ok": 0, "other": 0}
+
+    def worker(k):
+        rnd = random.Random(k)
+        with daemons[k % 2].client(timeout=10.0 * SLOW) as c:
+            for _ in range(100000):
+                if stop.is_set():
+                    return
+                res = rnd.choice(resources)
+                r = c.call("acquire", resource=res, ttl_ms=30000)
+                if r.get("ok") is not True:
+                    with mu:
+                        counts["other"] += 1
+                    continue
+                with mu:
+                    if holders[res] is not None:
+                        errors.append("%s held by %s and %s" % (
+                            res, holders[res], k))
+                    holders[res] = k
+                    counts["ok"] += 1
+                time.sleep(rnd.random() * 0.002)
+                with mu:
+                    holders[res] = None
+                rel = c.call("release", lock=r["lock"])
+                if rel.get("ok") is not True:
+                    errors.append("release: %r" % (rel,))
+
+    def flusher():
+        rnd = random.Random(7)
+        for _ in range(100000):
+            if stop.is_set():
+                return
+            nd = rnd.choice(cluster.nodes)
+            try:
+                resp_cmd(nd.path, "SCRIPT", "FLUSH")
+            except OSError:
+                pass
+            time.sleep(0.003)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+    threads.append(threading.Thread(target=flusher))
+    for t in threads:
+        t.start()
+    time.sleep(3.0)
+    stop.set()
+    for t in threads:
+        t.join(30)
+    assert not any(t.is_alive() for t in threads)
+    assert not errors, errors[:5]
+    assert counts["ok"] > 0, counts
+    # Rollbacks and releases to a node may still be on their way.
+    poll_until(
+        lambda: (lambda k: None if any(k) else k)(cluster.lock_keys_all()),
+        3.0 * SLOW, 0.05)
+    keys = cluster.lock_keys_all()
+    assert not any(keys), "keys left behind: %r (counts %r)" % (keys, counts)
