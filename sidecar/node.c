@@ -269,8 +269,9 @@ static void fifo_push(struct node *node, struct node_cmd *cmd)
 }
 
 /* Puts cmd into the FIFO just before `before` (at the tail when NULL):
- * the bytes of commands written during a NOSCRIPT recovery go out ahead
- * of the held ones, and the FIFO must stay in wire order. */
+ * the bytes of commands written while a NOSCRIPT recovery ends go out
+ * ahead of the held ones, and the FIFO must stay in wire order. Leaves
+ * live to rec_close (fifo_find_live) unless before is NULL. */
 static void fifo_insert_before(struct node *node, struct node_cmd *cmd,
                                struct node_cmd *before)
 {
@@ -287,7 +288,11 @@ static void fifo_insert_before(struct node *node, struct node_cmd *cmd,
     }
     before->prev = cmd;
     node->pending++;
-    /* live is the first command not yet timed out. */
+}
+
+/* live: the first command not yet timed out. */
+static void fifo_find_live(struct node *node)
+{
     node->live = node->head;
     while (node->live != NULL && node->live->done) {
         node->live = node->live->next;
@@ -624,6 +629,7 @@ static int rec_close(struct node *node, uint64_t now)
     }
     node->hlen = 0;
     node->held = NULL;
+    fifo_find_live(node);
     if (node->hcap > 1024 * 1024) {
         free(node->hbuf);
         node->hbuf = NULL;
