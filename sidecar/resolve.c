@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -41,7 +42,13 @@ struct resolve {
     void *priv;
 };
 
+/* At exit, lookups about to end get this long to do so (a leak checker
+ * counts a thread still running as a leak); one stuck in a slow resolver
+ * does not hold the exit up for longer. */
+#define RESOLVE_EXIT_WAIT_MS 200
+
 static atomic_int threads_running;
+static bool exit_hook; /* resolve_at_exit registered (loop thread only) */
 
 int resolve_numeric(const char *host, int port, struct addrinfo **res)
 {
@@ -81,9 +88,21 @@ static void *resolve_thread(void *arg)
     do {
         n = write(r->fds[1], &one, 1);
     } while (n < 0 && errno == EINTR);
-    atomic_fetch_sub(&threads_running, 1);
     resolve_unref(r);
+    atomic_fetch_sub(&threads_running, 1);
     return NULL;
+}
+
+static void resolve_at_exit(void)
+{
+    struct timespec ms = {0, 1000000};
+    for (int i = 0; i < RESOLVE_EXIT_WAIT_MS; i++) {
+        if (atomic_load(&threads_running) == 0) {
+            nanosleep(&ms, NULL); /* the last one returns from its thread */
+            return;
+        }
+        nanosleep(&ms, NULL);
+    }
 }
 
 /* The thread's byte arrived: deliver its answer. */
@@ -114,6 +133,9 @@ struct resolve *resolve_start(struct event_base *base, const char *host,
         atomic_fetch_sub(&threads_running, 1);
         errno = EAGAIN;
         return NULL;
+    }
+    if (!exit_hook) {
+        exit_hook = atexit(resolve_at_exit) == 0;
     }
     struct resolve *r = calloc(1, sizeof(*r));
     if (r == NULL) {
