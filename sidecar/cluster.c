@@ -22,6 +22,7 @@
 #include "metrics.h"
 #include "node.h"
 #include "redlock.h"
+#include "util.h"
 
 #define KEY_INLINE 600 /* prefix (<= 64) + "lock:" + resource (<= 512) */
 
@@ -134,9 +135,7 @@ struct cluster {
 
 uint64_t cluster_now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return util_now_us();
 }
 
 /* The node to send to, or NULL while the cluster is being destroyed:
