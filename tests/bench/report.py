@@ -611,10 +611,6 @@ def build(args):
             # Only the per-function lines (callgrind_annotate adds a header).
             lines = [ln.strip() for ln in txt.splitlines()
                      if re.match(r"^\s*[\d,.]+%?\s", ln)][:40]
-            # The object file by name only: the report must not carry the
-            # absolute path of the machine it ran on.
-            lines = [re.sub(r"\[/[^\]]*/([^/\]]+)\]", r"[\1]", ln)
-                     for ln in lines]
             doc.append("## Profile: %s\n" % title)
             doc.append(stamp(out_dir, "profile"))
             doc.append("```\n%s\n```\n" % "\n".join(lines))
