@@ -793,7 +793,8 @@ def test_sigterm_releases_and_exits_0(nodes, tmp_path):
         code, body = http_unix(sc.socket, "POST", "/v1/locks",
                                {"resource": res, "ttl_ms": 60000})
         assert code == 200, body
-        # A session lock on an open NDJSON connection: released at SIGTERM.
+        # A session lock on an open NDJSON connection: its owner is told
+        # (lost), then it is released at SIGTERM.
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.settimeout(5)
         s.connect(sc.socket)
@@ -808,10 +809,10 @@ def test_sigterm_releases_and_exits_0(nodes, tmp_path):
         assert secs < STOP_BOUND_S
         assert not os.path.exists(sc.socket), "socket left behind"
         assert nodes.exists_count("redlock:lock:" + sres) == 0
-        # So is the HTTP lock: a graceful stop releases every lock taken
-        # through this daemon, not only session locks (docs/operations.md,
-        # "Upgrading").
-        assert nodes.exists_count("redlock:lock:" + res) == 0
+        # The HTTP lock is left to its TTL: its holder is not connected to
+        # be told, and any daemon can still extend or release it by token
+        # (docs/operations.md, "Upgrading").
+        assert nodes.exists_count("redlock:lock:" + res) >= 3
     finally:
         sc.close()
 
