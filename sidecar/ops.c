@@ -954,9 +954,23 @@ static void lock_lost(struct ops *o, struct lock *l, const char *why)
     lock_drop(o, l);
 }
 
+/* Whether the timer would send l's renewal at now. */
+static bool lock_renew_would_send(const struct ops *o, const struct lock *l,
+                                  uint64_t now)
+{
+    if (!l->renew || (l->renew_until_us != 0 && now >= l->renew_until_us)) {
+        return false;
+    }
+    struct redlock_renew_state st = lock_renew_state(o, l);
+    uint64_t wake = 0;
+    return redlock_renew_decide(&st, now, &wake) == RL_RENEW_SEND;
+}
+
 /* l's renewal in flight ended (answered, or l leaves the table): a slot of
  * its owner's budget comes free, and the owner's oldest renewal waiting
- * for one is due now. */
+ * for one is due now. A deferred lock that no longer renews (a release or
+ * complete in flight, extended meanwhile, past its last moment) waits for
+ * what it waits for instead, and the slot goes to the next. */
 static void lock_renew_ended(struct ops *o, struct lock *l, uint64_t now)
 {
     if (l->renew_sent_us == 0) {
@@ -967,10 +981,14 @@ static void lock_renew_ended(struct ops *o, struct lock *l, uint64_t now)
         return;
     }
     l->owner->renewing--;
-    struct lock *next = locks_undefer(l->owner);
-    if (next != NULL) {
-        locks_set_deadline(o->locks, next, now);
-        lock_timer_kick(o);
+    struct lock *next;
+    while ((next = locks_undefer(l->owner)) != NULL) {
+        if (lock_renew_would_send(o, next, now)) {
+            locks_set_deadline(o->locks, next, now);
+            lock_timer_kick(o);
+            return;
+        }
+        lock_reschedule(o, next, now);
     }
 }
 

@@ -82,3 +82,53 @@ def test_give_up_is_not_held_behind_a_full_renewal_budget(cluster,
         for c in hogs + [victim]:
             c.close()
 
+
+def test_a_freed_slot_goes_to_a_lock_that_renews(cluster, daemon_factory):
+    """A connection's freed renewal slot woke its oldest deferred lock. If
+    that lock had a release in flight, it sent nothing and the slot went
+    unused: behind 256 such locks, the connection's other deferred locks
+    were given up at their validity's end without their renewal ever being
+    sent, though every slot of the connection was free. The wake now goes
+    on to the next deferred lock that renews."""
+    _skip_if_slow()
+    d = daemon_factory.start(cluster, name="wake",
+                             extra=["--node-timeout-ms", "2000",
+                                    "--max-inflight", "3000"])
+    ttl = 6000
+    c = d.client(timeout=30.0)
+    try:
+        # A: 600 locks, renewals due 1.8 to 2 s on: 256 go out and hang
+        # until about 3.9 s, the other 344 are deferred.
+        t0 = time.monotonic()
+        a = _take(c, "a", 600, ttl)
+        time.sleep(max(0.0, t0 + 0.5 - time.monotonic()))
+        # B: due 0.5 s later, so deferred behind every one of A's.
+        t_b = time.monotonic()
+        b = _take(c, "b", 20, ttl)
+        assert t_b - t0 < 1.0, "A's acquisitions took %.2f s" % (t_b - t0)
+        for nd in cluster.nodes[:3]:
+            nd.pause()
+        time.sleep(max(0.0, t0 + 2.6 - time.monotonic()))
+        # Every A lock released: the releases hang on the stalled majority
+        # past the renewals' node timeout, so each freed slot wakes an A
+        # lock whose release is in flight.
+        c.sock.sendall(b"".join(
+            c.encode({"op": "release", "id": "rel%d" % i,
+                      "lock": x["lock"]}) for i, x in enumerate(a)))
+        # After the renewals' timeout (about 3.9 s) B's renewals may go
+        # out; node 5 applies each one it is sent.
+        time.sleep(max(0.0, t_b + 4.5 - time.monotonic()))
+        n5 = cluster.nodes[4]
+        pttl = [n5.cmd("PTTL", lock_key(x["resource"])) for x in b]
+        print("B's keys on node 5 at %.2f s: PTTL %r" % (
+            time.monotonic() - t_b, pttl))
+        # Unrenewed: at most ttl - 4.5 s = 1.5 s left; renewed after
+        # 3.9 s: more than 3 s.
+        unsent = sum(1 for p in pttl if p < 3000)
+        assert unsent == 0, (
+            "%d of %d deferred locks got no renewal though their "
+            "connection's slots were free (PTTL on node 5: %r)" % (
+                unsent, len(b), pttl))
+    finally:
+        cluster.resume_all()
+        c.close()
