@@ -1129,8 +1129,7 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
              * again shortly (not past its last moment); the locks behind
              * it go on, so a give-up never waits for a slot. */
             uint64_t again = now + RENEW_HOLD_BACK_US;
-            uint64_t last =
-                redlock_renew_last_us(l->valid_until_us, l->ttl_ms);
+            uint64_t last = redlock_renew_last_us(l->valid_until_us, l->ttl_ms);
             locks_set_deadline(o->locks, l, again < last ? again : last);
             continue;
         }
