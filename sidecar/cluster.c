@@ -1035,8 +1035,10 @@ static void repair_scan_cb(struct node *node, struct redisReply *reply,
         }
     }
     if (!ok) {
-        log_warn(NULL, "node %d: done-mark scan: unexpected reply",
-                 node_index(node) + 1);
+        log_warn(NULL, "node %d: done-mark scan: %s", node_index(node) + 1,
+                 argc > 0 && (argv == NULL || lens == NULL)
+                     ? "out of memory"
+                     : "unexpected reply");
         repair_src_failed(s);
     } else {
         memcpy(s->cursor, reply->element[0]->str, reply->element[0]->len);
@@ -1058,7 +1060,6 @@ static void repair_scan_cb(struct node *node, struct redisReply *reply,
 static void repair_counter_cb(struct node *node, struct redisReply *reply,
                               enum node_status status, void *privdata)
 {
-    (void)node;
     struct repair_src *s = privdata;
     struct repair *r = s->r;
     r->outstanding--;
@@ -1074,6 +1075,11 @@ static void repair_counter_cb(struct node *node, struct redisReply *reply,
             s->counter_read = true;
             repair_src_check(s);
         } else {
+            log_warn(NULL, "node %d: fence counter read: %s",
+                     node_index(node) + 1,
+                     status != NODE_REPLY               ? "no answer"
+                     : reply->type == REDIS_REPLY_ERROR ? reply->str
+                                                        : "unexpected reply");
             repair_src_failed(s);
         }
     }
@@ -1123,6 +1129,8 @@ static void repair_start(struct cluster *c, int target)
     }
     struct repair *r = calloc(1, sizeof(*r));
     if (r == NULL) {
+        log_error(NULL, "node %d: repair: out of memory; tried again later",
+                  target + 1);
         repair_retry_later(c, target);
         return;
     }

@@ -81,6 +81,9 @@ static void lock_timer_kick(struct ops *o);
  * others' renewals fall due. */
 #define RENEW_CONN_INFLIGHT_MAX 256
 
+/* A renewal held back for want of a slot looks again this much later. */
+#define RENEW_HOLD_BACK_US 5000
+
 /* ---- replies ------------------------------------------------------------ */
 
 static void reply_error(struct call *call, enum proto_err err, const char *msg)
@@ -951,9 +954,23 @@ static void lock_lost(struct ops *o, struct lock *l, const char *why)
     lock_drop(o, l);
 }
 
+/* Whether the timer would send l's renewal at now. */
+static bool lock_renew_would_send(const struct ops *o, const struct lock *l,
+                                  uint64_t now)
+{
+    if (!l->renew || (l->renew_until_us != 0 && now >= l->renew_until_us)) {
+        return false;
+    }
+    struct redlock_renew_state st = lock_renew_state(o, l);
+    uint64_t wake = 0;
+    return redlock_renew_decide(&st, now, &wake) == RL_RENEW_SEND;
+}
+
 /* l's renewal in flight ended (answered, or l leaves the table): a slot of
  * its owner's budget comes free, and the owner's oldest renewal waiting
- * for one is due now. */
+ * for one is due now. A deferred lock that no longer renews (a release or
+ * complete in flight, extended meanwhile, past its last moment) waits for
+ * what it waits for instead, and the slot goes to the next. */
 static void lock_renew_ended(struct ops *o, struct lock *l, uint64_t now)
 {
     if (l->renew_sent_us == 0) {
@@ -964,10 +981,14 @@ static void lock_renew_ended(struct ops *o, struct lock *l, uint64_t now)
         return;
     }
     l->owner->renewing--;
-    struct lock *next = locks_undefer(l->owner);
-    if (next != NULL) {
-        locks_set_deadline(o->locks, next, now);
-        lock_timer_kick(o);
+    struct lock *next;
+    while ((next = locks_undefer(l->owner)) != NULL) {
+        if (lock_renew_would_send(o, next, now)) {
+            locks_set_deadline(o->locks, next, now);
+            lock_timer_kick(o);
+            return;
+        }
+        lock_reschedule(o, next, now);
     }
 }
 
@@ -977,10 +998,9 @@ static void renew_done_cb(const struct cluster_result *res, void *priv)
     struct ops *o = ctx->ops;
     struct lock *l = locks_find(o->locks, ctx->token);
     free(ctx);
-    if (o->renew_inflight-- >= RENEW_INFLIGHT_MAX) {
-        /* Renewals were held back for want of a slot: go on with them. */
-        lock_timer_kick(o);
-    }
+    /* Renewals held back for want of a slot look again within
+     * RENEW_HOLD_BACK_US. */
+    o->renew_inflight--;
     if (l == NULL) {
         return; /* released meanwhile */
     }
@@ -1067,7 +1087,6 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
     struct ops *o = arg;
     o->lock_timer_due = 0;
     uint64_t now = cluster_now_us();
-    bool held_back = false;
     /* Bounded per tick so a burst of due locks cannot starve clients. */
     for (int budget = 4096; budget > 0; budget--) {
         uint64_t due;
@@ -1106,9 +1125,13 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
         if (o->renew_inflight >= RENEW_INFLIGHT_MAX) {
             /* Enough renewals in flight: a burst (100k locks taken
              * together) is metered out instead of queueing past the node
-             * timeout. There is slack: renewals start by ttl/3. */
-            held_back = true;
-            break;
+             * timeout. There is slack: renewals start by ttl/3. l looks
+             * again shortly (not past its last moment); the locks behind
+             * it go on, so a give-up never waits for a slot. */
+            uint64_t again = now + RENEW_HOLD_BACK_US;
+            uint64_t last = redlock_renew_last_us(l->valid_until_us, l->ttl_ms);
+            locks_set_deadline(o->locks, l, again < last ? again : last);
+            continue;
         }
         if (l->owner != NULL && l->owner->renewing >= RENEW_CONN_INFLIGHT_MAX) {
             /* This connection has its share in flight: its own renewals
@@ -1121,13 +1144,6 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
             continue;
         }
         lock_renew(o, l, now, wake);
-    }
-    if (held_back) {
-        /* A finished renewal kicks the timer; this is the fallback. */
-        struct timeval tv = {0, 5000};
-        evtimer_add(o->lock_timer, &tv);
-        o->lock_timer_due = now + 5000;
-        return;
     }
     lock_timer_rearm(o);
 }

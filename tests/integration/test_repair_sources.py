@@ -77,3 +77,31 @@ def test_source_restarted_mid_scan_is_not_a_full_read(cluster,
     with d.client() as c:
         assert_error(c.call("acquire", resource=res, ttl_ms=5000), "done")
     _wait_log(d, r"node 1: repaired from 3 node\(s\)", 5.0)
+
+
+def test_failed_counter_read_is_logged(cluster, daemon_factory):
+    """A source whose fence counter cannot be read drops out of the repair;
+    when the others suffice the repair goes on, and the failed read was
+    not logged at all. Node 5's counter is made a list (GET answers
+    WRONGTYPE); node 1 restarts and is repaired from nodes 2 to 4."""
+    d = daemon_factory.start(cluster, name="cr",
+                             extra=["--quarantine-ms", "300"])
+    ok, _ = poll_until(lambda: not any(n.get("quarantined") for n in
+                                       _health_nodes(d)), 40.0 * SLOW, 0.1)
+    assert ok, _health_nodes(d)
+    n5 = cluster.nodes[4]
+    n5.cmd("DEL", PREFIX + "fence")
+    n5.cmd("RPUSH", PREFIX + "fence", "not a counter")
+    n2 = cluster.nodes[1]
+    try:
+        _restart_seen(cluster, d, [0])
+        # Node 2 answers only after node 5's error has come: the repair
+        # is still going on when it does.
+        n2.pause()
+        time.sleep(0.8)
+        n2.resume()
+        _wait_quarantine_over(d, 0, 30.0 * SLOW)
+        _wait_log(d, r"node 5: fence counter read: WRONGTYPE", 5.0)
+    finally:
+        n2.resume()
+        n5.cmd("DEL", PREFIX + "fence")
