@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include <sys/random.h>
+#include <sys/time.h>
 #include <sys/types.h>
 
 #include <uuid/uuid.h>
@@ -21,6 +22,13 @@ struct lock_table {
     struct lock **heap; /* min-heap on heap_due[] */
     uint64_t *heap_due;
     size_t heap_len, heap_cap;
+    /* Every lock in the order it was added, for listing: removal leaves a
+     * NULL (order_seq keeps its number, so the array stays sorted for a
+     * binary search) and compaction drops them once they are half. */
+    struct lock **order;
+    uint64_t *order_seq;
+    size_t order_len, order_cap, order_dead;
+    uint64_t next_seq;
 };
 
 #define HEAP_NONE ((size_t)-1)
@@ -70,7 +78,92 @@ void locks_destroy(struct lock_table *t)
     free(t->buckets);
     free(t->heap);
     free(t->heap_due);
+    free(t->order);
+    free(t->order_seq);
     free(t);
+}
+
+/* ---- addition order ------------------------------------------------------ */
+
+/* Drops the removed entries, keeping the order. */
+static void order_compact(struct lock_table *t)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < t->order_len; i++) {
+        if (t->order[i] != NULL) {
+            t->order[k] = t->order[i];
+            t->order_seq[k] = t->order_seq[i];
+            t->order[k]->order_idx = k;
+            k++;
+        }
+    }
+    t->order_len = k;
+    t->order_dead = 0;
+}
+
+/* Room for one more entry. Returns 0 or -1. */
+static int order_reserve(struct lock_table *t)
+{
+    if (t->order_len < t->order_cap) {
+        return 0;
+    }
+    if (t->order_dead > t->order_len / 4) {
+        order_compact(t);
+        return 0;
+    }
+    size_t cap = t->order_cap ? t->order_cap * 2 : 256;
+    struct lock **o = realloc(t->order, cap * sizeof(*o));
+    if (o == NULL) {
+        return -1;
+    }
+    t->order = o;
+    uint64_t *q = realloc(t->order_seq, cap * sizeof(*q));
+    if (q == NULL) {
+        return -1; /* the larger array stays; order_cap says what both hold */
+    }
+    t->order_seq = q;
+    t->order_cap = cap;
+    return 0;
+}
+
+static void order_remove(struct lock_table *t, struct lock *l)
+{
+    t->order[l->order_idx] = NULL;
+    t->order_dead++;
+    if (t->order_dead > 1024 && t->order_dead * 2 > t->order_len) {
+        order_compact(t);
+    }
+}
+
+static bool has_prefix(const struct lock *l, const char *p, size_t n)
+{
+    return l->resource_len >= n && memcmp(l->resource, p, n) == 0;
+}
+
+size_t locks_scan(const struct lock_table *t, uint64_t after,
+                  const char *prefix, size_t prefix_len, size_t visit_max,
+                  struct lock **out, size_t out_max, uint64_t *next)
+{
+    /* The first entry numbered above after. */
+    size_t lo = 0, hi = t->order_len;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->order_seq[mid] <= after) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    size_t i = lo, found = 0, visited = 0;
+    while (i < t->order_len && visited < visit_max && found < out_max) {
+        struct lock *l = t->order[i++];
+        visited++;
+        if (l != NULL && has_prefix(l, prefix, prefix_len)) {
+            out[found++] = l;
+        }
+    }
+    *next = i < t->order_len && i > 0 ? t->order_seq[i - 1] : 0;
+    return found;
 }
 
 static void table_grow(struct lock_table *t)
@@ -213,7 +306,7 @@ struct lock *locks_add(struct lock_table *t, const char *token,
                        struct lock_owner *owner, uint32_t ttl_ms,
                        uint64_t valid_until_us)
 {
-    if (heap_reserve(t) != 0) {
+    if (heap_reserve(t) != 0 || order_reserve(t) != 0) {
         return NULL;
     }
     struct lock *l = calloc(1, sizeof(*l));
@@ -233,6 +326,13 @@ struct lock *locks_add(struct lock_table *t, const char *token,
     l->ttl_ms = ttl_ms;
     l->valid_until_us = valid_until_us;
     l->heap_idx = HEAP_NONE;
+    l->seq = ++t->next_seq;
+    l->order_idx = t->order_len;
+    t->order[t->order_len] = l;
+    t->order_seq[t->order_len++] = l->seq;
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    l->since_ms = (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
     if (t->count >= t->n_buckets) {
         table_grow(t);
     }
@@ -286,6 +386,7 @@ void locks_remove(struct lock_table *t, struct lock *l)
         l->owner->count--;
     }
     heap_remove(t, l);
+    order_remove(t, l);
     free(l->resource);
     free(l);
 }

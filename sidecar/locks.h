@@ -2,7 +2,9 @@
  *
  * Locks are found by token (release, extend, complete) and grouped by owning
  * connection (session release on close). A struct lock is owned by the
- * table: locks_add() allocates it, locks_remove() frees it. */
+ * table: locks_add() allocates it, locks_remove() frees it. The table also
+ * keeps locks in the order they were added, for listing by pages
+ * (locks_scan). */
 #ifndef REDLOCKD_LOCKS_H
 #define REDLOCKD_LOCKS_H
 
@@ -22,6 +24,10 @@ struct lock_owner {
     size_t count;
     size_t waiters;        /* ops: this connection's calls in a wait queue */
     struct client *client; /* borrowed: the connection that embeds this */
+    uint64_t conn_id;      /* server: the connection's id, for listings */
+    bool has_cred;         /* server: pid/uid/gid read by SO_PEERCRED */
+    int pid;
+    unsigned uid, gid;
 };
 
 struct lock {
@@ -40,6 +46,12 @@ struct lock {
     struct lock *own_prev;   /* owner's list */
     struct lock *own_next;
     size_t heap_idx; /* table: position in the deadline heap */
+    uint64_t seq;       /* table: order of addition, from 1; the cursor */
+    size_t order_idx;   /* table: position in the addition order */
+    bool has_fence;     /* ops: acquired with fence (fence below) */
+    int64_t fence;      /* ops: the fencing token answered */
+    int64_t since_ms;   /* table: wall clock (ms since the epoch) at add */
+    uint64_t added_us;  /* ops: monotonic time the acquisition answered */
 };
 
 struct lock_table *locks_create(void);
@@ -67,6 +79,17 @@ void locks_set_deadline(struct lock_table *t, struct lock *l, uint64_t due_us);
 struct lock *locks_peek_due(struct lock_table *t, uint64_t *due_us);
 
 size_t locks_count(const struct lock_table *t);
+
+/* locks_scan: one page of the locks in the order they were added, after
+ * the lock numbered after (0: from the start), whose resource begins with
+ * prefix[0..prefix_len). At most out_max locks go to out (borrowed: valid
+ * until the table changes), and at most visit_max entries are looked at,
+ * so a page costs bounded time whatever the table holds. *next is the
+ * number to resume after, or 0 when the scan reached the end. Returns the
+ * number of locks written. */
+size_t locks_scan(const struct lock_table *t, uint64_t after,
+                  const char *prefix, size_t prefix_len, size_t visit_max,
+                  struct lock **out, size_t out_max, uint64_t *next);
 
 /* locks_new_token: 128 random bits (getrandom, else libuuid) as 32 hex chars
  * plus NUL into out. */

@@ -25,6 +25,7 @@
 
 #include "cluster.h"
 #include "config.h"
+#include "inspect.h"
 #include "locks.h"
 #include "log.h"
 #include "metrics.h"
@@ -40,6 +41,7 @@ struct waitq {
     struct call *head, *tail; /* borrowed calls, linked by wnext/wprev */
     bool head_trying;         /* the head has an acquisition in flight */
     bool woken;               /* a release came while the head was trying */
+    size_t n_waiting;         /* calls in the queue, for listings */
     struct waitq *hnext;      /* hash chain */
 };
 
@@ -55,6 +57,7 @@ struct ops {
     size_t wq_n_buckets;
     int n_waiters;
     int renew_inflight; /* renewals sent, not yet answered */
+    int inspect_inflight; /* inspections sent, not yet answered */
     bool shutting_down;
 };
 
@@ -237,8 +240,10 @@ static void waitq_push(struct ops *o, struct waitq *q, struct call *call)
         q->head = call;
     }
     q->tail = call;
+    q->n_waiting++;
     call->waitq = q;
     call->waiting = true;
+    call->waited = true;
     if (call->session != NULL) {
         call->session->waiters++;
     }
@@ -264,6 +269,7 @@ static void waitq_unlink(struct ops *o, struct call *call)
         q->tail = call->wprev;
     }
     call->wnext = call->wprev = NULL;
+    q->n_waiting--;
     call->waitq = NULL;
     call->waiting = false;
     if (call->retry_ev != NULL) {
@@ -343,6 +349,17 @@ static void wake_cb(const char *resource, size_t len, void *priv)
     waitq_wake(priv, resource, len);
 }
 
+/* A call that queued is answered: the time it spent waiting, apart from its
+ * acquisition rounds, goes to redlockd_wait_seconds. */
+static void observe_wait(const struct call *call, uint64_t now)
+{
+    if (!call->waited) {
+        return;
+    }
+    uint64_t total = now > call->start_us ? now - call->start_us : 0;
+    metrics_observe_wait(total > call->round_us ? total - call->round_us : 0);
+}
+
 /* Answers and removes a waiting call; the next in line starts trying. */
 static void waiter_finish(struct ops *o, struct call *call, enum proto_err err,
                           const char *msg)
@@ -350,6 +367,7 @@ static void waiter_finish(struct ops *o, struct call *call, enum proto_err err,
     struct waitq *q = call->waitq;
     bool was_head = q != NULL && q->head == call;
     waitq_unlink(o, call);
+    observe_wait(call, cluster_now_us());
     reply_error(call, err, msg);
     if (q != NULL) {
         if (was_head && q->head != NULL && !q->head_trying) {
@@ -369,6 +387,7 @@ static void acquire_start(struct ops *o, struct call *call)
 {
     locks_new_token(call->token);
     call->attempt++;
+    call->round_start_us = cluster_now_us();
     if (cluster_acquire(o->cluster, call->req.resource, call->req.resource_len,
                         call->token, call->req.ttl_ms, call->req.fence,
                         acquire_done_cb, call) != 0) {
@@ -450,6 +469,7 @@ static bool acquire_won(struct ops *o, struct call *call,
 {
     uint64_t now = cluster_now_us();
     metrics_observe_acquire(now - call->start_us);
+    observe_wait(call, now);
     if (call->client == NULL || o->shutting_down) {
         /* Nobody is left to hold it, or everything is being let go. */
         cluster_release(o->cluster, call->req.resource, call->req.resource_len,
@@ -483,6 +503,9 @@ static bool acquire_won(struct ops *o, struct call *call,
     }
     METRIC_INC(acquire_ok);
     METRIC_ADD(locks_held, 1);
+    l->has_fence = call->req.fence;
+    l->fence = res->fence;
+    l->added_us = now;
     if (call->req.renew && call->session != NULL) {
         l->renew = true;
         if (call->req.renew_max_ms > 0) {
@@ -503,6 +526,7 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
     if (q != NULL) {
         q->head_trying = false;
     }
+    call->round_us += cluster_now_us() - call->round_start_us;
 
     if (res->err == ERR_NONE) {
         if (q != NULL) {
@@ -1101,6 +1125,13 @@ static void op_acquire(struct ops *o, struct call *call)
     acquire_start(o, call);
 }
 
+/* The calls queued for a resource here (inspect_waiters_fn). */
+static size_t resource_waiters(const char *resource, size_t len, void *priv)
+{
+    struct waitq *q = waitq_find(priv, resource, len);
+    return q != NULL ? q->n_waiting : 0;
+}
+
 void ops_submit(struct ops *o, struct call *call)
 {
     call->ops = o;
@@ -1123,6 +1154,16 @@ void ops_submit(struct ops *o, struct call *call)
         return;
     case OP_COMPLETE:
         op_complete(o, call);
+        return;
+    case OP_LOCKS:
+        inspect_locks(o->locks, resource_waiters, o, call);
+        return;
+    case OP_INSPECT:
+        if (inspect_resource(o->cluster, o->cfg, o->locks, resource_waiters,
+                             o, call, &o->inspect_inflight) != 0) {
+            log_error(NULL, "inspect: out of memory");
+            reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
+        }
         return;
     case OP_HEALTH:
     case OP_METRICS:
@@ -1210,7 +1251,7 @@ void ops_shutdown(struct ops *o)
 
 bool ops_idle(const struct ops *o)
 {
-    return cluster_inflight(o->cluster) == 0;
+    return cluster_inflight(o->cluster) == 0 && o->inspect_inflight == 0;
 }
 
 bool ops_shutting_down(const struct ops *o)

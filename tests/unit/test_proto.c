@@ -1570,6 +1570,30 @@ static void test_decode_mutation_fuzz(void **state)
     }
 }
 
+/* A locks cursor goes out as hex and comes back as the same number; zero,
+ * uppercase, too long and junk are refused. */
+static void test_cursor_round_trip(void **state)
+{
+    (void)state;
+    static const uint64_t vals[] = {1, 15, 16, 255, 0x123456789abcdefULL,
+                                    UINT64_MAX};
+    for (size_t i = 0; i < sizeof(vals) / sizeof(vals[0]); i++) {
+        char s[PROTO_CURSOR_MAX + 1];
+        size_t n = proto_cursor_encode(vals[i], s);
+        assert_int_equal(n, strlen(s));
+        uint64_t v = 0;
+        assert_int_equal(proto_cursor_decode(s, n, &v), 0);
+        assert_true(v == vals[i]);
+    }
+    static const char *const bad[] = {"", "0", "000", "A", "1g", "-1",
+                                      "10000000000000000"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        uint64_t v = 7;
+        assert_int_equal(proto_cursor_decode(bad[i], strlen(bad[i]), &v), -1);
+        assert_true(v == 7);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1606,6 +1630,7 @@ int main(void)
         cmocka_unit_test(test_decode_not_json_split),
         cmocka_unit_test(test_decode_short_err_buffer),
         cmocka_unit_test(test_decode_mutation_fuzz),
+        cmocka_unit_test(test_cursor_round_trip),
     };
     int failed = cmocka_run_group_tests_name("proto", tests, NULL, NULL);
     int rv;
