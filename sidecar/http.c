@@ -627,8 +627,7 @@ static int query_param(const char *k, size_t kn, const char *v, size_t vn,
                        unsigned *seen, struct request *req, char *err,
                        size_t errlen)
 {
-    static const char *const names[] = {"prefix", "limit", "cursor",
-                                        "fence"};
+    static const char *const names[] = {"prefix", "limit", "cursor", "fence"};
     char value[HTTP_PATH_MAX + 1];
     int which = -1;
     for (int i = 0; i < 4; i++) {
@@ -653,11 +652,11 @@ static int query_param(const char *k, size_t kn, const char *v, size_t vn,
     }
     switch (which) {
     case 0:
-        if (dlen > 0 && proto_validate_resource(value, (size_t)dlen, NULL,
-                                                0) != 0) {
+        if (dlen > 0 &&
+            proto_validate_resource(value, (size_t)dlen, NULL, 0) != 0) {
             snprintf(err, errlen,
-                     "prefix: must be at most %d bytes of UTF-8 without "
-                     "control characters",
+                     "prefix: at most %d bytes of UTF-8, no control "
+                     "characters",
                      PROTO_RESOURCE_MAX);
             return 400;
         }
@@ -699,8 +698,8 @@ static int query_param(const char *k, size_t kn, const char *v, size_t vn,
  * GET /v1/locks/{resource} inspects one resource: everything after the
  * slash is the resource, so a resource may hold '/' (sent as is or %2F).
  * Returns 0 with req filled, or 400 with a message in err. */
-static int get_locks_route(const struct http_request *hreq,
-                           struct request *req, char *err, size_t errlen)
+static int get_locks_route(const struct http_request *hreq, struct request *req,
+                           char *err, size_t errlen)
 {
     const char *rest = hreq->path + sizeof("/v1/locks") - 1;
     if (rest[0] == '\0') {

@@ -200,13 +200,13 @@ void inspect_locks(struct lock_table *t, inspect_waiters_fn *waiters,
 /* One inspection in flight; owned by its node callbacks, freed by the last
  * one. */
 struct peek {
-    struct call *call;         /* borrowed until answered */
-    struct lock_table *locks;  /* borrowed: read at the end */
+    struct call *call;        /* borrowed until answered */
+    struct lock_table *locks; /* borrowed: read at the end */
     inspect_waiters_fn *waiters;
     void *priv;
     int *inflight; /* borrowed: lowered when answered */
     int n_nodes;
-    int pending;   /* node answers still owed */
+    int pending; /* node answers still owed */
     enum redlock_peek peek[REDLOCK_MAX_NODES];
     int64_t pttl[REDLOCK_MAX_NODES];
     int64_t fence_max; /* the largest fence counter read, -1 none */
@@ -267,7 +267,8 @@ static void peek_finish(struct peek *p)
     struct buf b = {0};
     buf_str(&b, "\"resource\":");
     buf_qstr(&b, req->resource, req->resource_len);
-    buf_printf(&b, ",\"state\":\"%s\",\"agree\":%d,\"answered\":%d,\"nodes\":%d",
+    buf_printf(&b,
+               ",\"state\":\"%s\",\"agree\":%d,\"answered\":%d,\"nodes\":%d",
                state_name(d.state), d.agree, answered, p->n_nodes);
     if (d.pttl_min >= 0) {
         buf_printf(&b, ",\"pttl_ms\":%lld", (long long)d.pttl_min);
@@ -354,10 +355,11 @@ int inspect_resource(struct cluster *c, const struct config *cfg,
     p->inflight = inflight;
     p->n_nodes = cluster_size(c);
     p->fence_max = -1;
-    const char *argv[6] = {"EVAL", peek_script, "2", key, fkey,
-                           req->fence ? "1" : "0"};
-    size_t argvlen[6] = {4, sizeof(peek_script) - 1, 1,
-                         plen + 5 + req->resource_len, plen + 5, 1};
+    const char *argv[6] = {"EVAL", peek_script, "2",
+                           key,    fkey,        req->fence ? "1" : "0"};
+    size_t argvlen[6] = {4,        sizeof(peek_script) - 1,
+                         1,        plen + 5 + req->resource_len,
+                         plen + 5, 1};
     /* One extra count keeps p alive while sending: a node's callback may
      * run before node_command returns. */
     p->pending = 1;

@@ -15,8 +15,7 @@ struct config;
 struct lock_table;
 
 /* The number of calls waiting for a resource in this daemon. */
-typedef size_t inspect_waiters_fn(const char *resource, size_t len,
-                                  void *priv);
+typedef size_t inspect_waiters_fn(const char *resource, size_t len, void *priv);
 
 /* inspect_locks: answers call (op locks) at once with one page of the
  * locks in t: prefix, limit and cursor from the request. */

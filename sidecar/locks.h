@@ -45,13 +45,13 @@ struct lock {
     struct lock *tok_next;   /* table: token hash chain */
     struct lock *own_prev;   /* owner's list */
     struct lock *own_next;
-    size_t heap_idx; /* table: position in the deadline heap */
-    uint64_t seq;       /* table: order of addition, from 1; the cursor */
-    size_t order_idx;   /* table: position in the addition order */
-    bool has_fence;     /* ops: acquired with fence (fence below) */
-    int64_t fence;      /* ops: the fencing token answered */
-    int64_t since_ms;   /* table: wall clock (ms since the epoch) at add */
-    uint64_t added_us;  /* ops: monotonic time the acquisition answered */
+    size_t heap_idx;   /* table: position in the deadline heap */
+    uint64_t seq;      /* table: order of addition, from 1; the cursor */
+    size_t order_idx;  /* table: position in the addition order */
+    bool has_fence;    /* ops: acquired with fence (fence below) */
+    int64_t fence;     /* ops: the fencing token answered */
+    int64_t since_ms;  /* table: wall clock (ms since the epoch) at add */
+    uint64_t added_us; /* ops: monotonic time the acquisition answered */
 };
 
 struct lock_table *locks_create(void);

@@ -24,14 +24,13 @@ static const double latency_bounds[] = {
 /* Waiting for a busy lock takes longer than a node round trip: up to
  * wait_ms, 300 s at most. As many bounds as latency_bounds. */
 static const double wait_bounds[N_BOUNDS] = {
-    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1,     2.5,   5,    10,    30,   60,  300,
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300,
 };
 
 struct histogram {
     uint64_t buckets[N_BOUNDS + 1]; /* non-cumulative; last is +Inf */
     uint64_t count;
-    double sum; /* seconds */
+    double sum;           /* seconds */
     const double *bounds; /* borrowed: static; NULL means latency_bounds */
 };
 

@@ -56,7 +56,7 @@ struct ops {
     struct waitq **wq_buckets; /* owned */
     size_t wq_n_buckets;
     int n_waiters;
-    int renew_inflight; /* renewals sent, not yet answered */
+    int renew_inflight;   /* renewals sent, not yet answered */
     int inspect_inflight; /* inspections sent, not yet answered */
     bool shutting_down;
 };
@@ -1159,8 +1159,8 @@ void ops_submit(struct ops *o, struct call *call)
         inspect_locks(o->locks, resource_waiters, o, call);
         return;
     case OP_INSPECT:
-        if (inspect_resource(o->cluster, o->cfg, o->locks, resource_waiters,
-                             o, call, &o->inspect_inflight) != 0) {
+        if (inspect_resource(o->cluster, o->cfg, o->locks, resource_waiters, o,
+                             call, &o->inspect_inflight) != 0) {
             log_error(NULL, "inspect: out of memory");
             reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
         }

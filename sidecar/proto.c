@@ -903,14 +903,15 @@ static int decode_member(int f, const cJSON *c, const struct member *m,
                         &req->renew_max_ms, err, errlen);
     case F_PREFIX:
         if (!cJSON_IsString(c) || m->val_nul) {
-            return fail(err, errlen, "prefix: must be a string without "
-                                     "control characters");
+            return fail(err, errlen,
+                        "prefix: must be a string without "
+                        "control characters");
         }
         n = strlen(c->valuestring);
         if (n > 0 && proto_validate_resource(c->valuestring, n, NULL, 0) < 0) {
             return fail(err, errlen,
-                        "prefix: must be at most %d bytes of UTF-8 without "
-                        "control characters",
+                        "prefix: at most %d bytes of UTF-8, no control "
+                        "characters",
                         PROTO_RESOURCE_MAX);
         }
         memcpy(req->prefix, c->valuestring, n + 1);

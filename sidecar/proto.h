@@ -24,7 +24,7 @@
 #define PROTO_KEEP_MAX 2592000000ULL /* 30 days */
 #define PROTO_KEEP_DEFAULT 86400000
 #define PROTO_RENEW_MAX_MAX 2592000000ULL
-#define PROTO_LIMIT_MAX 1000    /* locks: entries per answer */
+#define PROTO_LIMIT_MAX 1000 /* locks: entries per answer */
 #define PROTO_LIMIT_DEFAULT 100
 #define PROTO_CURSOR_MAX 16 /* locks: hex digits of a cursor */
 
@@ -74,8 +74,8 @@ struct request {
     bool has_ttl;          /* ttl_ms was given (extend uses the lock's ttl) */
     char prefix[PROTO_RESOURCE_MAX + 1]; /* locks: resource prefix filter */
     size_t prefix_len;                   /* 0: every resource */
-    uint32_t limit;                      /* locks: default PROTO_LIMIT_DEFAULT */
-    uint64_t cursor;                     /* locks: resume after; 0 = start */
+    uint32_t limit;  /* locks: default PROTO_LIMIT_DEFAULT */
+    uint64_t cursor; /* locks: resume after; 0 = start */
 };
 
 /* proto_request_init: resets req to the defaults above. */

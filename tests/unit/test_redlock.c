@@ -304,8 +304,7 @@ static void test_inspect_decide(void **state)
     } cases[] = {
         {5, {H, H, H, H, H}, {900, 800, 950, 990, 700}, RL_STATE_HELD, 5, 700},
         {5, {H, H, H, F, F}, {900, 800, 950, -1, -1}, RL_STATE_HELD, 3, 800},
-        {5, {H, H, F, F, F}, {900, 800, -1, -1, -1}, RL_STATE_NO_QUORUM, 2,
-         -1},
+        {5, {H, H, F, F, F}, {900, 800, -1, -1, -1}, RL_STATE_NO_QUORUM, 2, -1},
         {5, {R, R, R, H, H}, {-2, -2, -2, 5, 6}, RL_STATE_FREE, 3, -1},
         {5, {R, R, H, H, F}, {-2, -2, 5, 6, -1}, RL_STATE_NO_QUORUM, 2, -1},
         {5, {D, D, D, H, R}, {50, 40, 60, 5, -2}, RL_STATE_DONE, 3, 40},
