@@ -70,6 +70,26 @@ def acquire_request(resource: str, ttl_ms: int, wait_ms: int, renew: bool,
     return req
 
 
+def locks_request(prefix: Optional[str], limit: Optional[int],
+                  cursor: Optional[str]) -> Dict[str, Any]:
+    """locks: one page of the daemon's own locks."""
+    req: Dict[str, Any] = {"op": "locks"}
+    if prefix:
+        req["prefix"] = prefix
+    if limit is not None:
+        req["limit"] = limit
+    if cursor is not None:
+        req["cursor"] = cursor
+    return req
+
+
+def inspect_request(resource: str, fence: bool) -> Dict[str, Any]:
+    req: Dict[str, Any] = {"op": "inspect", "resource": resource}
+    if fence:
+        req["fence"] = True
+    return req
+
+
 def lock_request(op: str, lock: Any, resource: Optional[str],
                  **fields: Any) -> Dict[str, Any]:
     """release/extend/complete: always send the resource with the token, so

@@ -13,7 +13,8 @@ import asyncio
 import inspect
 import itertools
 import time
-from typing import Any, Callable, Dict, Optional, Set, Tuple
+from typing import (Any, AsyncIterator, Callable, Dict, Optional, Set,
+                    Tuple)
 
 from . import _proto
 from ._proto import BaseLock, log
@@ -393,6 +394,41 @@ class AsyncRedlockClient:
 
     async def health(self, timeout: Optional[float] = None) -> Dict[str, Any]:
         res = await self._call({"op": "health"},
+                               _proto.request_timeout(self.timeout, 0,
+                                                      timeout))
+        res.pop("id", None)
+        return res
+
+    async def locks(self, prefix: Optional[str] = None,
+                    limit: Optional[int] = None,
+                    cursor: Optional[str] = None,
+                    timeout: Optional[float] = None) -> Dict[str, Any]:
+        """One page of this daemon's locks; see RedlockClient.locks()."""
+        res = await self._call(_proto.locks_request(prefix, limit, cursor),
+                               _proto.request_timeout(self.timeout, 0,
+                                                      timeout))
+        res.pop("id", None)
+        return res
+
+    async def iter_locks(self, prefix: Optional[str] = None,
+                         limit: int = 1000,
+                         timeout: Optional[float] = None
+                         ) -> AsyncIterator[Dict[str, Any]]:
+        """Every lock of this daemon, page by page."""
+        cursor = None
+        while True:
+            page = await self.locks(prefix, limit, cursor, timeout)
+            for entry in page["locks"]:
+                yield entry
+            cursor = page.get("next")
+            if cursor is None:
+                return
+
+    async def inspect(self, resource: str, fence: bool = False,
+                      timeout: Optional[float] = None) -> Dict[str, Any]:
+        """What the nodes say of ``resource``; see
+        RedlockClient.inspect()."""
+        res = await self._call(_proto.inspect_request(resource, fence),
                                _proto.request_timeout(self.timeout, 0,
                                                       timeout))
         res.pop("id", None)

@@ -13,7 +13,7 @@ import itertools
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from . import _proto
 from ._proto import BaseLock, log
@@ -434,6 +434,45 @@ class RedlockClient:
         has the nodes).
         """
         res = self._call({"op": "health"},
+                         _proto.request_timeout(self.timeout, 0, timeout))
+        res.pop("id", None)
+        return res
+
+    def locks(self, prefix: Optional[str] = None, limit: Optional[int] = None,
+              cursor: Optional[str] = None,
+              timeout: Optional[float] = None) -> Dict[str, Any]:
+        """One page of the locks held through this daemon, in the order
+        they were taken: {"locks": [..], "count": n, "total": N, "next":
+        cursor (only when there may be more)}.  Each entry has resource,
+        ttl_ms, validity_ms, renew, fence, held_ms, since_ms, owner and
+        waiters; never a token.  Pass ``next`` back as ``cursor``.
+        """
+        res = self._call(_proto.locks_request(prefix, limit, cursor),
+                         _proto.request_timeout(self.timeout, 0, timeout))
+        res.pop("id", None)
+        return res
+
+    def iter_locks(self, prefix: Optional[str] = None, limit: int = 1000,
+                   timeout: Optional[float] = None
+                   ) -> Iterator[Dict[str, Any]]:
+        """Every lock of this daemon, page by page (see locks())."""
+        cursor = None
+        while True:
+            page = self.locks(prefix, limit, cursor, timeout)
+            yield from page["locks"]
+            cursor = page.get("next")
+            if cursor is None:
+                return
+
+    def inspect(self, resource: str, fence: bool = False,
+                timeout: Optional[float] = None) -> Dict[str, Any]:
+        """What the nodes say of ``resource``, by the quorum rules of
+        release: {"state": "free" | "held" | "done", "agree": k,
+        "answered": a, "nodes": n, "pttl_ms": .. (held, done), "mine":
+        bool, "waiters": w, "fence": .. (when asked)}.  Raises
+        NoQuorumError when no state is on more than n - quorum nodes.
+        """
+        res = self._call(_proto.inspect_request(resource, fence),
                          _proto.request_timeout(self.timeout, 0, timeout))
         res.pop("id", None)
         return res
