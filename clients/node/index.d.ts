@@ -99,6 +99,56 @@ export interface Health {
   [key: string]: unknown;
 }
 
+/** One lock of this daemon's listing (`locks()`): never its token. */
+export interface LockEntry {
+  resource: string;
+  ttl_ms: number;
+  validity_ms: number;
+  renew: boolean;
+  fence: bigint | null;
+  held_ms: number;
+  /** Wall clock of the acquisition, ms since the epoch. */
+  since_ms: number;
+  /** 'http', or the NDJSON connection (pid/uid/gid by SO_PEERCRED). */
+  owner: 'http' | { conn: number; pid?: number; uid?: number; gid?: number };
+  /** Acquires waiting for this resource in this daemon. */
+  waiters: number;
+  [key: string]: unknown;
+}
+
+export interface LocksPage {
+  locks: LockEntry[];
+  count: number;
+  total: number;
+  /** Present when there may be more: pass it as `cursor`. */
+  next?: string;
+  [key: string]: unknown;
+}
+
+export interface LocksOptions extends CallOptions {
+  prefix?: string;
+  /** 1..1000, default 100. */
+  limit?: number;
+  cursor?: string;
+}
+
+export interface Inspection {
+  resource: string;
+  state: 'free' | 'held' | 'done';
+  /** Nodes that said `state` (more than n - quorum). */
+  agree: number;
+  answered: number;
+  nodes: number;
+  /** held, done: the smallest remaining PTTL among the agreeing nodes. */
+  pttl_ms?: number;
+  /** Whether this daemon holds it. */
+  mine: boolean;
+  waiters: number;
+  /** The nodes' largest fence counter, when asked. */
+  fence?: bigint;
+  [key: string]: unknown;
+}
+
 export interface RedlockClientEvents {
   connect: [];
   disconnect: [reason: Error];
@@ -132,6 +182,12 @@ export declare class RedlockClient extends EventEmitter {
   ping(options?: CallOptions): Promise<number>;
   /** Resolves also without a quorum (`ok: false`). */
   health(options?: CallOptions): Promise<Health>;
+  /** One page of the locks held through this daemon. */
+  locks(options?: LocksOptions): Promise<LocksPage>;
+  /** Every lock of this daemon, page by page. */
+  iterLocks(options?: Omit<LocksOptions, 'cursor'>): AsyncGenerator<LockEntry, void, undefined>;
+  /** What the nodes say of a resource; NoQuorumError when they disagree. */
+  inspect(resource: string, options?: CallOptions & { fence?: boolean }): Promise<Inspection>;
   /**
    * Acquire (with `renew: true` unless told otherwise), run `fn`, release in
    * finally. `signal` aborts if the lock is lost meanwhile.

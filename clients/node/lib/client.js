@@ -648,6 +648,56 @@ export class RedlockClient extends EventEmitter {
   }
 
   /**
+   * One page of the locks held through this daemon, in the order they were
+   * taken: `{locks: [{resource, ttl_ms, validity_ms, renew, fence, held_ms,
+   * since_ms, owner, waiters}], count, total, next?}`. Never a token. Pass
+   * `next` back as `cursor` for the following page.
+   */
+  locks(options = {}) {
+    const payload = { op: 'locks' };
+    if (options.prefix) payload.prefix = options.prefix;
+    if (options.limit !== undefined) payload.limit = options.limit;
+    if (options.cursor !== undefined) payload.cursor = options.cursor;
+    return this.#call(payload, options, (msg) => {
+      const { id: _id, ok: _ok, ...rest } = msg;
+      // Fences are bigints, as on a Lock.
+      for (const e of rest.locks ?? []) if (typeof e.fence === 'number') e.fence = BigInt(e.fence);
+      return rest;
+    });
+  }
+
+  /** Every lock of this daemon, page by page (see `locks()`). */
+  async *iterLocks(options = {}) {
+    let cursor;
+    for (;;) {
+      const page = await this.locks({ limit: 1000, ...options, cursor });
+      yield* page.locks;
+      cursor = page.next;
+      if (cursor === undefined) return;
+    }
+  }
+
+  /**
+   * What the nodes say of `resource`, by the quorum rules of release:
+   * `{resource, state: 'free'|'held'|'done', agree, answered, nodes,
+   * pttl_ms?, mine, waiters, fence?}`. Rejects with NoQuorumError when no
+   * state is on more than n - quorum nodes.
+   */
+  inspect(resource, options = {}) {
+    try {
+      checkResource(resource);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    const payload = { op: 'inspect', resource };
+    if (options.fence) payload.fence = true;
+    return this.#call(payload, options, (msg) => {
+      const { id: _id, ok: _ok, ...rest } = msg;
+      return rest;
+    });
+  }
+
+  /**
    * Acquire, run `fn(signal, lock)`, release in finally. Renews by default
    * (`renew: true`): `signal` aborts if the lock is lost meanwhile.
    */
