@@ -147,6 +147,8 @@ static int cmd_lock(const struct command *cmd, struct opts *o);
 static int cmd_acquire(const struct command *cmd, struct opts *o);
 static int cmd_token_op(const struct command *cmd, struct opts *o);
 static int cmd_simple(const struct command *cmd, struct opts *o);
+static int cmd_status(const struct command *cmd, struct opts *o);
+static int cmd_locks(const struct command *cmd, struct opts *o);
 
 static const struct command commands[] = {
     {"lock",
@@ -162,6 +164,8 @@ static const struct command commands[] = {
      cmd_token_op},
     {"complete", BIT(OPT_KEEP), 1, 2, true, "[--keep MS] TOKEN [RESOURCE]",
      cmd_token_op},
+    {"status", BIT(OPT_FENCE), 1, 1, false, "[--fence] RESOURCE", cmd_status},
+    {"locks", 0, 0, 1, false, "[PREFIX]", cmd_locks},
     {"health", 0, 0, 0, false, "", cmd_simple},
     {"ping", 0, 0, 0, false, "", cmd_simple},
     {"metrics", 0, 0, 0, false, "", cmd_simple},
@@ -202,6 +206,16 @@ static const char help_text[] =
     "  complete [--keep MS] TOKEN [RESOURCE]\n"
     "      Mark RESOURCE done for MS (default 1 day) and drop the lock; until\n"
     "      the mark expires every acquire of RESOURCE answers \"done\".\n"
+    "  status [--fence] RESOURCE\n"
+    "      What the nodes say of RESOURCE: free, held or done (by the quorum\n"
+    "      rules of release; no_quorum, exit 1, when they disagree), the\n"
+    "      shortest remaining PTTL, whether this daemon holds it, its local\n"
+    "      waiters and (--fence) the nodes' fence counter. With --quiet only\n"
+    "      the state. Never a token.\n"
+    "  locks [PREFIX]\n"
+    "      The locks held through this daemon (whose resource starts with\n"
+    "      PREFIX), one JSON object a line, every page: resource, ttl,\n"
+    "      validity left, renew, fence, held since, owner, waiters.\n"
     "  health    Per-node state; exits 1 when a quorum is not connected.\n"
     "  ping      Is the daemon alive?\n"
     "  metrics   Prometheus metrics, as text.\n"
@@ -1097,6 +1111,144 @@ static int cmd_token_op(const struct command *cmd, struct opts *o)
                       cJSON_GetArraySize(body) > 0 ? body : NULL, 0);
 error:
     cJSON_Delete(body);
+    return rc;
+}
+
+/* Appends s, percent-encoded but for RFC 3986's unreserved characters, to
+ * out (cap bytes, NUL-terminated). Returns 0, or -1 when it did not fit. */
+static int pct_append(char *out, size_t cap, const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = strlen(out);
+    for (; *s != '\0'; s++) {
+        unsigned char ch = (unsigned char)*s;
+        bool plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                     (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' ||
+                     ch == '_' || ch == '~';
+        if (n + 4 > cap) {
+            return -1;
+        }
+        if (plain) {
+            out[n++] = (char)ch;
+        } else {
+            out[n++] = '%';
+            out[n++] = hex[ch >> 4];
+            out[n++] = hex[ch & 15];
+        }
+    }
+    out[n] = '\0';
+    return 0;
+}
+
+/* status RESOURCE: GET /v1/locks/{resource}. */
+static int cmd_status(const struct command *cmd, struct opts *o)
+{
+    char target[RESOURCE_MAX * 3 + 64] = "/v1/locks/";
+    (void)cmd;
+    if (pct_append(target, sizeof(target), o->pos[0]) != 0) {
+        return usage_error("status: RESOURCE too long");
+    }
+    if (o->fence) {
+        strcat(target, "?fence=true");
+    }
+    if (!o->quiet) {
+        return http_json_op(o, "status", o->pos[0], "GET", target, NULL, 0);
+    }
+    char err[ERR_LEN];
+    struct http_reply r;
+    if (http_call(o, "GET", target, NULL, now_ms() + o->timeout_ms, &r, err,
+                  sizeof(err)) != 0) {
+        fprintf(stderr, "redlockctl: status: %s\n", err);
+        return RC_UNAVAILABLE;
+    }
+    cJSON *j = cJSON_ParseWithLength(r.body, r.body_len);
+    const cJSON *ok = cJSON_GetObjectItemCaseSensitive(j, "ok");
+    const char *state = json_str(j, "state");
+    int rc = RC_OK;
+    if (!cJSON_IsBool(ok)) {
+        fprintf(stderr, "redlockctl: status: unexpected answer (HTTP %d)\n",
+                r.status);
+        rc = RC_UNAVAILABLE;
+    } else if (!cJSON_IsTrue(ok)) {
+        rc = report_error("status", o->pos[0], j);
+    } else if (state == NULL) {
+        fprintf(stderr, "redlockctl: status: no state in the answer\n");
+        rc = RC_UNAVAILABLE;
+    } else {
+        printf("%s\n", state);
+    }
+    cJSON_Delete(j);
+    free(r.raw);
+    if (fflush(stdout) != 0 && rc == RC_OK) {
+        fprintf(stderr, "redlockctl: status: %s\n", strerror(errno));
+        rc = RC_OSERR;
+    }
+    return rc;
+}
+
+/* locks [PREFIX]: every page of GET /v1/locks, one lock a line. */
+static int cmd_locks(const struct command *cmd, struct opts *o)
+{
+    char cursor[32] = "";
+    int rc = RC_OK;
+    (void)cmd;
+    for (;;) {
+        char target[RESOURCE_MAX * 3 + 128] = "/v1/locks?limit=1000";
+        if (o->npos > 0) {
+            strcat(target, "&prefix=");
+            if (pct_append(target, sizeof(target), o->pos[0]) != 0) {
+                return usage_error("locks: PREFIX too long");
+            }
+        }
+        if (cursor[0] != '\0') {
+            strcat(target, "&cursor=");
+            strcat(target, cursor);
+        }
+        char err[ERR_LEN];
+        struct http_reply r;
+        if (http_call(o, "GET", target, NULL, now_ms() + o->timeout_ms, &r, err,
+                      sizeof(err)) != 0) {
+            fprintf(stderr, "redlockctl: locks: %s\n", err);
+            return RC_UNAVAILABLE;
+        }
+        cJSON *j = cJSON_ParseWithLength(r.body, r.body_len);
+        const cJSON *ok = cJSON_GetObjectItemCaseSensitive(j, "ok");
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(j, "locks");
+        const char *next = json_str(j, "next");
+        if (cJSON_IsFalse(ok)) {
+            rc = report_error("locks", NULL, j);
+        } else if (!cJSON_IsTrue(ok) || !cJSON_IsArray(list) ||
+                   (next != NULL && strlen(next) >= sizeof(cursor))) {
+            fprintf(stderr, "redlockctl: locks: unexpected answer (HTTP %d)\n",
+                    r.status);
+            rc = RC_UNAVAILABLE;
+        } else {
+            const cJSON *e;
+            cJSON_ArrayForEach(e, list)
+            {
+                char *line = cJSON_PrintUnformatted(e);
+                if (line == NULL) {
+                    fprintf(stderr, "redlockctl: out of memory\n");
+                    rc = RC_OSERR;
+                    break;
+                }
+                if (!o->quiet) {
+                    printf("%s\n", line);
+                }
+                free(line);
+            }
+            snprintf(cursor, sizeof(cursor), "%s", next != NULL ? next : "");
+        }
+        cJSON_Delete(j);
+        free(r.raw);
+        if (rc != RC_OK || cursor[0] == '\0') {
+            break;
+        }
+    }
+    if (fflush(stdout) != 0 && rc == RC_OK) {
+        fprintf(stderr, "redlockctl: locks: %s\n", strerror(errno));
+        rc = RC_OSERR;
+    }
     return rc;
 }
 
