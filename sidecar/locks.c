@@ -83,6 +83,26 @@ void locks_destroy(struct lock_table *t)
     free(t);
 }
 
+/* Doubles a pair of parallel arrays (locks and numbers) of *cap entries.
+ * Returns 0 or -1; on failure the first may have grown, and *cap still says
+ * what both hold. */
+static int grow_pair(struct lock ***locks, uint64_t **vals, size_t *cap)
+{
+    size_t n = *cap ? *cap * 2 : 256;
+    struct lock **l = realloc(*locks, n * sizeof(*l));
+    if (l == NULL) {
+        return -1;
+    }
+    *locks = l;
+    uint64_t *v = realloc(*vals, n * sizeof(*v));
+    if (v == NULL) {
+        return -1;
+    }
+    *vals = v;
+    *cap = n;
+    return 0;
+}
+
 /* ---- addition order ------------------------------------------------------ */
 
 /* Drops the removed entries, keeping the order. */
@@ -111,19 +131,7 @@ static int order_reserve(struct lock_table *t)
         order_compact(t);
         return 0;
     }
-    size_t cap = t->order_cap ? t->order_cap * 2 : 256;
-    struct lock **o = realloc(t->order, cap * sizeof(*o));
-    if (o == NULL) {
-        return -1;
-    }
-    t->order = o;
-    uint64_t *q = realloc(t->order_seq, cap * sizeof(*q));
-    if (q == NULL) {
-        return -1; /* the larger array stays; order_cap says what both hold */
-    }
-    t->order_seq = q;
-    t->order_cap = cap;
-    return 0;
+    return grow_pair(&t->order, &t->order_seq, &t->order_cap);
 }
 
 static void order_remove(struct lock_table *t, struct lock *l)
@@ -258,19 +266,7 @@ static int heap_reserve(struct lock_table *t)
     if (t->count < t->heap_cap) {
         return 0;
     }
-    size_t cap = t->heap_cap ? t->heap_cap * 2 : 256;
-    struct lock **h = realloc(t->heap, cap * sizeof(*h));
-    if (h == NULL) {
-        return -1;
-    }
-    t->heap = h;
-    uint64_t *d = realloc(t->heap_due, cap * sizeof(*d));
-    if (d == NULL) {
-        return -1; /* the larger heap stays; heap_cap says what both hold */
-    }
-    t->heap_due = d;
-    t->heap_cap = cap;
-    return 0;
+    return grow_pair(&t->heap, &t->heap_due, &t->heap_cap);
 }
 
 void locks_set_deadline(struct lock_table *t, struct lock *l, uint64_t due_us)
