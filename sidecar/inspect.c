@@ -26,6 +26,7 @@
 #include "ops.h"
 #include "proto.h"
 #include "redlock.h"
+#include "semaphore.h"
 
 /* Entries looked at per page at most, matching or not: a prefix that
  * matches nothing among a million locks still answers in bounded time,
@@ -128,8 +129,16 @@ static void lock_json(struct buf *b, const struct lock *l, uint64_t now,
                        ? (int64_t)((l->valid_until_us - now) / 1000u)
                        : 0;
     uint64_t held = now > l->added_us ? (now - l->added_us) / 1000u : 0;
+    const char *r = l->resource;
+    size_t rl = l->resource_len;
+    int k = -1;
+    (void)sem_parse(l->resource, l->resource_len, &r, &rl, &k);
     buf_str(b, "{\"resource\":");
-    buf_qstr(b, l->resource, l->resource_len);
+    buf_qstr(b, r, rl);
+    if (k >= 0) {
+        buf_printf(b, ",\"permit\":%d,\"permits\":%u", k,
+                   (unsigned)l->permits);
+    }
     buf_printf(b,
                ",\"ttl_ms\":%u,\"validity_ms\":%lld,\"renew\":%s,"
                "\"held_ms\":%llu,\"since_ms\":%lld",

@@ -143,9 +143,18 @@ static void order_remove(struct lock_table *t, struct lock *l)
     }
 }
 
+/* Whether l's resource begins with p[0..n): a semaphore's slot
+ * ("\x01<k>:<resource>", semaphore.h) by its resource. */
 static bool has_prefix(const struct lock *l, const char *p, size_t n)
 {
-    return l->resource_len >= n && memcmp(l->resource, p, n) == 0;
+    const char *r = l->resource;
+    size_t len = l->resource_len;
+    const char *colon = len > 0 && r[0] == '\x01' ? memchr(r, ':', len) : NULL;
+    if (colon != NULL) {
+        len -= (size_t)(colon + 1 - r);
+        r = colon + 1;
+    }
+    return len >= n && memcmp(r, p, n) == 0;
 }
 
 size_t locks_scan(const struct lock_table *t, uint64_t after,

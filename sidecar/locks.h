@@ -52,6 +52,7 @@ struct lock {
     int64_t fence;     /* ops: the fencing token answered */
     int64_t since_ms;  /* table: wall clock (ms since the epoch) at add */
     uint64_t added_us; /* ops: monotonic time the acquisition answered */
+    uint32_t permits;  /* ops: a semaphore's slot (of permits), or 0 */
 };
 
 struct lock_table *locks_create(void);

@@ -40,6 +40,8 @@ struct call {
     bool waited;             /* ops: was queued: its wait is measured */
     uint64_t round_start_us; /* ops: when its last acquire round went out */
     uint64_t round_us;       /* ops: time spent in acquire rounds */
+    unsigned slot0;          /* ops: semaphore: first slot of this round */
+    unsigned slots_tried;    /* ops: semaphore: slots tried this round */
 };
 
 /* ops_create: the lock table, the cluster (connecting to every node) and

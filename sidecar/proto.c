@@ -687,6 +687,8 @@ enum field {
     F_PREFIX,
     F_LIMIT,
     F_CURSOR,
+    F_PERMITS,
+    F_PERMIT,
     F__COUNT
 };
 
@@ -704,6 +706,8 @@ static const char *const field_names[F__COUNT] = {
     [F_PREFIX] = "prefix",
     [F_LIMIT] = "limit",
     [F_CURSOR] = "cursor",
+    [F_PERMITS] = "permits",
+    [F_PERMIT] = "permit",
 };
 
 static int field_from_name(const char *s)
@@ -922,6 +926,21 @@ static int decode_member(int f, const cJSON *c, const struct member *m,
             return -1;
         }
         req->limit = (uint32_t)v;
+        return 0;
+    case F_PERMITS:
+        if (get_uint(c, "permits", PROTO_PERMITS_MIN, PROTO_PERMITS_MAX, &v,
+                     err, errlen) < 0) {
+            return -1;
+        }
+        req->permits = (uint32_t)v;
+        return 0;
+    case F_PERMIT:
+        if (get_uint(c, "permit", 0, PROTO_PERMITS_MAX - 1, &v, err, errlen) <
+            0) {
+            return -1;
+        }
+        req->permit = (uint32_t)v;
+        req->has_permit = true;
         return 0;
     case F_CURSOR:
         if (!cJSON_IsString(c) || m->val_nul ||

@@ -27,6 +27,8 @@
 #define PROTO_LIMIT_MAX 1000 /* locks: entries per answer */
 #define PROTO_LIMIT_DEFAULT 100
 #define PROTO_CURSOR_MAX 16 /* locks: hex digits of a cursor */
+#define PROTO_PERMITS_MIN 2
+#define PROTO_PERMITS_MAX 1024
 
 enum proto_op {
     OP_NONE = 0, /* not set (decode error before "op" was read) */
@@ -61,7 +63,8 @@ struct request {
     enum proto_op op;
     char id[PROTO_ID_MAX + 1]; /* the id's JSON text, NUL-terminated */
     size_t id_len;             /* 0 when no id was given */
-    char resource[PROTO_RESOURCE_MAX + 1];
+    char resource[PROTO_RESOURCE_MAX + 8]; /* room for a semaphore's slot
+                                              name (semaphore.h) */
     size_t resource_len; /* 0 when not given */
     char lock[PROTO_TOKEN_LEN + 1];
     bool has_lock;
@@ -76,6 +79,9 @@ struct request {
     size_t prefix_len;                   /* 0: every resource */
     uint32_t limit;  /* locks: default PROTO_LIMIT_DEFAULT */
     uint64_t cursor; /* locks: resume after; 0 = start */
+    uint32_t permits; /* acquire: a semaphore of this many; 0 = a lock */
+    uint32_t permit;  /* release, extend, complete: the slot, has_permit */
+    bool has_permit;
 };
 
 /* proto_request_init: resets req to the defaults above. */
