@@ -136,8 +136,7 @@ static void lock_json(struct buf *b, const struct lock *l, uint64_t now,
     buf_str(b, "{\"resource\":");
     buf_qstr(b, r, rl);
     if (k >= 0) {
-        buf_printf(b, ",\"permit\":%d,\"permits\":%u", k,
-                   (unsigned)l->permits);
+        buf_printf(b, ",\"permit\":%d,\"permits\":%u", k, (unsigned)l->permits);
     }
     buf_printf(b,
                ",\"ttl_ms\":%u,\"validity_ms\":%lld,\"renew\":%s,"

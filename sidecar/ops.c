@@ -106,8 +106,8 @@ static void reply_ok(struct call *call, const char *lock, const char *resource,
         resource = r;
         resource_len = rl;
         rsp.extra = extra;
-        rsp.extra_len = (size_t)snprintf(extra, sizeof(extra),
-                                         "\"permit\":%d", k);
+        rsp.extra_len =
+            (size_t)snprintf(extra, sizeof(extra), "\"permit\":%d", k);
     }
     rsp.id = call->req.id_len ? call->req.id : NULL;
     rsp.id_len = call->req.id_len;
@@ -995,8 +995,8 @@ static void lock_tell_lost(const struct lock *l)
         size_t rl = l->resource_len;
         int k;
         (void)sem_parse(l->resource, l->resource_len, &r, &rl, &k);
-        size_t n = proto_encode_event("lost", l->token, r, rl, buf,
-                                      sizeof(buf));
+        size_t n =
+            proto_encode_event("lost", l->token, r, rl, buf, sizeof(buf));
         if (n > 0) {
             server_send_event(l->owner->client, buf, n);
         }

@@ -63,8 +63,8 @@ struct request {
     enum proto_op op;
     char id[PROTO_ID_MAX + 1]; /* the id's JSON text, NUL-terminated */
     size_t id_len;             /* 0 when no id was given */
-    char resource[PROTO_RESOURCE_MAX + 8]; /* room for a semaphore's slot
-                                              name (semaphore.h) */
+    /* With room for a semaphore's slot name (semaphore.h). */
+    char resource[PROTO_RESOURCE_MAX + 8];
     size_t resource_len; /* 0 when not given */
     char lock[PROTO_TOKEN_LEN + 1];
     bool has_lock;
@@ -77,8 +77,8 @@ struct request {
     bool has_ttl;          /* ttl_ms was given (extend uses the lock's ttl) */
     char prefix[PROTO_RESOURCE_MAX + 1]; /* locks: resource prefix filter */
     size_t prefix_len;                   /* 0: every resource */
-    uint32_t limit;  /* locks: default PROTO_LIMIT_DEFAULT */
-    uint64_t cursor; /* locks: resume after; 0 = start */
+    uint32_t limit;   /* locks: default PROTO_LIMIT_DEFAULT */
+    uint64_t cursor;  /* locks: resume after; 0 = start */
     uint32_t permits; /* acquire: a semaphore of this many; 0 = a lock */
     uint32_t permit;  /* release, extend, complete: the slot, has_permit */
     bool has_permit;

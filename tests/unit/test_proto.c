@@ -270,6 +270,15 @@ static void check_request(const cJSON *want, const struct request *req)
             assert_int_equal(req->keep_ms, (uint64_t)f->valuedouble);
         } else if (strcmp(k, "renew_max_ms") == 0) {
             assert_int_equal(req->renew_max_ms, (uint64_t)f->valuedouble);
+        } else if (strcmp(k, "permits") == 0) {
+            assert_int_equal(req->permits, (uint64_t)f->valuedouble);
+        } else if (strcmp(k, "permit") == 0) {
+            if (cJSON_IsNull(f)) {
+                assert_false(req->has_permit);
+            } else {
+                assert_true(req->has_permit);
+                assert_int_equal(req->permit, (uint64_t)f->valuedouble);
+            }
         } else if (strcmp(k, "prefix") == 0) {
             assert_true(cJSON_IsString(f));
             assert_int_equal(req->prefix_len, strlen(f->valuestring));
