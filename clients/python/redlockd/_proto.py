@@ -57,8 +57,8 @@ def decode(line: bytes) -> Tuple[Optional[Dict[str, Any]], Optional[int]]:
 
 
 def acquire_request(resource: str, ttl_ms: int, wait_ms: int, renew: bool,
-                    fence: bool,
-                    renew_max_ms: Optional[int]) -> Dict[str, Any]:
+                    fence: bool, renew_max_ms: Optional[int],
+                    permits: Optional[int] = None) -> Dict[str, Any]:
     req: Dict[str, Any] = {"op": "acquire", "resource": resource,
                            "ttl_ms": ttl_ms, "wait_ms": wait_ms}
     if renew:
@@ -67,6 +67,8 @@ def acquire_request(resource: str, ttl_ms: int, wait_ms: int, renew: bool,
         req["fence"] = True
     if renew_max_ms is not None:
         req["renew_max_ms"] = renew_max_ms
+    if permits is not None:
+        req["permits"] = permits
     return req
 
 
@@ -94,10 +96,12 @@ def lock_request(op: str, lock: Any, resource: Optional[str],
                  **fields: Any) -> Dict[str, Any]:
     """release/extend/complete: always send the resource with the token, so
     that any daemon (a restarted one, another one) can act on it."""
+    permit = None
     if isinstance(lock, BaseLock):
         token = lock.token
         if resource is None:
             resource = lock.resource
+            permit = lock.permit
     elif isinstance(lock, str):
         token = lock
     else:
@@ -106,6 +110,8 @@ def lock_request(op: str, lock: Any, resource: Optional[str],
     req: Dict[str, Any] = {"op": op, "lock": token}
     if resource is not None:
         req["resource"] = resource
+    if permit is not None:
+        req["permit"] = permit  # a semaphore's permit: any daemon finds it
     for k, v in fields.items():
         if v is not None:
             req[k] = v
@@ -127,7 +133,8 @@ class BaseLock:
     None), ``ttl_ms``, ``renew``, ``acquired_at`` (time.monotonic()),
     ``lost`` (an Event, set when the daemon reports the lock lost or the
     connection that holds it closes), ``lost_reason`` and ``on_lost`` (a
-    callback, called with the lock once when it is lost).
+    callback, called with the lock once when it is lost); ``permit``, which
+    permit of a semaphore it is (acquired with ``permits=``), else None.
     """
 
     def __init__(self, client: Any, token: str, resource: str,
@@ -145,6 +152,7 @@ class BaseLock:
         self.valid_until = self.acquired_at + validity_ms / 1000.0
         self.on_lost = on_lost
         self.lost_reason: Optional[str] = None
+        self.permit: Optional[int] = None
         self._client = client
         self._conn: Any = None      # the connection whose session holds it
         self._finished = False      # released or completed by us
@@ -181,8 +189,12 @@ def lock_from_response(cls: Any, client: Any, msg: Dict[str, Any],
                        on_lost: Optional[Callable[[Any], Any]]) -> Any:
     fence = msg.get("fence")
     validity = msg.get("validity_ms")
-    return cls(client, msg["lock"], msg.get("resource", req.get("resource")),
+    lock = cls(client, msg["lock"], msg.get("resource", req.get("resource")),
                validity if isinstance(validity, int) else 0,
                fence if isinstance(fence, int) else None,
                req.get("ttl_ms", 30000), req.get("renew") is True,
                req.get("renew_max_ms"), on_lost)
+    permit = msg.get("permit")
+    if isinstance(permit, int) and not isinstance(permit, bool):
+        lock.permit = permit
+    return lock

@@ -438,10 +438,11 @@ class AsyncRedlockClient:
                       wait_ms: int = 0, renew: bool = False,
                       fence: bool = False,
                       renew_max_ms: Optional[int] = None, *,
+                      permits: Optional[int] = None,
                       on_lost: Optional[Callable[[AsyncLock], Any]] = None,
                       timeout: Optional[float] = None) -> AsyncLock:
         req = _proto.acquire_request(resource, ttl_ms, wait_ms, renew, fence,
-                                     renew_max_ms)
+                                     renew_max_ms, permits)
         t = _proto.request_timeout(self.timeout, wait_ms, timeout)
         result = await self._call(req, t, on_lost)
         if not isinstance(result, AsyncLock):
@@ -496,13 +497,15 @@ class AsyncRedlockClient:
     def lock(self, resource: str, ttl_ms: int = 30000, wait_ms: int = 0,
              renew: bool = False, fence: bool = False,
              renew_max_ms: Optional[int] = None, *,
+             permits: Optional[int] = None,
              on_lost: Optional[Callable[[AsyncLock], Any]] = None,
              timeout: Optional[float] = None) -> "AsyncLockContext":
         """``async with client.lock("r") as lock:`` acquires, and releases
         on exit (on an exception too)."""
         return AsyncLockContext(self, (resource, ttl_ms, wait_ms, renew,
                                        fence, renew_max_ms),
-                                {"on_lost": on_lost, "timeout": timeout})
+                                {"on_lost": on_lost, "timeout": timeout,
+                                 "permits": permits})
 
 
 class AsyncLockContext:

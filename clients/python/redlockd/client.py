@@ -480,6 +480,7 @@ class RedlockClient:
     def acquire(self, resource: str, ttl_ms: int = 30000, wait_ms: int = 0,
                 renew: bool = False, fence: bool = False,
                 renew_max_ms: Optional[int] = None, *,
+                permits: Optional[int] = None,
                 on_lost: Optional[Callable[[Lock], Any]] = None,
                 timeout: Optional[float] = None) -> Lock:
         """Take a lock on ``resource``.
@@ -487,11 +488,13 @@ class RedlockClient:
         Raises BusyError (held elsewhere, after wait_ms), DoneError
         (completed), NoQuorumError, ... ``renew=True`` makes the daemon
         extend it every ttl/3 until released (``lock.lost`` is set and
-        ``on_lost(lock)`` called when it cannot).  The client waits
-        ``timeout`` seconds (default wait_ms + client timeout).
+        ``on_lost(lock)`` called when it cannot).  ``permits=N`` takes one
+        of N permits of a semaphore instead (``lock.permit`` says which).
+        The client waits ``timeout`` seconds (default wait_ms + client
+        timeout).
         """
         req = _proto.acquire_request(resource, ttl_ms, wait_ms, renew, fence,
-                                     renew_max_ms)
+                                     renew_max_ms, permits)
         t = _proto.request_timeout(self.timeout, wait_ms, timeout)
         result = self._call(req, t, on_lost)
         if not isinstance(result, Lock):
@@ -557,6 +560,7 @@ class RedlockClient:
     def lock(self, resource: str, ttl_ms: int = 30000, wait_ms: int = 0,
              renew: bool = False, fence: bool = False,
              renew_max_ms: Optional[int] = None, *,
+             permits: Optional[int] = None,
              on_lost: Optional[Callable[[Lock], Any]] = None,
              timeout: Optional[float] = None) -> "LockContext":
         """``with client.lock("r") as lock:`` acquires, and releases on exit
@@ -564,7 +568,8 @@ class RedlockClient:
         NotHeldError if the lock was no longer held (expired or lost)."""
         return LockContext(self, (resource, ttl_ms, wait_ms, renew, fence,
                                   renew_max_ms),
-                           {"on_lost": on_lost, "timeout": timeout})
+                           {"on_lost": on_lost, "timeout": timeout,
+                            "permits": permits})
 
 
 class LockContext:

@@ -64,3 +64,36 @@ def test_locks_and_inspect_async(sock):
             info = await c.inspect(tag + ":b")
             assert info["state"] == "done" and info["mine"] is False, info
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_permits_sync(client, sock):
+    from redlockd import BusyError, RedlockClient
+    r = rname("pysem")
+    held = [client.acquire(r, ttl_ms=20000, permits=2) for _ in range(2)]
+    assert sorted(lk.permit for lk in held) == [0, 1]
+    with pytest.raises(BusyError):
+        client.acquire(r, permits=2)
+    # Another client (another connection) releases a permit with its
+    # resource and permit.
+    with RedlockClient(sock) as other:
+        other.release(held[0])
+        with other.lock(r, permits=2, ttl_ms=5000) as lk:
+            assert lk.permit == held[0].permit
+    held[1].extend(30000)
+    held[1].release()
+    assert client.locks(prefix=r)["locks"] == []
+
+
+def test_permits_async(sock):
+    async def main():
+        r = rname("pyasem")
+        async with AsyncRedlockClient(sock) as c:
+            a = await c.acquire(r, permits=3, ttl_ms=20000)
+            async with c.lock(r, permits=3) as b:
+                assert {a.permit, b.permit} <= {0, 1, 2}
+                assert a.permit != b.permit
+                page = await c.locks(prefix=r)
+                assert sorted(e["permit"] for e in page["locks"]) == sorted(
+                    [a.permit, b.permit])
+            await a.release()
+    asyncio.run(asyncio.wait_for(main(), 30))
