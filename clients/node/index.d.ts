@@ -36,6 +36,11 @@ export interface AcquireOptions extends CallOptions {
   /** Also return a fencing token (`lock.fence`). */
   fence?: boolean;
   /**
+   * Take one of this many permits (2..1024) of a semaphore instead of the
+   * lock: at most that many holders at once. `lock.permit` says which.
+   */
+  permits?: number;
+  /**
    * An explicit timeout for this call, the whole wait included. Without it
    * the client's `timeoutMs` plus `waitMs` applies. A grant that arrives
    * after a timeout or abort is released by the client.
@@ -52,6 +57,8 @@ export interface CompleteOptions extends CallOptions {
 export interface LockRef {
   token: string;
   resource: string;
+  /** A semaphore's permit, as acquire answered it. */
+  permit?: number;
 }
 
 export declare class Lock implements LockRef {
@@ -64,6 +71,8 @@ export declare class Lock implements LockRef {
   expiresAt: number;
   /** Fencing token, strictly increasing; only with `fence: true`. */
   readonly fence: bigint | undefined;
+  /** Which permit of a semaphore; only with `permits`. */
+  readonly permit?: number;
   /** Whether the daemon renews it. */
   readonly renew: boolean;
   /**

@@ -43,6 +43,8 @@ export class Lock {
     this.validityMs = msg.validity_ms;
     /** Fencing token (bigint) when acquired with `fence: true`. */
     this.fence = msg.fence;
+    /** Which permit of a semaphore (acquired with `permits`). */
+    if (msg.permit !== undefined) this.permit = msg.permit;
     this.renew = renew;
     /** Date.now() by which the lock expires unless extended or renewed. */
     this.expiresAt = Date.now() + (msg.validity_ms ?? 0);
@@ -137,7 +139,16 @@ function lockRef(lock) {
     throw new BadRequestError('lock: must be 32 lowercase hex characters');
   }
   checkResource(lock.resource);
-  return { token, resource: lock.resource };
+  // A semaphore's permit: any daemon finds its slot by resource and permit.
+  return Number.isInteger(lock.permit)
+    ? { token, resource: lock.resource, permit: lock.permit }
+    : { token, resource: lock.resource };
+}
+
+/** The request of op for a lock reference. */
+function refPayload(op, ref) {
+  const { token, ...rest } = ref;
+  return { op, lock: token, ...rest };
 }
 
 function abortReason(signal) {
@@ -534,13 +545,14 @@ export class RedlockClient extends EventEmitter {
     } catch (e) {
       return Promise.reject(e);
     }
-    const { ttlMs, waitMs, renew, fence, renewMaxMs, signal, timeoutMs } = options;
+    const { ttlMs, waitMs, renew, fence, renewMaxMs, permits, signal, timeoutMs } = options;
     const payload = { op: 'acquire', resource };
     if (ttlMs !== undefined) payload.ttl_ms = ttlMs;
     if (waitMs !== undefined) payload.wait_ms = waitMs;
     if (renew !== undefined) payload.renew = renew;
     if (fence !== undefined) payload.fence = fence;
     if (renewMaxMs !== undefined) payload.renew_max_ms = renewMaxMs;
+    if (permits !== undefined) payload.permits = permits;
     // The client-wide timeout is for the answer after the wait; an explicit
     // per-call timeoutMs is the whole time allowed.
     const wait = typeof waitMs === 'number' && waitMs > 0 ? waitMs : 0;
@@ -552,7 +564,9 @@ export class RedlockClient extends EventEmitter {
         // Given up on (timeout or abort) but granted after all: let it go.
         onLate: (msg, conn) => {
           if (msg.ok && typeof msg.lock === 'string') {
-            conn.fire({ op: 'release', lock: msg.lock, resource: msg.resource ?? resource });
+            const late = { op: 'release', lock: msg.lock, resource: msg.resource ?? resource };
+            if (msg.permit !== undefined) late.permit = msg.permit;
+            conn.fire(late);
           }
         },
       },
@@ -574,7 +588,7 @@ export class RedlockClient extends EventEmitter {
   async release(lock, options = {}) {
     const ref = lockRef(lock);
     try {
-      await this.#call({ op: 'release', lock: ref.token, resource: ref.resource }, options, () => undefined);
+      await this.#call(refPayload('release', ref), options, () => undefined);
     } catch (e) {
       if (e instanceof NotHeldError && lock instanceof Lock) this.#forget(lock);
       throw e;
@@ -589,7 +603,7 @@ export class RedlockClient extends EventEmitter {
    */
   async extend(lock, ttlMs, options = {}) {
     const ref = lockRef(lock);
-    const payload = { op: 'extend', lock: ref.token, resource: ref.resource };
+    const payload = refPayload('extend', ref);
     if (ttlMs !== undefined && ttlMs !== null) payload.ttl_ms = ttlMs;
     let msg;
     try {
@@ -616,7 +630,7 @@ export class RedlockClient extends EventEmitter {
   async complete(lock, options = {}) {
     const ref = lockRef(lock);
     const { keepMs, ...rest } = options ?? {};
-    const payload = { op: 'complete', lock: ref.token, resource: ref.resource };
+    const payload = refPayload('complete', ref);
     if (keepMs !== undefined) payload.keep_ms = keepMs;
     try {
       await this.#call(payload, rest, () => undefined);

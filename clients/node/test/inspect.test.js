@@ -56,3 +56,23 @@ test('inspect says free, held (mine) and done', async () => {
   assert.equal(done.mine, false);
   assert.ok(NoQuorumError);
 });
+
+test('permits: a semaphore of 2, released through another client by permit', async () => {
+  const r = uniq('nsem');
+  const a = await client.acquire(r, { permits: 2, ttlMs: 20_000 });
+  const b = await client.acquire(r, { permits: 2, ttlMs: 20_000 });
+  assert.deepEqual([a.permit, b.permit].sort(), [0, 1]);
+  await assert.rejects(client.acquire(r, { permits: 2 }), (e) => e.code === 'busy');
+  const other = new RedlockClient({ path: daemon.sock });
+  try {
+    await other.release({ token: a.token, resource: r, permit: a.permit });
+    const c = await other.acquire(r, { permits: 2, ttlMs: 5000 });
+    assert.equal(c.permit, a.permit);
+    await c.release();
+  } finally {
+    await other.close();
+  }
+  await client.extend(b, 30_000);
+  await b.release();
+  assert.deepEqual((await client.locks({ prefix: r })).locks, []);
+});

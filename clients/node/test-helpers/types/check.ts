@@ -47,6 +47,9 @@ async function main(): Promise<void> {
     const owner: string = e.owner === 'http' ? 'http' : String(e.owner.pid);
     console.log(e.resource, e.validity_ms, owner, more);
   }
+  const sem: Lock = await client.acquire('api', { permits: 3, waitMs: 1000 });
+  const which: number | undefined = sem.permit;
+  await client.release({ token: sem.token, resource: 'api', permit: which });
   const info: Inspection = await client.inspect('orders:42', { fence: true });
   const state: 'free' | 'held' | 'done' = info.state;
   void state;
