@@ -78,6 +78,7 @@ type call struct {
 	resource  string    // acquire
 	renew     bool      // acquire
 	renewMax  time.Duration
+	permits   int   // acquire: a semaphore's
 	lock      *Lock // release, extend, complete
 	internal  bool  // the client's own call (cleanup), allowed while closing
 	ch        chan result
@@ -516,6 +517,8 @@ type wireRequest struct {
 	Prefix   string `json:"prefix,omitempty"`
 	Limit    int    `json:"limit,omitempty"`
 	Cursor   string `json:"cursor,omitempty"`
+	Permits  int    `json:"permits,omitempty"`
+	Permit   *int   `json:"permit,omitempty"`
 }
 
 type wireError struct {
@@ -540,6 +543,7 @@ type wireResponse struct {
 	Resource   *string         `json:"resource"`
 	ValidityMS *int64          `json:"validity_ms"`
 	Fence      *int64          `json:"fence"`
+	Permit     *int            `json:"permit"`
 	Error      *wireError      `json:"error"`
 	Quorum     int             `json:"quorum"`
 	Nodes      wireNodes       `json:"nodes"`

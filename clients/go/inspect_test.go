@@ -88,3 +88,41 @@ func TestInspectStates(t *testing.T) {
 		t.Fatalf("done: %+v %v", in, err)
 	}
 }
+
+func TestPermits(t *testing.T) {
+	d := sharedDaemon(t)
+	c := dial(t, d)
+	other := dial(t, d)
+	r := rname(t)
+	a, err := c.Acquire(tctx(t), r, AcquireOptions{TTL: 20 * time.Second, Permits: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.Acquire(tctx(t), r, AcquireOptions{TTL: 20 * time.Second, Permits: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Permits != 2 || b.Permits != 2 || a.Permit == b.Permit || a.Permit+b.Permit != 1 {
+		t.Fatalf("permits %d/%d and %d/%d", a.Permit, a.Permits, b.Permit, b.Permits)
+	}
+	if _, err := c.Acquire(tctx(t), r, AcquireOptions{Permits: 2}); !errors.Is(err, ErrBusy) {
+		t.Fatalf("third permit of 2: %v", err)
+	}
+	// A Lock built by hand with its permit, released through another client.
+	hand := &Lock{Token: a.Token, Resource: r, Permits: 2, Permit: a.Permit}
+	if err := other.Release(tctx(t), hand); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Extend(tctx(t), 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(tctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := c.Locks(tctx(t), LocksOptions{Prefix: r}); err != nil || len(p.Locks) != 0 {
+		t.Fatalf("left: %+v %v", p, err)
+	}
+	if _, err := c.Acquire(tctx(t), r, AcquireOptions{Permits: 1}); !errors.Is(err, ErrBadRequest) {
+		t.Fatalf("permits 1: %v", err)
+	}
+}
