@@ -89,6 +89,7 @@ enum opt_id {
     OPT_FENCE,      /* --fence */
     OPT_KEEP,       /* --keep MS */
     OPT_KILL_AFTER, /* --kill-after MS */
+    OPT_PERMITS,    /* --permits N */
 };
 
 #define BIT(id) (1u << (id))
@@ -115,6 +116,7 @@ static const struct opt_def opt_defs[] = {
     {"fence", 0, OPT_FENCE, false, 0, 0},
     {"keep", 0, OPT_KEEP, true, 1, 2592000000LL},
     {"kill-after", 0, OPT_KILL_AFTER, true, 0, 86400000},
+    {"permits", 0, OPT_PERMITS, true, 2, 1024},
 };
 
 #define N_OPT_DEFS (sizeof(opt_defs) / sizeof(opt_defs[0]))
@@ -126,6 +128,7 @@ struct opts {
     int64_t wait_ms;       /* --wait; -1 = not given (0) */
     int64_t keep_ms;       /* --keep; -1 = not given: the daemon's default */
     int64_t kill_after_ms; /* --kill-after */
+    int64_t permits;       /* --permits; -1 = not given: a lock */
     bool fence;            /* --fence */
     bool quiet;            /* --quiet */
     const char *pos[2];    /* positional arguments, borrowed from argv */
@@ -152,13 +155,16 @@ static int cmd_locks(const struct command *cmd, struct opts *o);
 
 static const struct command commands[] = {
     {"lock",
-     BIT(OPT_TTL) | BIT(OPT_WAIT) | BIT(OPT_FENCE) | BIT(OPT_KILL_AFTER), 1, 1,
-     false,
-     "[--ttl MS] [--wait MS] [--fence] [--kill-after MS] RESOURCE -- CMD "
-     "[ARG]...",
+     BIT(OPT_TTL) | BIT(OPT_WAIT) | BIT(OPT_FENCE) | BIT(OPT_KILL_AFTER) |
+         BIT(OPT_PERMITS),
+     1, 1, false,
+     "[--ttl MS] [--wait MS] [--fence] [--permits N] [--kill-after MS] "
+     "RESOURCE -- CMD [ARG]...",
      cmd_lock},
-    {"acquire", BIT(OPT_TTL) | BIT(OPT_WAIT) | BIT(OPT_FENCE), 1, 1, false,
-     "[--ttl MS] [--wait MS] [--fence] RESOURCE", cmd_acquire},
+    {"acquire",
+     BIT(OPT_TTL) | BIT(OPT_WAIT) | BIT(OPT_FENCE) | BIT(OPT_PERMITS), 1, 1,
+     false, "[--ttl MS] [--wait MS] [--fence] [--permits N] RESOURCE",
+     cmd_acquire},
     {"release", 0, 1, 2, true, "TOKEN [RESOURCE]", cmd_token_op},
     {"extend", BIT(OPT_TTL), 1, 2, true, "[--ttl MS] TOKEN [RESOURCE]",
      cmd_token_op},
@@ -186,7 +192,8 @@ static const char help_text[] =
     "      renews the lock every ttl/3 while redlockctl runs. CMD inherits\n"
     "      stdin, stdout and stderr, and gets REDLOCK_TOKEN, "
     "REDLOCK_RESOURCE\n"
-    "      and (with --fence) REDLOCK_FENCE in its environment. SIGINT,\n"
+    "      and (with --fence) REDLOCK_FENCE in its environment (with\n"
+    "      --permits, one of N permits, and REDLOCK_PERMIT). SIGINT,\n"
     "      SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to "
     "CMD.\n"
     "      If the lock is lost (the daemon could not renew it, or the\n"
@@ -234,6 +241,7 @@ static const char help_text[] =
     "      --wait MS        while RESOURCE is busy, keep trying this long,\n"
     "                       0..300000 (default 0: busy at once)\n"
     "      --fence          also get a fencing token\n"
+    "      --permits N      lock, acquire: one of N permits, 2..1024\n"
     "      --keep MS        complete: life of the done mark, 1..2592000000\n"
     "      --kill-after MS  lock: SIGKILL this long after SIGTERM, "
     "0..86400000\n"
@@ -342,6 +350,8 @@ static int opt_apply(const struct opt_def *def, const char *val, struct opts *o)
         return parse_int(def, val, &o->keep_ms);
     case OPT_KILL_AFTER:
         return parse_int(def, val, &o->kill_after_ms);
+    case OPT_PERMITS:
+        return parse_int(def, val, &o->permits);
     default:
         abort();
     }
@@ -1065,7 +1075,9 @@ static int cmd_acquire(const struct command *cmd, struct opts *o)
          cJSON_AddNumberToObject(body, "ttl_ms", (double)o->ttl_ms) == NULL) ||
         (o->wait_ms >= 0 && cJSON_AddNumberToObject(
                                 body, "wait_ms", (double)o->wait_ms) == NULL) ||
-        (o->fence && cJSON_AddTrueToObject(body, "fence") == NULL)) {
+        (o->fence && cJSON_AddTrueToObject(body, "fence") == NULL) ||
+        (o->permits > 0 && cJSON_AddNumberToObject(
+                               body, "permits", (double)o->permits) == NULL)) {
         fprintf(stderr, "redlockctl: out of memory\n");
         goto error;
     }
@@ -1366,6 +1378,7 @@ struct runner {
     struct conn conn;     /* the NDJSON session that holds the lock */
     char token[TOKEN_LEN + 1];
     char fence[32]; /* the fencing token as text; "" when not asked */
+    char permit[8]; /* --permits: which permit, as text; "" for a lock */
     pid_t child;    /* CMD; 0 before it starts */
     int status;     /* CMD's wait status once child_done */
     bool child_done;
@@ -1500,7 +1513,9 @@ static int runner_acquire(struct runner *r)
         (o->wait_ms >= 0 &&
          cJSON_AddNumberToObject(req, "wait_ms", (double)o->wait_ms) == NULL) ||
         cJSON_AddTrueToObject(req, "renew") == NULL ||
-        (o->fence && cJSON_AddTrueToObject(req, "fence") == NULL)) {
+        (o->fence && cJSON_AddTrueToObject(req, "fence") == NULL) ||
+        (o->permits > 0 &&
+         cJSON_AddNumberToObject(req, "permits", (double)o->permits) == NULL)) {
         fprintf(stderr, "redlockctl: out of memory\n");
         goto error;
     }
@@ -1556,6 +1571,10 @@ static int runner_acquire(struct runner *r)
         goto error;
     }
     memcpy(r->token, tok, TOKEN_LEN + 1);
+    const cJSON *permit = cJSON_GetObjectItemCaseSensitive(rsp, "permit");
+    if (cJSON_IsNumber(permit)) {
+        snprintf(r->permit, sizeof(r->permit), "%d", permit->valueint);
+    }
     free(text);
     cJSON_Delete(rsp);
     cJSON_Delete(req);
@@ -1577,7 +1596,9 @@ static int runner_spawn(struct runner *r)
     if (setenv("REDLOCK_TOKEN", r->token, 1) != 0 ||
         setenv("REDLOCK_RESOURCE", r->resource, 1) != 0 ||
         (r->fence[0] != '\0' ? setenv("REDLOCK_FENCE", r->fence, 1)
-                             : unsetenv("REDLOCK_FENCE")) != 0) {
+                             : unsetenv("REDLOCK_FENCE")) != 0 ||
+        (r->permit[0] != '\0' ? setenv("REDLOCK_PERMIT", r->permit, 1)
+                              : unsetenv("REDLOCK_PERMIT")) != 0) {
         fprintf(stderr, "redlockctl: setenv: %s\n", strerror(errno));
         return -1;
     }
@@ -1811,6 +1832,7 @@ int main(int argc, char **argv)
     o.wait_ms = -1;
     o.keep_ms = -1;
     o.kill_after_ms = DEFAULT_KILL_AFTER_MS;
+    o.permits = -1;
     const char *env = getenv("REDLOCKD_SOCKET");
     o.socket = env != NULL && env[0] != '\0' ? env : DEFAULT_SOCKET;
     int rc = parse_args(argc, argv, &o, &cmd);

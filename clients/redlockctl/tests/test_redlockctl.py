@@ -1123,3 +1123,37 @@ def test_status_without_quorum(own):
     assert r.returncode == RC_FAIL, (r.stdout, r.stderr)
     assert json.loads(r.stdout)["error"]["code"] == "no_quorum"
     assert "no_quorum" in r.stderr
+
+
+def test_lock_permits(shared, tmp_path):
+    """lock --permits 2 (consul lock -n): two commands at once, a third
+    is busy, each knows its permit."""
+    res = rname("perm")
+    procs, readies = [], []
+    for i in range(2):
+        ready = tmp_path / ("ready%d" % i)
+        readies.append(ready)
+        procs.append(ctl_bg(shared, "lock", "--permits", "2", "--ttl",
+                            "5000", res, "--", "sh", "-c",
+                            'echo "$REDLOCK_PERMIT" > %s; sleep 30' % ready))
+    try:
+        for p, ready in zip(procs, readies):
+            started(p, ready)
+        permits = sorted(r.read_text().strip() for r in readies)
+        assert permits == ["0", "1"], permits
+        r = ctl(shared, "lock", "--permits", "2", res, "--", "true")
+        assert r.returncode == RC_FAIL and "busy" in r.stderr, r.stderr
+        r = ctl(shared, "locks", res)
+        held = [json.loads(x) for x in r.stdout.splitlines()]
+        assert sorted(e["permit"] for e in held) == [0, 1], held
+        assert all(e["permits"] == 2 for e in held), held
+        code, a = acquire(shared, res, "--permits", "3")
+        assert code == 0 and a["permit"] == 2, a  # a third slot of 3
+        assert ctl(shared, "release", a["lock"], res).returncode == 0
+        assert ctl(shared, "acquire", "--permits", "1", res).returncode == 2
+    finally:
+        for p in procs:
+            stop_proc(p)
+    r = ctl(shared, "lock", "--permits", "2", res, "--", "sh", "-c",
+            'echo "$REDLOCK_PERMIT"')
+    assert r.returncode == 0 and r.stdout.strip() in ("0", "1"), r
