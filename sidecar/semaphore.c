@@ -51,8 +51,11 @@ bool sem_parse(const char *name, size_t len, const char **resource,
     return true;
 }
 
-size_t sem_key(const char *prefix, const char *name, size_t len, char *out,
-               size_t cap)
+/* "<prefix><space>" and, for slot name[0..len), "<k>:<resource>" (keep_slot)
+ * or its queue name "\x01*:<resource>", into out (cap bytes). Returns the
+ * length, 0 when name is no slot or it did not fit. */
+static size_t slot_text(const char *prefix, const char *space, bool keep_slot,
+                        const char *name, size_t len, char *out, size_t cap)
 {
     const char *r;
     size_t rlen;
@@ -60,7 +63,8 @@ size_t sem_key(const char *prefix, const char *name, size_t len, char *out,
     if (!sem_parse(name, len, &r, &rlen, &k) || k < 0) {
         return 0;
     }
-    int n = snprintf(out, cap, "%ssem:%d:", prefix, k);
+    int n = keep_slot ? snprintf(out, cap, "%s%s%d:", prefix, space, k)
+                      : snprintf(out, cap, "%s%s%c*:", prefix, space, SEM_MARK);
     if (n < 0 || (size_t)n + rlen >= cap) {
         return 0;
     }
@@ -68,21 +72,16 @@ size_t sem_key(const char *prefix, const char *name, size_t len, char *out,
     return (size_t)n + rlen;
 }
 
+size_t sem_key(const char *prefix, const char *name, size_t len, char *out,
+               size_t cap)
+{
+    return slot_text(prefix, "sem:", true, name, len, out, cap);
+}
+
 size_t sem_channel(const char *prefix, const char *name, size_t len, char *out,
                    size_t cap)
 {
-    const char *r;
-    size_t rlen;
-    int k;
-    if (!sem_parse(name, len, &r, &rlen, &k) || k < 0) {
-        return 0;
-    }
-    int n = snprintf(out, cap, "%swake:%c*:", prefix, SEM_MARK);
-    if (n < 0 || (size_t)n + rlen >= cap) {
-        return 0;
-    }
-    memcpy(out + n, r, rlen);
-    return (size_t)n + rlen;
+    return slot_text(prefix, "wake:", false, name, len, out, cap);
 }
 
 /* ---- permits seen ---------------------------------------------------- */
