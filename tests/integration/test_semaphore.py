@@ -218,3 +218,29 @@ def test_three_permits_twelve_clients_two_daemons(cluster, daemon,
     assert most >= 2, "the test never had two holders at once"
     poll_until(lambda: not _sem_keys(cluster, res), 5 * SLOW,
                what="no slot key left behind")
+
+
+def test_cross_daemon_wake_on_any_permit(cluster, daemon, daemon_factory):
+    """B waits for a permit of a full semaphore; A lets go of one slot: B's
+    waiter is woken by the semaphore's one channel (as test_long_held's
+    cross-daemon wake, for a lock), not by its TTL or back-off."""
+    b = daemon_factory.start(cluster, name="b")
+    res = rname("semwake")
+    with daemon.client() as ca, b.client(timeout=15.0) as cb:
+        held = [ca.call("acquire", resource=res, permits=2, ttl_ms=10000)
+                for _ in range(2)]
+        for h in held:
+            assert_ok(h)
+        cb.send({"op": "acquire", "id": "wb", "resource": res, "permits": 2,
+                 "ttl_ms": 10000, "wait_ms": 10000})
+        time.sleep(0.5)
+        gone = held[1]
+        assert_ok(ca.call("release", lock=gone["lock"], resource=res))
+        t1 = time.monotonic()
+        rb = cb.response("wb", timeout=12.0)
+        t2 = time.monotonic()
+        assert_ok(rb, "B's waiter")
+        assert rb["permit"] == gone["permit"], (rb, gone)
+        assert t2 - t1 < 3.0, "B waited %.1f s: no wake-up" % (t2 - t1)
+        assert_ok(cb.call("release", lock=rb["lock"], resource=res))
+        assert_ok(ca.call("release", lock=held[0]["lock"], resource=res))
