@@ -11,7 +11,8 @@ import time
 import urllib.parse
 
 from extra import curl1, metric, scrape
-from rl import SLOW, TOKEN_RE, assert_error, assert_ok, poll_until, rname
+from rl import (SANITIZED, SLOW, TOKEN_RE, assert_error, assert_ok, poll_until,
+                pytest, rname)
 
 U = "http://localhost"
 
@@ -157,6 +158,9 @@ def test_locks_bad_fields(cluster_mod, daemon_mod):
     assert g.status == 400, g
 
 
+@pytest.mark.skipif(SANITIZED, reason="100k acquisitions take too long under "
+                    "ASan or valgrind; the pages' code runs there in the "
+                    "smaller listing tests")
 def test_locks_listing_bounded_under_100k(cluster, daemon_factory):
     """100k held locks: a page is at most `limit` entries, a prefix that
     matches nothing answers at once with a cursor to go on from, and the
