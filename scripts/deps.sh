@@ -10,6 +10,9 @@
 REDLOCKD_BUILD_PKGS="gcc pkg-config meson ninja-build libhiredis-dev libevent-dev uuid-dev libcjson-dev"
 REDLOCKD_RUN_PKGS="redis-server"
 REDLOCKD_TEST_PKGS="libcmocka-dev python3 python3-pytest python3-yaml shellcheck socat curl valgrind clang nftables"
+# The container suite: podman with the runc runtime, debootstrap for the
+# local base image (no registry), podman-compose for docker/compose.yaml.
+REDLOCKD_CONTAINER_PKGS="podman runc debootstrap podman-compose"
 
 redlockd_missing_pkgs() {
     local missing=()
@@ -36,5 +39,8 @@ redlockd_install() {
 
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     set -euo pipefail
-    redlockd_install $REDLOCKD_BUILD_PKGS $REDLOCKD_RUN_PKGS $REDLOCKD_TEST_PKGS
+    # Lists of package names: split on purpose.
+    # shellcheck disable=SC2086
+    redlockd_install $REDLOCKD_BUILD_PKGS $REDLOCKD_RUN_PKGS $REDLOCKD_TEST_PKGS \
+        $REDLOCKD_CONTAINER_PKGS
 fi

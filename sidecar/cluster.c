@@ -80,6 +80,7 @@ struct repair_src {
     bool scan_over;    /* its SCAN came back to cursor 0, marks copied */
     bool failed;       /* a command failed: it does not count */
     char cursor[24];   /* the next SCAN cursor; "" before the first */
+    char run_id[48];   /* the server read: a cursor means nothing to another */
 };
 
 /* One repair of a restarted node before it counts again: copy the done
@@ -960,6 +961,17 @@ static void repair_scan_next(struct repair_src *s)
         repair_src_check(s);
         return;
     }
+    /* A source that restarted since the repair began is another server:
+     * the cursor is not its, and the marks the old one held past it are
+     * gone, so it was not read in full. */
+    if (strcmp(node_run_id(c->nodes[s->node]), s->run_id) != 0) {
+        log_warn(NULL,
+                 "node %d: restarted while node %d was being repaired "
+                 "from it",
+                 s->node + 1, r->target + 1);
+        repair_src_failed(s);
+        return;
+    }
     /* "" before the first step, which starts at cursor 0 */
     const char *cursor = s->cursor[0] != '\0' ? s->cursor : "0";
     const char *argv[3] = {cursor, c->scan_match, REPAIR_SCAN_COUNT};
@@ -1135,6 +1147,7 @@ static void repair_start(struct cluster *c, int target)
         struct repair_src *s = &r->src[i];
         s->r = r;
         s->node = i;
+        snprintf(s->run_id, sizeof(s->run_id), "%s", node_run_id(c->nodes[i]));
         const char *argv[2] = {"GET", c->fence_key};
         size_t lens[2] = {3, c->fence_key_len};
         if (node_command(c->nodes[i], 2, argv, lens, repair_counter_cb, s) !=

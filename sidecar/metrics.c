@@ -12,6 +12,10 @@
 
 #include "redlock.h"
 
+#ifndef REDLOCKD_VERSION
+#define REDLOCKD_VERSION "0.0.0"
+#endif
+
 struct metrics metrics;
 
 /* Upper bounds in seconds; the +Inf bucket is implicit. */
@@ -169,6 +173,12 @@ char *metrics_render(const struct metrics_node *nodes, int n_nodes, size_t *len)
     if (o.buf == NULL) {
         return NULL;
     }
+    /* Constant 1; the label says what is running (a dashboard shows it, an
+     * alert can tell versions apart during a rollout). */
+    out_printf(&o, "# HELP redlockd_build_info The version of this daemon\n"
+                   "# TYPE redlockd_build_info gauge\n"
+                   "redlockd_build_info{version=\"%s\"} 1\n",
+               REDLOCKD_VERSION);
     const char *last = "";
 #define RENDER_COUNTER(f, name, help, label, value)                            \
     if (strcmp(last, name) != 0) {                                             \
@@ -196,11 +206,20 @@ char *metrics_render(const struct metrics_node *nodes, int n_nodes, size_t *len)
         out_label(&o, nodes[i].addr);
         out_printf(&o, "\"} %d\n", nodes[i].up ? 1 : 0);
     }
-    out_printf(&o, "# HELP redlockd_node_connects_total Reconnections after a "
-                   "node was lost\n# TYPE redlockd_node_connects_total "
+    out_printf(&o, "# HELP redlockd_node_quarantined Whether the node is in "
+                   "its restart quarantine and counts for no acquisition (1) "
+                   "or not (0)\n# TYPE redlockd_node_quarantined gauge\n");
+    for (int i = 0; i < n_nodes; i++) {
+        out_printf(&o, "redlockd_node_quarantined{node=\"");
+        out_label(&o, nodes[i].addr);
+        out_printf(&o, "\"} %d\n", nodes[i].quarantined ? 1 : 0);
+    }
+    out_printf(&o, "# HELP redlockd_node_reconnects_total Connections to the "
+                   "node re-established after it was lost (the first connect "
+                   "is not counted)\n# TYPE redlockd_node_reconnects_total "
                    "counter\n");
     for (int i = 0; i < n_nodes; i++) {
-        out_printf(&o, "redlockd_node_connects_total{node=\"");
+        out_printf(&o, "redlockd_node_reconnects_total{node=\"");
         out_label(&o, nodes[i].addr);
         out_printf(&o, "\"} %llu\n", (unsigned long long)nodes[i].reconnects);
     }

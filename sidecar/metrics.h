@@ -42,9 +42,7 @@
     X(clients_accepted, "redlockd_client_connections_total",                   \
       "Client connections accepted", NULL, NULL)                               \
     X(clients_rejected, "redlockd_client_rejections_total",                    \
-      "Client connections refused (limit or peer credentials)", NULL, NULL)    \
-    X(node_reconnects, "redlockd_node_reconnects_total",                       \
-      "Node connections re-established", NULL, NULL)
+      "Client connections refused (limit or peer credentials)", NULL, NULL)
 
 /* Gauges: X(field, name, help). */
 #define METRICS_GAUGES(X)                                                      \
@@ -80,7 +78,9 @@ void metrics_observe_wait(uint64_t usec);
 struct metrics_node {
     const char *addr; /* no password */
     int up;
-    uint64_t reconnects;
+    int quarantined;     /* restarted without persistence: counts for no
+                            acquisition until its quarantine ends */
+    uint64_t reconnects; /* connections re-established after a loss */
 };
 
 /* metrics_render: Prometheus text exposition into a malloc'd string owned by

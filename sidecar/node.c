@@ -188,7 +188,6 @@ static void node_set_state(struct node *node, enum node_state state)
         node->attempt = 0;
         if (node->was_up) {
             node->reconnects++;
-            METRIC_INC(node_reconnects);
         }
         node->was_up = true;
         METRIC_ADD(nodes_up, 1);

@@ -1559,6 +1559,7 @@ char *ops_metrics_text(struct ops *o, size_t *len)
         struct node *nd = cluster_node(o->cluster, i);
         nodes[i].addr = node_display(nd);
         nodes[i].up = node_is_up(nd) ? 1 : 0;
+        nodes[i].quarantined = cluster_node_quarantined(o->cluster, i) ? 1 : 0;
         nodes[i].reconnects = node_reconnects(nd);
     }
     return metrics_render(nodes, n, len);

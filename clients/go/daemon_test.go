@@ -56,8 +56,8 @@ func code(m map[string]interface{}) string {
 	return ""
 }
 
-// PROTOCOL.md: session locks "are released on all nodes as soon as that
-// connection closes". Checked for a plain close and for a connection that
+// proto/README.md: session locks "are released on all nodes as soon as
+// their connection closes". Checked for a plain close and for a connection that
 // closes while one of its acquires is waiting (wait_ms) on a busy resource.
 func TestDaemonSessionReleaseOnClose(t *testing.T) {
 	d := sharedDaemon(t)

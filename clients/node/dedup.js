@@ -1,6 +1,6 @@
 // Update de-duplication for bot frameworks, framework-agnostic.
 //
-// The Telegram pattern from PROTOCOL.md: acquire `tg:update:<update_id>`
+// The Telegram pattern from proto/README.md: acquire `tg:update:<update_id>`
 // with a TTL longer than the handler, run it, `complete`. A duplicate
 // delivery gets `busy` while the first is running and `done` afterwards and
 // is skipped; if the handler throws the lock is released so that a

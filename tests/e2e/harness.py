@@ -27,6 +27,14 @@ BIN = Path(os.environ.get("REDLOCKD_BIN",
 REDIS_SERVER = os.environ.get("REDIS_SERVER", "redis-server")
 NODE = os.environ.get("NODE", "node")
 PREFIX = "redlock:"
+# Run against a topology started elsewhere (the container suite's compose
+# project) instead of starting redis-servers and daemons here:
+# E2E_REDIS_SOCKETS, the five nodes' unix sockets, comma separated;
+# E2E_REDLOCKD_SOCKETS, "A=PATH,B=PATH", the two daemons' sockets.
+EXTERNAL_REDIS = [p for p in os.environ.get("E2E_REDIS_SOCKETS",
+                                            "").split(",") if p]
+EXTERNAL_DAEMONS = dict(kv.split("=", 1) for kv in os.environ.get(
+    "E2E_REDLOCKD_SOCKETS", "").split(",") if "=" in kv)
 
 try:
     _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
@@ -189,10 +197,12 @@ class Redis:
         self.procs = procs
         self.dir = Path(workdir)
         self.paths = [self.dir / ("n%d.sock" % k) for k in range(n)]
+        if EXTERNAL_REDIS:
+            self.paths = [Path(p) for p in EXTERNAL_REDIS]
         self.conns = []
 
     def start(self, timeout=10.0):
-        for k, path in enumerate(self.paths):
+        for k, path in enumerate([] if EXTERNAL_REDIS else self.paths):
             self.procs.spawn("redis-n%d" % k, [
                 REDIS_SERVER, "--port", "0", "--unixsocket", str(path),
                 "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
@@ -303,8 +313,28 @@ class Daemon:
         self.name = name
         self.socket = Path(workdir) / ("%s.sock" % name)
         self.proc = None
+        self.baseline = {}
+
+    def metrics(self):
+        """metrics(), less what an external daemon had counted before."""
+        now = metrics(self.socket)
+        return {k: v - self.baseline.get(k, 0) for k, v in now.items()}
 
     def start(self, timeout=10.0):
+        if self.name in EXTERNAL_DAEMONS:
+            self.socket = Path(EXTERNAL_DAEMONS[self.name])
+            def healthy():
+                try:
+                    return ndjson_call(self.socket, {"op": "health"},
+                                       1.0).get("ok")
+                except (OSError, ValueError):
+                    return False
+            ok, _ = poll_until(healthy, timeout, 0.1)
+            if not ok:
+                raise RuntimeError("external redlockd %s at %s is not "
+                                   "healthy" % (self.name, self.socket))
+            self.baseline = metrics(self.socket)
+            return self
         if not BIN.exists():
             raise RuntimeError("redlockd not built at %s (meson setup build "
                                "&& ninja -C build, or set REDLOCKD_BIN)" % BIN)

@@ -225,9 +225,8 @@ def test_exit_with_acquires_queued_in_the_cluster(cluster, daemon_factory):
         d.stop()
 
 
-def _dev_dirs():
-    return set(glob.glob(os.path.join(tempfile.gettempdir(),
-                                      "redlockd-dev-*")))
+def _dev_dirs(tmp):
+    return set(glob.glob(os.path.join(tmp, "redlockd-dev-*")))
 
 
 def test_dev_exit_with_a_waiters_acquire_in_flight():
@@ -235,19 +234,22 @@ def test_dev_exit_with_a_waiters_acquire_in_flight():
     and the temp dir behind."""
     work = tempfile.mkdtemp(prefix="rlit-wf-")
     sock = os.path.join(work, "d.sock")
-    before = _dev_dirs()
+    # --dev makes its directory under TMPDIR: our own, so that another
+    # daemon's --dev run on the machine is not counted as ours.
+    before = _dev_dirs(work)
     errf = open(os.path.join(work, "stderr"), "w+b")
     p = subprocess.Popen([str(BIN), "--dev", "--socket", sock,
                           "--node-timeout-ms", "20000",
                           "--shutdown-timeout-ms", "300"],
-                         stdout=subprocess.DEVNULL, stderr=errf)
+                         stdout=subprocess.DEVNULL, stderr=errf,
+                         env=dict(os.environ, TMPDIR=work))
     dev_dir = None
     stopped = []
     try:
         h, _ = poll_until(lambda: dev_health(sock), 20.0 * SLOW, 0.05,
                           what="--dev healthy")
         assert h, "--dev never became healthy"
-        new = _dev_dirs() - before
+        new = _dev_dirs(work) - before
         assert len(new) == 1, new
         dev_dir = new.pop()
         pids = [int(x) for x in subprocess.run(

@@ -31,8 +31,9 @@ static void test_render(void **state)
     metrics_observe_acquire(3000);    /* 0.003 s */
     metrics_observe_acquire(9000000); /* 9 s: +Inf only */
     metrics_observe_node(0, 200);
-    struct metrics_node nodes[2] = {{"unix:/tmp/a \"q\"", 1, 3},
-                                    {"127.0.0.1:6379", 0, 0}};
+    struct metrics_node nodes[2] = {
+        {.addr = "unix:/tmp/a \"q\"", .up = 1, .reconnects = 3},
+        {.addr = "127.0.0.1:6379", .up = 0, .quarantined = 1}};
     size_t len;
     char *text = metrics_render(nodes, 2, &len);
     assert_non_null(text);
@@ -61,6 +62,27 @@ static void test_render(void **state)
         count_occurrences(text,
                           "# TYPE redlockd_node_command_duration_seconds"),
         1);
+    /* What is running, per node quarantine, and reconnections per node
+     * under the name that says what they count. */
+    assert_non_null(strstr(text, "# TYPE redlockd_build_info gauge\n"
+                                 "redlockd_build_info{version=\""));
+    assert_non_null(strstr(text, "redlockd_node_quarantined{node="
+                                 "\"127.0.0.1:6379\"} 1\n"));
+    assert_non_null(strstr(text, "redlockd_node_quarantined{node="
+                                 "\"unix:/tmp/a \\\"q\\\"\"} 0\n"));
+    assert_non_null(strstr(text, "redlockd_node_reconnects_total{node="
+                                 "\"unix:/tmp/a \\\"q\\\"\"} 3\n"));
+    assert_null(strstr(text, "node_connects_total"));
+    /* One family per name: a TYPE line never repeats. */
+    for (const char *p = text; (p = strstr(p, "# TYPE ")) != NULL; p++) {
+        char name[128];
+        size_t n = strcspn(p + 7, " ");
+        assert_true(n < sizeof(name) - 8);
+        memcpy(name, p, n + 7);
+        name[n + 7] = ' ';
+        name[n + 8] = '\0';
+        assert_int_equal(count_occurrences(text, name), 1);
+    }
     free(text);
 }
 

@@ -1,5 +1,5 @@
 // redlockd client: NDJSON over the daemon's unix socket, promises, no
-// runtime dependencies. See ../README.md and /work/shared/PROTOCOL.md.
+// runtime dependencies. See ../README.md and proto/README.md.
 
 import { EventEmitter } from 'node:events';
 import net from 'node:net';

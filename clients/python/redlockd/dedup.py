@@ -1,6 +1,6 @@
 """Process-once core for duplicate deliveries (Telegram updates and alike).
 
-The pattern (PROTOCOL.md, "Idempotency"): acquire ``tg:update:<update_id>``
+The pattern (proto/README.md, "complete"): acquire ``tg:update:<update_id>``
 with a TTL longer than the handler, run the handler, then ``complete`` the
 lock, which leaves a *done* mark for ``keep_ms``.  A duplicate delivery gets
 ``busy`` while the first one runs and ``done`` afterwards: it is skipped.

@@ -1,8 +1,9 @@
 """Exceptions raised by the redlockd clients.
 
 Every error the daemon can answer has its own class, keyed by the wire
-``code`` (see PROTOCOL.md).  All of them subclass :class:`RedlockError`, so
-``except RedlockError`` catches everything this package raises on purpose.
+``code`` (see proto/README.md).  All of them subclass
+:class:`RedlockError`, so ``except RedlockError`` catches everything this
+package raises on purpose.
 """
 
 from __future__ import annotations
