@@ -22,6 +22,7 @@
 #include "metrics.h"
 #include "node.h"
 #include "redlock.h"
+#include "semaphore.h"
 #include "util.h"
 
 #define KEY_INLINE 600 /* prefix (<= 64) + "lock:" + resource (<= 512) */
@@ -211,6 +212,13 @@ static struct cluster_op *op_new(struct cluster *c, enum op_kind kind,
     memcpy(op->channel + plen, "wake:", 5);
     memcpy(op->channel + plen + 5, resource, len);
     op->channel_len = plen + 5 + len;
+    if (len > 0 && resource[0] == SEM_MARK) {
+        /* A semaphore's slot: its own key space, its semaphore's channel
+         * (semaphore.h); both fit where "lock:" and the slot name did. */
+        op->key_len = sem_key(prefix, resource, len, op->key, KEY_INLINE);
+        op->channel_len =
+            sem_channel(prefix, resource, len, op->channel, KEY_INLINE + 8);
+    }
     op->prep_main.buf = op->prep_fence.buf = op->prep_rollback.buf = NULL;
     op->dispatched = false;
     op->prepared = false;

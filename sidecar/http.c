@@ -15,6 +15,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -560,7 +561,7 @@ static bool route_match(const char *path, struct route *r)
     if (rest[0] == '\0') {
         r->op = OP_ACQUIRE;
         r->method = HTTP_POST;
-        r->allow = "POST";
+        r->allow = "GET, HEAD, POST";
         return true;
     }
     if (rest[0] != '/' || rest[1] == '\0' || rest[1] == '/') {
@@ -572,7 +573,7 @@ static bool route_match(const char *path, struct route *r)
         r->lock_len = strlen(r->lock);
         r->op = OP_RELEASE;
         r->method = HTTP_DELETE;
-        r->allow = "DELETE";
+        r->allow = "DELETE, GET, HEAD";
         return true;
     }
     r->lock_len = (size_t)(slash - r->lock);
@@ -584,8 +585,145 @@ static bool route_match(const char *path, struct route *r)
         return false;
     }
     r->method = HTTP_POST;
-    r->allow = "POST";
+    r->allow = "GET, HEAD, POST";
     return true;
+}
+
+/* query_next: the next "key=value" pair of a raw query from *pos: key and
+ * raw value into k/v (lengths kn/vn; no '=' gives an empty value). Returns
+ * false at the end. Empty pairs ("a&&b") are skipped. */
+static bool query_next(const char *q, size_t *pos, const char **k, size_t *kn,
+                       const char **v, size_t *vn)
+{
+    size_t n = strlen(q);
+    while (*pos < n) {
+        size_t start = *pos;
+        while (*pos < n && q[*pos] != '&') {
+            (*pos)++;
+        }
+        const char *p = q + start;
+        size_t plen = *pos - start;
+        if (*pos < n) {
+            (*pos)++; /* past the '&' */
+        }
+        if (plen == 0) {
+            continue;
+        }
+        const char *eq = memchr(p, '=', plen);
+        *k = p;
+        *kn = eq != NULL ? (size_t)(eq - p) : plen;
+        *v = eq != NULL ? eq + 1 : p + plen;
+        *vn = eq != NULL ? plen - *kn - 1 : 0;
+        return true;
+    }
+    return false;
+}
+
+/* query_param: one parameter of GET /v1/locks (prefix, limit, cursor) or
+ * GET /v1/locks/{resource} (fence) into req, by the same rules as the JSON
+ * members. seen collects the names given, so a repeat is refused. Returns 0
+ * or 400 with a message in err. */
+static int query_param(const char *k, size_t kn, const char *v, size_t vn,
+                       unsigned *seen, struct request *req, char *err,
+                       size_t errlen)
+{
+    static const char *const names[] = {"prefix", "limit", "cursor", "fence"};
+    char value[HTTP_PATH_MAX + 1];
+    int which = -1;
+    for (int i = 0; i < 4; i++) {
+        if (kn == strlen(names[i]) && memcmp(k, names[i], kn) == 0) {
+            which = i;
+        }
+    }
+    if (which < 0 || (req->op == OP_INSPECT) != (which == 3)) {
+        snprintf(err, errlen, "%.*s: unknown query parameter",
+                 (int)(kn < 64 ? kn : 64), k);
+        return 400;
+    }
+    if (*seen & (1u << which)) {
+        snprintf(err, errlen, "%s: given twice in the query", names[which]);
+        return 400;
+    }
+    *seen |= 1u << which;
+    long dlen = pct_decode(v, vn, value, which != 0);
+    if (dlen < 0) {
+        snprintf(err, errlen, "%s: bad percent-encoding", names[which]);
+        return 400;
+    }
+    switch (which) {
+    case 0:
+        if (dlen > 0 &&
+            proto_validate_resource(value, (size_t)dlen, NULL, 0) != 0) {
+            snprintf(err, errlen,
+                     "prefix: at most %d bytes of UTF-8, no control "
+                     "characters",
+                     PROTO_RESOURCE_MAX);
+            return 400;
+        }
+        memcpy(req->prefix, value, (size_t)dlen + 1);
+        req->prefix_len = (size_t)dlen;
+        return 0;
+    case 1: {
+        char *end = NULL;
+        unsigned long x = dlen > 0 && dlen <= 4 && value[0] != '0' &&
+                                  value[0] != '+' && value[0] != '-'
+                              ? strtoul(value, &end, 10)
+                              : 0;
+        if (end == NULL || *end != '\0' || x < 1 || x > PROTO_LIMIT_MAX) {
+            snprintf(err, errlen, "limit: must be an integer in 1..%d",
+                     PROTO_LIMIT_MAX);
+            return 400;
+        }
+        req->limit = (uint32_t)x;
+        return 0;
+    }
+    case 2:
+        if (proto_cursor_decode(value, (size_t)dlen, &req->cursor) != 0) {
+            snprintf(err, errlen,
+                     "cursor: must be the \"next\" of an earlier answer");
+            return 400;
+        }
+        return 0;
+    default:
+        if (strcmp(value, "true") != 0 && strcmp(value, "false") != 0) {
+            snprintf(err, errlen, "fence: must be true or false");
+            return 400;
+        }
+        req->fence = value[0] == 't';
+        return 0;
+    }
+}
+
+/* get_locks_route: GET (or HEAD) /v1/locks lists this daemon's locks, and
+ * GET /v1/locks/{resource} inspects one resource: everything after the
+ * slash is the resource, so a resource may hold '/' (sent as is or %2F).
+ * Returns 0 with req filled, or 400 with a message in err. */
+static int get_locks_route(const struct http_request *hreq, struct request *req,
+                           char *err, size_t errlen)
+{
+    const char *rest = hreq->path + sizeof("/v1/locks") - 1;
+    if (rest[0] == '\0') {
+        req->op = OP_LOCKS;
+    } else {
+        size_t n = strlen(rest + 1);
+        if (proto_validate_resource(rest + 1, n, err, errlen) != 0) {
+            return 400;
+        }
+        memcpy(req->resource, rest + 1, n + 1);
+        req->resource_len = n;
+        req->op = OP_INSPECT;
+    }
+    size_t pos = 0;
+    unsigned seen = 0;
+    const char *k, *v;
+    size_t kn, vn;
+    while (query_next(hreq->query, &pos, &k, &kn, &v, &vn)) {
+        int rc = query_param(k, kn, v, vn, &seen, req, err, errlen);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return 0;
 }
 
 /* http_route_allow: see http.h. */
@@ -673,6 +811,12 @@ int http_route(const struct http_request *hreq, struct request *req, char *err,
     struct route r;
 
     proto_request_init(req);
+    if ((hreq->method == HTTP_GET || hreq->method == HTTP_HEAD) &&
+        strncmp(hreq->path, "/v1/locks", 9) == 0 &&
+        (hreq->path[9] == '\0' ||
+         (hreq->path[9] == '/' && hreq->path[10] != '\0'))) {
+        return get_locks_route(hreq, req, err, errlen);
+    }
     if (!route_match(hreq->path, &r)) {
         snprintf(err, errlen, "no route for %s", hreq->path);
         return 404;

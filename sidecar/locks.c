@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include <sys/random.h>
+#include <sys/time.h>
 #include <sys/types.h>
 
 #include <uuid/uuid.h>
@@ -21,6 +22,13 @@ struct lock_table {
     struct lock **heap; /* min-heap on heap_due[] */
     uint64_t *heap_due;
     size_t heap_len, heap_cap;
+    /* Every lock in the order it was added, for listing: removal leaves a
+     * NULL (order_seq keeps its number, so the array stays sorted for a
+     * binary search) and compaction drops them once they are half. */
+    struct lock **order;
+    uint64_t *order_seq;
+    size_t order_len, order_cap, order_dead;
+    uint64_t next_seq;
 };
 
 #define HEAP_NONE ((size_t)-1)
@@ -70,7 +78,109 @@ void locks_destroy(struct lock_table *t)
     free(t->buckets);
     free(t->heap);
     free(t->heap_due);
+    free(t->order);
+    free(t->order_seq);
     free(t);
+}
+
+/* Doubles a pair of parallel arrays (locks and numbers) of *cap entries.
+ * Returns 0 or -1; on failure the first may have grown, and *cap still says
+ * what both hold. */
+static int grow_pair(struct lock ***locks, uint64_t **vals, size_t *cap)
+{
+    size_t n = *cap ? *cap * 2 : 256;
+    struct lock **l = realloc(*locks, n * sizeof(*l));
+    if (l == NULL) {
+        return -1;
+    }
+    *locks = l;
+    uint64_t *v = realloc(*vals, n * sizeof(*v));
+    if (v == NULL) {
+        return -1;
+    }
+    *vals = v;
+    *cap = n;
+    return 0;
+}
+
+/* ---- addition order ------------------------------------------------------ */
+
+/* Drops the removed entries, keeping the order. */
+static void order_compact(struct lock_table *t)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < t->order_len; i++) {
+        if (t->order[i] != NULL) {
+            t->order[k] = t->order[i];
+            t->order_seq[k] = t->order_seq[i];
+            t->order[k]->order_idx = k;
+            k++;
+        }
+    }
+    t->order_len = k;
+    t->order_dead = 0;
+}
+
+/* Room for one more entry. Returns 0 or -1. */
+static int order_reserve(struct lock_table *t)
+{
+    if (t->order_len < t->order_cap) {
+        return 0;
+    }
+    if (t->order_dead > t->order_len / 4) {
+        order_compact(t);
+        return 0;
+    }
+    return grow_pair(&t->order, &t->order_seq, &t->order_cap);
+}
+
+static void order_remove(struct lock_table *t, struct lock *l)
+{
+    t->order[l->order_idx] = NULL;
+    t->order_dead++;
+    if (t->order_dead > 1024 && t->order_dead * 2 > t->order_len) {
+        order_compact(t);
+    }
+}
+
+/* Whether l's resource begins with p[0..n): a semaphore's slot
+ * ("\x01<k>:<resource>", semaphore.h) by its resource. */
+static bool has_prefix(const struct lock *l, const char *p, size_t n)
+{
+    const char *r = l->resource;
+    size_t len = l->resource_len;
+    const char *colon = len > 0 && r[0] == '\x01' ? memchr(r, ':', len) : NULL;
+    if (colon != NULL) {
+        len -= (size_t)(colon + 1 - r);
+        r = colon + 1;
+    }
+    return len >= n && memcmp(r, p, n) == 0;
+}
+
+size_t locks_scan(const struct lock_table *t, uint64_t after,
+                  const char *prefix, size_t prefix_len, size_t visit_max,
+                  struct lock **out, size_t out_max, uint64_t *next)
+{
+    /* The first entry numbered above after. */
+    size_t lo = 0, hi = t->order_len;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (t->order_seq[mid] <= after) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    size_t i = lo, found = 0, visited = 0;
+    while (i < t->order_len && visited < visit_max && found < out_max) {
+        struct lock *l = t->order[i++];
+        visited++;
+        if (l != NULL && has_prefix(l, prefix, prefix_len)) {
+            out[found++] = l;
+        }
+    }
+    *next = i < t->order_len && i > 0 ? t->order_seq[i - 1] : 0;
+    return found;
 }
 
 static void table_grow(struct lock_table *t)
@@ -165,19 +275,7 @@ static int heap_reserve(struct lock_table *t)
     if (t->count < t->heap_cap) {
         return 0;
     }
-    size_t cap = t->heap_cap ? t->heap_cap * 2 : 256;
-    struct lock **h = realloc(t->heap, cap * sizeof(*h));
-    if (h == NULL) {
-        return -1;
-    }
-    t->heap = h;
-    uint64_t *d = realloc(t->heap_due, cap * sizeof(*d));
-    if (d == NULL) {
-        return -1; /* the larger heap stays; heap_cap says what both hold */
-    }
-    t->heap_due = d;
-    t->heap_cap = cap;
-    return 0;
+    return grow_pair(&t->heap, &t->heap_due, &t->heap_cap);
 }
 
 void locks_set_deadline(struct lock_table *t, struct lock *l, uint64_t due_us)
@@ -213,7 +311,7 @@ struct lock *locks_add(struct lock_table *t, const char *token,
                        struct lock_owner *owner, uint32_t ttl_ms,
                        uint64_t valid_until_us)
 {
-    if (heap_reserve(t) != 0) {
+    if (heap_reserve(t) != 0 || order_reserve(t) != 0) {
         return NULL;
     }
     struct lock *l = calloc(1, sizeof(*l));
@@ -233,6 +331,13 @@ struct lock *locks_add(struct lock_table *t, const char *token,
     l->ttl_ms = ttl_ms;
     l->valid_until_us = valid_until_us;
     l->heap_idx = HEAP_NONE;
+    l->seq = ++t->next_seq;
+    l->order_idx = t->order_len;
+    t->order[t->order_len] = l;
+    t->order_seq[t->order_len++] = l->seq;
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    l->since_ms = (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
     if (t->count >= t->n_buckets) {
         table_grow(t);
     }
@@ -331,6 +436,7 @@ void locks_remove(struct lock_table *t, struct lock *l)
         defer_unlink(l);
     }
     heap_remove(t, l);
+    order_remove(t, l);
     free(l->resource);
     free(l);
 }

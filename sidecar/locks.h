@@ -2,7 +2,9 @@
  *
  * Locks are found by token (release, extend, complete) and grouped by owning
  * connection (session release on close). A struct lock is owned by the
- * table: locks_add() allocates it, locks_remove() frees it. */
+ * table: locks_add() allocates it, locks_remove() frees it. The table also
+ * keeps locks in the order they were added, for listing by pages
+ * (locks_scan). */
 #ifndef REDLOCKD_LOCKS_H
 #define REDLOCKD_LOCKS_H
 
@@ -26,6 +28,10 @@ struct lock_owner {
                                              waits for this connection's
                                              budget, oldest first */
     struct client *client; /* borrowed: the connection that embeds this */
+    uint64_t conn_id;      /* server: the connection's id, for listings */
+    bool has_cred;         /* server: pid/uid/gid read by SO_PEERCRED */
+    int pid;
+    unsigned uid, gid;
 };
 
 struct lock {
@@ -46,7 +52,14 @@ struct lock {
     struct lock *tok_next; /* table: token hash chain */
     struct lock *own_prev; /* owner's list */
     struct lock *own_next;
-    size_t heap_idx; /* table: position in the deadline heap */
+    size_t heap_idx;   /* table: position in the deadline heap */
+    uint64_t seq;      /* table: order of addition, from 1; the cursor */
+    size_t order_idx;  /* table: position in the addition order */
+    bool has_fence;    /* ops: acquired with fence (fence below) */
+    int64_t fence;     /* ops: the fencing token answered */
+    int64_t since_ms;  /* table: wall clock (ms since the epoch) at add */
+    uint64_t added_us; /* ops: monotonic time the acquisition answered */
+    uint32_t permits;  /* ops: a semaphore's slot (of permits), or 0 */
 };
 
 struct lock_table *locks_create(void);
@@ -76,6 +89,16 @@ struct lock *locks_peek_due(struct lock_table *t, uint64_t *due_us);
 
 size_t locks_count(const struct lock_table *t);
 
+/* locks_scan: one page of the locks in the order they were added, after
+ * the lock numbered after (0: from the start), whose resource begins with
+ * prefix[0..prefix_len). At most out_max locks go to out (borrowed: valid
+ * until the table changes), and at most visit_max entries are looked at,
+ * so a page costs bounded time whatever the table holds. *next is the
+ * number to resume after, or 0 when the scan reached the end. Returns the
+ * number of locks written. */
+size_t locks_scan(const struct lock_table *t, uint64_t after,
+                  const char *prefix, size_t prefix_len, size_t visit_max,
+                  struct lock **out, size_t out_max, uint64_t *next);
 /* locks_defer: queues l (which has an owner) at the tail of its owner's
  * defer list, unless it is there already. */
 void locks_defer(struct lock *l);

@@ -25,20 +25,34 @@ static const double latency_bounds[] = {
 };
 #define N_BOUNDS (sizeof(latency_bounds) / sizeof(latency_bounds[0]))
 
+/* Waiting for a busy lock takes longer than a node round trip: up to
+ * wait_ms, 300 s at most. As many bounds as latency_bounds. */
+static const double wait_bounds[N_BOUNDS] = {
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300,
+};
+
 struct histogram {
     uint64_t buckets[N_BOUNDS + 1]; /* non-cumulative; last is +Inf */
     uint64_t count;
-    double sum; /* seconds */
+    double sum;           /* seconds */
+    const double *bounds; /* borrowed: static; NULL means latency_bounds */
 };
 
 static struct histogram acquire_hist;
 static struct histogram node_hist[REDLOCK_MAX_NODES];
+static struct histogram wait_hist = {.bounds = wait_bounds};
+
+static const double *hist_bounds(const struct histogram *h)
+{
+    return h->bounds != NULL ? h->bounds : latency_bounds;
+}
 
 static void hist_observe(struct histogram *h, uint64_t usec)
 {
     double s = (double)usec / 1e6;
+    const double *bounds = hist_bounds(h);
     size_t i = 0;
-    while (i < N_BOUNDS && s > latency_bounds[i]) {
+    while (i < N_BOUNDS && s > bounds[i]) {
         i++;
     }
     h->buckets[i]++;
@@ -49,6 +63,11 @@ static void hist_observe(struct histogram *h, uint64_t usec)
 void metrics_observe_acquire(uint64_t usec)
 {
     hist_observe(&acquire_hist, usec);
+}
+
+void metrics_observe_wait(uint64_t usec)
+{
+    hist_observe(&wait_hist, usec);
 }
 
 void metrics_observe_node(int node, uint64_t usec)
@@ -126,7 +145,7 @@ static void render_hist(struct out *o, const char *name, const char *help,
             out_printf(o, "\",");
         }
         if (i < N_BOUNDS) {
-            out_printf(o, "le=\"%g\"} %llu\n", latency_bounds[i],
+            out_printf(o, "le=\"%g\"} %llu\n", hist_bounds(h)[i],
                        (unsigned long long)cum);
         } else {
             out_printf(o, "le=\"+Inf\"} %llu\n", (unsigned long long)cum);
@@ -207,6 +226,10 @@ char *metrics_render(const struct metrics_node *nodes, int n_nodes, size_t *len)
     render_hist(&o, "redlockd_acquire_duration_seconds",
                 "Time from request to acquire answer, successful acquisitions",
                 &acquire_hist, NULL, NULL, 1);
+    render_hist(&o, "redlockd_wait_seconds",
+                "Time acquire requests spent waiting for a busy lock, "
+                "apart from their acquisition rounds",
+                &wait_hist, NULL, NULL, 1);
     for (int i = 0; i < n_nodes && i < REDLOCK_MAX_NODES; i++) {
         render_hist(&o, "redlockd_node_command_duration_seconds",
                     "Round trip of commands to each node", &node_hist[i],

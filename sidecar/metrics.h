@@ -70,6 +70,10 @@ extern struct metrics metrics;
 void metrics_observe_acquire(uint64_t usec);
 void metrics_observe_node(int node, uint64_t usec);
 
+/* metrics_observe_wait: an acquire that queued is answered after waiting
+ * usec (its acquisition rounds not counted). */
+void metrics_observe_wait(uint64_t usec);
+
 /* Per-node state for rendering: provided by the caller of metrics_render. */
 struct metrics_node {
     const char *addr; /* no password */

@@ -27,11 +27,13 @@
 
 #include "cluster.h"
 #include "config.h"
+#include "inspect.h"
 #include "locks.h"
 #include "log.h"
 #include "metrics.h"
 #include "node.h"
 #include "redlock.h"
+#include "semaphore.h"
 #include "wake.h"
 
 /* The callers waiting for one resource, first come, first served. Owned by
@@ -42,6 +44,7 @@ struct waitq {
     struct call *head, *tail; /* borrowed calls, linked by wnext/wprev */
     bool head_trying;         /* the head has an acquisition in flight */
     bool woken;               /* a release came while the head was trying */
+    size_t n_waiting;         /* calls in the queue, for listings */
     struct waitq *hnext;      /* hash chain */
 };
 
@@ -51,12 +54,14 @@ struct ops {
     struct cluster *cluster;  /* owned */
     struct lock_table *locks; /* owned */
     struct wake *wake;        /* owned: pub/sub wake-ups from elsewhere */
+    struct sem_seen *sem;     /* owned: permits asked per semaphore */
     struct event *lock_timer; /* owned: next lock deadline */
     uint64_t lock_timer_due;
     struct waitq **wq_buckets; /* owned */
     size_t wq_n_buckets;
     int n_waiters;
-    int renew_inflight; /* renewals sent, not yet answered */
+    int renew_inflight;   /* renewals sent, not yet answered */
+    int inspect_inflight; /* inspections sent, not yet answered */
     bool shutting_down;
 };
 
@@ -101,6 +106,19 @@ static void reply_ok(struct call *call, const char *lock, const char *resource,
                      int64_t fence)
 {
     struct response rsp = {0};
+    char extra[32];
+    const char *r;
+    size_t rl;
+    int k;
+    if (resource != NULL && sem_parse(resource, resource_len, &r, &rl, &k) &&
+        k >= 0) {
+        /* A semaphore's slot: its resource, and which permit it is. */
+        resource = r;
+        resource_len = rl;
+        rsp.extra = extra;
+        rsp.extra_len =
+            (size_t)snprintf(extra, sizeof(extra), "\"permit\":%d", k);
+    }
     rsp.id = call->req.id_len ? call->req.id : NULL;
     rsp.id_len = call->req.id_len;
     rsp.err = ERR_NONE;
@@ -247,8 +265,10 @@ static void waitq_push(struct ops *o, struct waitq *q, struct call *call)
         q->head = call;
     }
     q->tail = call;
+    q->n_waiting++;
     call->waitq = q;
     call->waiting = true;
+    call->waited = true;
     if (call->session != NULL) {
         call->session->waiters++;
     }
@@ -274,6 +294,7 @@ static void waitq_unlink(struct ops *o, struct call *call)
         q->tail = call->wprev;
     }
     call->wnext = call->wprev = NULL;
+    q->n_waiting--;
     call->waitq = NULL;
     call->waiting = false;
     if (call->retry_ev != NULL) {
@@ -339,6 +360,15 @@ static uint64_t wait_left_ms(const struct call *call, uint64_t now)
  * queued on every node before this, so the head's SET lands after it). */
 static void waitq_wake(struct ops *o, const char *res, size_t len)
 {
+    char qname[SEM_NAME_MAX + 1];
+    const char *r;
+    size_t rl;
+    int k;
+    if (sem_parse(res, len, &r, &rl, &k) && k >= 0) {
+        /* A slot came free: any waiter of its semaphore may take it. */
+        len = sem_queue_name(r, rl, qname);
+        res = qname;
+    }
     struct waitq *q = waitq_find(o, res, len);
     if (q == NULL || q->head == NULL) {
         return;
@@ -357,6 +387,17 @@ static void wake_cb(const char *resource, size_t len, void *priv)
     waitq_wake(priv, resource, len);
 }
 
+/* A call that queued is answered: the time it spent waiting, apart from its
+ * acquisition rounds, goes to redlockd_wait_seconds. */
+static void observe_wait(const struct call *call, uint64_t now)
+{
+    if (!call->waited) {
+        return;
+    }
+    uint64_t total = now > call->start_us ? now - call->start_us : 0;
+    metrics_observe_wait(total > call->round_us ? total - call->round_us : 0);
+}
+
 /* Answers and removes a waiting call; the next in line starts trying. */
 static void waiter_finish(struct ops *o, struct call *call, enum proto_err err,
                           const char *msg)
@@ -364,6 +405,7 @@ static void waiter_finish(struct ops *o, struct call *call, enum proto_err err,
     struct waitq *q = call->waitq;
     bool was_head = q != NULL && q->head == call;
     waitq_unlink(o, call);
+    observe_wait(call, cluster_now_us());
     reply_error(call, err, msg);
     if (q != NULL) {
         if (was_head && q->head != NULL && !q->head_trying) {
@@ -379,10 +421,47 @@ static void waiter_finish(struct ops *o, struct call *call, enum proto_err err,
 
 static void acquire_done_cb(const struct cluster_result *res, void *priv);
 
+/* A semaphore call tries its slots in turn, each round from a random one:
+ * req.resource becomes the slot's name (semaphore.h). */
+static void sem_pick_slot(struct call *call)
+{
+    char tmp[SEM_NAME_MAX + 1];
+    const char *r = call->req.resource;
+    size_t rl = call->req.resource_len;
+    int k;
+    (void)sem_parse(r, rl, &r, &rl, &k);
+    memcpy(tmp, r, rl); /* the name is rewritten in place */
+    r = tmp;
+    if (call->slots_tried == 0) {
+        call->slot0 = (unsigned)random() % call->req.permits;
+    }
+    unsigned slot = (call->slot0 + call->slots_tried) % call->req.permits;
+    call->req.resource_len = sem_slot_name(r, rl, slot, call->req.resource);
+}
+
+/* The name of a call's wait queue: its resource, or for a semaphore the
+ * queue all its slots share. */
+static const char *call_queue(const struct call *call, char *buf, size_t *len)
+{
+    const char *r;
+    size_t rl;
+    int k;
+    if (sem_parse(call->req.resource, call->req.resource_len, &r, &rl, &k)) {
+        *len = sem_queue_name(r, rl, buf);
+        return buf;
+    }
+    *len = call->req.resource_len;
+    return call->req.resource;
+}
+
 static void acquire_start(struct ops *o, struct call *call)
 {
+    if (call->req.permits > 0) {
+        sem_pick_slot(call);
+    }
     locks_new_token(call->token);
     call->attempt++;
+    call->round_start_us = cluster_now_us();
     if (cluster_acquire(o->cluster, call->req.resource, call->req.resource_len,
                         call->token, call->req.ttl_ms, call->req.fence,
                         acquire_done_cb, call) != 0) {
@@ -491,6 +570,7 @@ static bool acquire_won(struct ops *o, struct call *call,
 {
     uint64_t now = cluster_now_us();
     metrics_observe_acquire(now - call->start_us);
+    observe_wait(call, now);
     if (call->client == NULL || o->shutting_down) {
         /* Nobody is left to hold it, or everything is being let go. */
         cluster_release(o->cluster, call->req.resource, call->req.resource_len,
@@ -524,6 +604,10 @@ static bool acquire_won(struct ops *o, struct call *call,
     }
     METRIC_INC(acquire_ok);
     METRIC_ADD(locks_held, 1);
+    l->permits = call->req.permits;
+    l->has_fence = call->req.fence;
+    l->fence = res->fence;
+    l->added_us = now;
     if (call->req.renew && call->session != NULL) {
         l->renew = true;
         if (call->req.renew_max_ms > 0) {
@@ -544,6 +628,18 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
     if (q != NULL) {
         q->head_trying = false;
     }
+    call->round_us += cluster_now_us() - call->round_start_us;
+    if (call->req.permits > 0 && res->err == ERR_BUSY &&
+        ++call->slots_tried < call->req.permits && call->client != NULL &&
+        !o->shutting_down) {
+        /* That slot is taken; another may be free: try it now. */
+        if (q != NULL) {
+            q->head_trying = true;
+        }
+        acquire_start(o, call);
+        return;
+    }
+    call->slots_tried = 0;
 
     if (res->err == ERR_NONE) {
         if (q != NULL) {
@@ -556,7 +652,10 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
             if (q->head != NULL) {
                 uint64_t now = cluster_now_us();
                 uint64_t left = wait_left_ms(q->head, now);
-                uint64_t d = held ? (uint64_t)res->validity_ms + 1 : 0;
+                /* A semaphore may have more slots free: at once. */
+                uint64_t d = held && call->req.permits == 0
+                                 ? (uint64_t)res->validity_ms + 1
+                                 : 0;
                 waiter_arm(o, q->head, d < left ? d : left);
             } else {
                 waitq_free_if_empty(o, q);
@@ -582,9 +681,11 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
                 reply_error(call, ERR_LIMIT, refusal);
                 return;
             }
-            fresh = waitq_find(o, call->req.resource, call->req.resource_len) ==
-                    NULL;
-            q = waitq_get(o, call->req.resource, call->req.resource_len);
+            char qbuf[SEM_NAME_MAX + 1];
+            size_t qlen;
+            const char *qname = call_queue(call, qbuf, &qlen);
+            fresh = waitq_find(o, qname, qlen) == NULL;
+            q = waitq_get(o, qname, qlen);
             if (q == NULL) {
                 log_error(NULL, "acquire: out of memory queueing a waiter");
                 METRIC_INC(acquire_error);
@@ -643,7 +744,7 @@ static void lock_renew_ended(struct ops *o, struct lock *l, uint64_t now);
  * release (if any) was already queued on every node. */
 static void lock_drop(struct ops *o, struct lock *l)
 {
-    char res[PROTO_RESOURCE_MAX + 1];
+    char res[SEM_NAME_MAX + 1];
     size_t len = l->resource_len;
     memcpy(res, l->resource, len);
     lock_renew_ended(o, l, cluster_now_us());
@@ -935,8 +1036,12 @@ static void lock_tell_lost(const struct lock *l)
 {
     if (l->owner != NULL && l->owner->client != NULL) {
         char buf[PROTO_RESPONSE_MAX];
-        size_t n = proto_encode_event("lost", l->token, l->resource,
-                                      l->resource_len, buf, sizeof(buf));
+        const char *r = l->resource;
+        size_t rl = l->resource_len;
+        int k;
+        (void)sem_parse(l->resource, l->resource_len, &r, &rl, &k);
+        size_t n =
+            proto_encode_event("lost", l->token, r, rl, buf, sizeof(buf));
         if (n > 0) {
             server_send_event(l->owner->client, buf, n);
         }
@@ -1177,6 +1282,51 @@ static void lock_timer_rearm(struct ops *o)
 /* ---- entry points ---------------------------------------------------------
  */
 
+/* A semaphore acquire: callers that disagree on N are told of once (in the
+ * log), and the first slot is named, so the call queues with its
+ * semaphore. */
+static void sem_begin(struct ops *o, struct call *call)
+{
+    unsigned other = sem_seen_note(o->sem, call->req.resource,
+                                   call->req.resource_len, call->req.permits);
+    if (other != 0) {
+        log_warn(NULL,
+                 "semaphore '%.64s': acquired with %u and with %u permits; "
+                 "it then admits as many holders as the largest count "
+                 "(logged once)",
+                 call->req.resource, other, (unsigned)call->req.permits);
+    }
+    call->slots_tried = 0;
+    sem_pick_slot(call);
+}
+
+/* release, extend, complete of a permit: "permit" names the slot of the
+ * resource; without it, a token this daemon holds as a slot of the named
+ * resource is that slot. Either way req.resource becomes the slot's name. */
+static void sem_resolve(struct ops *o, struct call *call)
+{
+    struct request *req = &call->req;
+    if (req->resource_len == 0) {
+        return;
+    }
+    if (req->has_permit) {
+        char r[PROTO_RESOURCE_MAX + 1];
+        memcpy(r, req->resource, req->resource_len);
+        req->resource_len =
+            sem_slot_name(r, req->resource_len, req->permit, req->resource);
+        return;
+    }
+    struct lock *l = locks_find(o->locks, req->lock);
+    const char *r;
+    size_t rl;
+    int k;
+    if (l != NULL && sem_parse(l->resource, l->resource_len, &r, &rl, &k) &&
+        rl == req->resource_len && memcmp(r, req->resource, rl) == 0) {
+        memcpy(req->resource, l->resource, l->resource_len + 1);
+        req->resource_len = l->resource_len;
+    }
+}
+
 static void op_acquire(struct ops *o, struct call *call)
 {
     if (call->req.renew && call->session == NULL) {
@@ -1193,7 +1343,13 @@ static void op_acquire(struct ops *o, struct call *call)
     }
     call->attempt = 0;
     call->wait_until_us = call->start_us + (uint64_t)call->req.wait_ms * 1000u;
-    struct waitq *q = waitq_find(o, call->req.resource, call->req.resource_len);
+    if (call->req.permits > 0) {
+        sem_begin(o, call);
+    }
+    char qbuf[SEM_NAME_MAX + 1];
+    size_t qlen;
+    const char *qname = call_queue(call, qbuf, &qlen);
+    struct waitq *q = waitq_find(o, qname, qlen);
     if (q != NULL && q->head != NULL && call->req.wait_ms > 0) {
         /* Others are already waiting: first come, first served. */
         const char *refusal = waiter_refusal(o, call);
@@ -1207,6 +1363,21 @@ static void op_acquire(struct ops *o, struct call *call)
         return;
     }
     acquire_start(o, call);
+}
+
+/* The calls queued for a resource here (inspect_waiters_fn). */
+static size_t resource_waiters(const char *resource, size_t len, void *priv)
+{
+    char qname[SEM_NAME_MAX + 1];
+    const char *r;
+    size_t rl;
+    int k;
+    if (sem_parse(resource, len, &r, &rl, &k) && k >= 0) {
+        len = sem_queue_name(r, rl, qname); /* a slot: its semaphore's */
+        resource = qname;
+    }
+    struct waitq *q = waitq_find(priv, resource, len);
+    return q != NULL ? q->n_waiting : 0;
 }
 
 void ops_submit(struct ops *o, struct call *call)
@@ -1224,13 +1395,26 @@ void ops_submit(struct ops *o, struct call *call)
         op_acquire(o, call);
         return;
     case OP_RELEASE:
+        sem_resolve(o, call);
         op_release(o, call);
         return;
     case OP_EXTEND:
+        sem_resolve(o, call);
         op_extend(o, call);
         return;
     case OP_COMPLETE:
+        sem_resolve(o, call);
         op_complete(o, call);
+        return;
+    case OP_LOCKS:
+        inspect_locks(o->locks, resource_waiters, o, call);
+        return;
+    case OP_INSPECT:
+        if (inspect_resource(o->cluster, o->cfg, o->locks, resource_waiters, o,
+                             call, &o->inspect_inflight) != 0) {
+            log_error(NULL, "inspect: out of memory");
+            reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
+        }
         return;
     case OP_HEALTH:
     case OP_METRICS:
@@ -1351,7 +1535,7 @@ void ops_shutdown(struct ops *o)
 
 bool ops_idle(const struct ops *o)
 {
-    return cluster_inflight(o->cluster) == 0;
+    return cluster_inflight(o->cluster) == 0 && o->inspect_inflight == 0;
 }
 
 bool ops_shutting_down(const struct ops *o)
@@ -1413,11 +1597,12 @@ struct ops *ops_create(struct event_base *base, const struct config *cfg)
         ops_destroy(o);
         return NULL;
     }
+    o->sem = sem_seen_create();
     /* The wake before the cluster: the cluster's teardown runs callbacks
      * that reach the wait queues and so the wake (see ops_destroy). */
     o->wake = wake_create(base, cfg, wake_cb, o);
     o->cluster = o->wake != NULL ? cluster_create(base, cfg, NULL, NULL) : NULL;
-    if (o->cluster == NULL || o->wake == NULL) {
+    if (o->cluster == NULL || o->wake == NULL || o->sem == NULL) {
         ops_destroy(o);
         return NULL;
     }
@@ -1446,6 +1631,7 @@ void ops_destroy(struct ops *o)
         event_free(o->lock_timer);
     }
     locks_destroy(o->locks);
+    sem_seen_destroy(o->sem);
     if (o->wq_buckets != NULL) {
         for (size_t b = 0; b < o->wq_n_buckets; b++) {
             struct waitq *q = o->wq_buckets[b];

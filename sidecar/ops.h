@@ -36,7 +36,12 @@ struct call {
     struct ops *ops;                 /* ops: borrowed, set by ops_submit */
     struct call *wnext, *wprev;      /* ops: the resource's wait queue */
     struct event *retry_ev;          /* ops: owned retry timer, or NULL */
-    struct waitq *waitq; /* ops: borrowed queue we are in, or NULL */
+    struct waitq *waitq;     /* ops: borrowed queue we are in, or NULL */
+    bool waited;             /* ops: was queued: its wait is measured */
+    uint64_t round_start_us; /* ops: when its last acquire round went out */
+    uint64_t round_us;       /* ops: time spent in acquire rounds */
+    unsigned slot0;          /* ops: semaphore: first slot of this round */
+    unsigned slots_tried;    /* ops: semaphore: slots tried this round */
 };
 
 /* ops_create: the lock table, the cluster (connecting to every node) and

@@ -254,6 +254,7 @@ static const char *const op_names[] = {
     [OP_RELEASE] = "release",   [OP_EXTEND] = "extend",
     [OP_COMPLETE] = "complete", [OP_PING] = "ping",
     [OP_HEALTH] = "health",     [OP_METRICS] = "metrics",
+    [OP_LOCKS] = "locks",       [OP_INSPECT] = "inspect",
 };
 
 #define OP__COUNT (sizeof(op_names) / sizeof(op_names[0]))
@@ -355,6 +356,57 @@ int proto_validate_resource(const char *s, size_t len, char *err, size_t errlen)
         }
         i += k;
     }
+    return 0;
+}
+
+/*
+ * proto_cursor_encode: v as lowercase hex without leading zeros, NUL-
+ * terminated; returns the number of digits.
+ */
+size_t proto_cursor_encode(uint64_t v, char out[PROTO_CURSOR_MAX + 1])
+{
+    static const char hex[] = "0123456789abcdef";
+    char tmp[PROTO_CURSOR_MAX];
+    size_t n = 0;
+
+    do {
+        tmp[n++] = hex[v & 0xfu];
+        v >>= 4;
+    } while (v != 0);
+    for (size_t i = 0; i < n; i++) {
+        out[i] = tmp[n - 1 - i];
+    }
+    out[n] = '\0';
+    return n;
+}
+
+/*
+ * proto_cursor_decode: s[0..len) as 1..16 lowercase hex digits with a
+ * nonzero value into *v. Returns 0, or -1 (then *v is unchanged).
+ */
+int proto_cursor_decode(const char *s, size_t len, uint64_t *v)
+{
+    uint64_t x = 0;
+
+    if (len == 0 || len > PROTO_CURSOR_MAX) {
+        return -1;
+    }
+    for (size_t i = 0; i < len; i++) {
+        char ch = s[i];
+        unsigned d;
+        if (ch >= '0' && ch <= '9') {
+            d = (unsigned)(ch - '0');
+        } else if (ch >= 'a' && ch <= 'f') {
+            d = (unsigned)(ch - 'a' + 10);
+        } else {
+            return -1;
+        }
+        x = (x << 4) | d;
+    }
+    if (x == 0) {
+        return -1;
+    }
+    *v = x;
     return 0;
 }
 
@@ -632,6 +684,11 @@ enum field {
     F_FENCE,
     F_KEEP,
     F_RENEW_MAX,
+    F_PREFIX,
+    F_LIMIT,
+    F_CURSOR,
+    F_PERMITS,
+    F_PERMIT,
     F__COUNT
 };
 
@@ -646,6 +703,11 @@ static const char *const field_names[F__COUNT] = {
     [F_FENCE] = "fence",
     [F_KEEP] = "keep_ms",
     [F_RENEW_MAX] = "renew_max_ms",
+    [F_PREFIX] = "prefix",
+    [F_LIMIT] = "limit",
+    [F_CURSOR] = "cursor",
+    [F_PERMITS] = "permits",
+    [F_PERMIT] = "permit",
 };
 
 static int field_from_name(const char *s)
@@ -843,6 +905,51 @@ static int decode_member(int f, const cJSON *c, const struct member *m,
     case F_RENEW_MAX:
         return get_uint(c, "renew_max_ms", 0, PROTO_RENEW_MAX_MAX,
                         &req->renew_max_ms, err, errlen);
+    case F_PREFIX:
+        if (!cJSON_IsString(c) || m->val_nul) {
+            return fail(err, errlen,
+                        "prefix: must be a string without "
+                        "control characters");
+        }
+        n = strlen(c->valuestring);
+        if (n > 0 && proto_validate_resource(c->valuestring, n, NULL, 0) < 0) {
+            return fail(err, errlen,
+                        "prefix: at most %d bytes of UTF-8, no control "
+                        "characters",
+                        PROTO_RESOURCE_MAX);
+        }
+        memcpy(req->prefix, c->valuestring, n + 1);
+        req->prefix_len = n;
+        return 0;
+    case F_LIMIT:
+        if (get_uint(c, "limit", 1, PROTO_LIMIT_MAX, &v, err, errlen) < 0) {
+            return -1;
+        }
+        req->limit = (uint32_t)v;
+        return 0;
+    case F_PERMITS:
+        if (get_uint(c, "permits", PROTO_PERMITS_MIN, PROTO_PERMITS_MAX, &v,
+                     err, errlen) < 0) {
+            return -1;
+        }
+        req->permits = (uint32_t)v;
+        return 0;
+    case F_PERMIT:
+        if (get_uint(c, "permit", 0, PROTO_PERMITS_MAX - 1, &v, err, errlen) <
+            0) {
+            return -1;
+        }
+        req->permit = (uint32_t)v;
+        req->has_permit = true;
+        return 0;
+    case F_CURSOR:
+        if (!cJSON_IsString(c) || m->val_nul ||
+            proto_cursor_decode(c->valuestring, strlen(c->valuestring),
+                                &req->cursor) < 0) {
+            return fail(err, errlen,
+                        "cursor: must be the \"next\" of an earlier answer");
+        }
+        return 0;
     default:
         return fail(err, errlen, "internal: field %d", f);
     }
@@ -916,6 +1023,11 @@ static int check_required(enum proto_op op, struct request *req, char *err,
             return fail(err, errlen, "resource: required");
         }
         return 0;
+    case OP_INSPECT:
+        if (req->resource_len == 0) {
+            return fail(err, errlen, "resource: required");
+        }
+        return 0;
     case OP_RELEASE:
     case OP_EXTEND:
     case OP_COMPLETE:
@@ -942,6 +1054,7 @@ void proto_request_init(struct request *req)
     req->op = OP_NONE;
     req->ttl_ms = PROTO_TTL_DEFAULT;
     req->keep_ms = PROTO_KEEP_DEFAULT;
+    req->limit = PROTO_LIMIT_DEFAULT;
 }
 
 /* ---- fast path ---------------------------------------------------------- */
@@ -1361,6 +1474,10 @@ size_t proto_encode_response(const struct response *rsp, char *out, size_t cap)
         if (rsp->has_fence) {
             out_lit(&o, ",\"fence\":");
             out_i64(&o, rsp->fence);
+        }
+        if (rsp->extra != NULL && rsp->extra_len > 0) {
+            out_lit(&o, ",");
+            out_mem(&o, rsp->extra, rsp->extra_len);
         }
     } else {
         if ((unsigned)err >= ERR__COUNT) {

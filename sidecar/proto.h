@@ -24,6 +24,11 @@
 #define PROTO_KEEP_MAX 2592000000ULL /* 30 days */
 #define PROTO_KEEP_DEFAULT 86400000
 #define PROTO_RENEW_MAX_MAX 2592000000ULL
+#define PROTO_LIMIT_MAX 1000 /* locks: entries per answer */
+#define PROTO_LIMIT_DEFAULT 100
+#define PROTO_CURSOR_MAX 16 /* locks: hex digits of a cursor */
+#define PROTO_PERMITS_MIN 2
+#define PROTO_PERMITS_MAX 1024
 
 enum proto_op {
     OP_NONE = 0, /* not set (decode error before "op" was read) */
@@ -34,6 +39,8 @@ enum proto_op {
     OP_PING,
     OP_HEALTH,
     OP_METRICS, /* HTTP only: GET /metrics */
+    OP_LOCKS,   /* this daemon's locks: GET /v1/locks */
+    OP_INSPECT, /* what the nodes say of one resource */
 };
 
 enum proto_err {
@@ -56,7 +63,8 @@ struct request {
     enum proto_op op;
     char id[PROTO_ID_MAX + 1]; /* the id's JSON text, NUL-terminated */
     size_t id_len;             /* 0 when no id was given */
-    char resource[PROTO_RESOURCE_MAX + 1];
+    /* With room for a semaphore's slot name (semaphore.h). */
+    char resource[PROTO_RESOURCE_MAX + 8];
     size_t resource_len; /* 0 when not given */
     char lock[PROTO_TOKEN_LEN + 1];
     bool has_lock;
@@ -67,6 +75,13 @@ struct request {
     uint64_t keep_ms;      /* complete: life of the done mark */
     uint64_t renew_max_ms; /* 0: renew until released */
     bool has_ttl;          /* ttl_ms was given (extend uses the lock's ttl) */
+    char prefix[PROTO_RESOURCE_MAX + 1]; /* locks: resource prefix filter */
+    size_t prefix_len;                   /* 0: every resource */
+    uint32_t limit;   /* locks: default PROTO_LIMIT_DEFAULT */
+    uint64_t cursor;  /* locks: resume after; 0 = start */
+    uint32_t permits; /* acquire: a semaphore of this many; 0 = a lock */
+    uint32_t permit;  /* release, extend, complete: the slot, has_permit */
+    bool has_permit;
 };
 
 /* proto_request_init: resets req to the defaults above. */
@@ -98,6 +113,12 @@ int proto_decode_full(const char *data, size_t len, enum proto_op op,
 int proto_validate_resource(const char *s, size_t len, char *err,
                             size_t errlen);
 
+/* proto_cursor_encode: a locks cursor (nonzero) as lowercase hex plus NUL
+ * into out; returns its length. proto_cursor_decode: 1..16 lowercase hex
+ * digits, not all zero, into *v; returns 0 or -1. */
+size_t proto_cursor_encode(uint64_t v, char out[PROTO_CURSOR_MAX + 1]);
+int proto_cursor_decode(const char *s, size_t len, uint64_t *v);
+
 /* proto_validate_token: 32 lowercase hex characters; returns 0 or -1. */
 int proto_validate_token(const char *s, size_t len);
 
@@ -113,6 +134,9 @@ struct response {
     int64_t validity_ms; /* written when lock != NULL */
     int64_t fence;       /* written when has_fence */
     bool has_fence;
+    const char *extra; /* borrowed: more members of a success, as JSON text
+                          without the leading comma (locks, inspect) */
+    size_t extra_len;
 };
 
 /* Output buffer big enough for any response but health: the escaped
@@ -120,7 +144,8 @@ struct response {
 #define PROTO_RESPONSE_MAX (PROTO_RESOURCE_MAX * 6 + PROTO_ID_MAX * 2 + 1024)
 
 /* proto_encode_response: writes the JSON object (no newline) into out, which
- * holds cap bytes; returns the length written, or 0 if it did not fit. */
+ * holds cap bytes; returns the length written, or 0 if it did not fit. A
+ * response with extra members needs PROTO_RESPONSE_MAX + extra_len. */
 size_t proto_encode_response(const struct response *rsp, char *out, size_t cap);
 
 /* proto_encode_event: {"event":"<event>","lock":..,"resource":..} into out;

@@ -236,6 +236,44 @@ uint32_t redlock_retry_delay_ms(unsigned attempt, int64_t pttl_min,
     return (uint32_t)d;
 }
 
+void redlock_inspect_decide(int n_nodes, const enum redlock_peek *peek,
+                            const int64_t *pttl, struct redlock_inspect *out)
+{
+    int count[4] = {0, 0, 0, 0};
+    int64_t pmin[4] = {-1, -1, -1, -1};
+    for (int i = 0; i < n_nodes; i++) {
+        enum redlock_peek p = peek[i];
+        if (p < RL_PEEK_FAILED || p > RL_PEEK_DONE) {
+            p = RL_PEEK_FAILED;
+        }
+        count[p]++;
+        if ((p == RL_PEEK_HELD || p == RL_PEEK_DONE) && pttl[i] >= 0 &&
+            (pmin[p] < 0 || pttl[i] < pmin[p])) {
+            pmin[p] = pttl[i];
+        }
+    }
+    /* In order of preference on a tie: done, held, free. */
+    static const enum redlock_peek order[3] = {RL_PEEK_DONE, RL_PEEK_HELD,
+                                               RL_PEEK_FREE};
+    static const enum redlock_state as_state[4] = {
+        [RL_PEEK_FREE] = RL_STATE_FREE,
+        [RL_PEEK_HELD] = RL_STATE_HELD,
+        [RL_PEEK_DONE] = RL_STATE_DONE,
+    };
+    int need = n_nodes - redlock_quorum(n_nodes) + 1;
+    out->state = RL_STATE_NO_QUORUM;
+    out->agree = 0;
+    out->pttl_min = -1;
+    for (int k = 0; k < 3; k++) {
+        enum redlock_peek p = order[k];
+        if (count[p] > out->agree) {
+            out->agree = count[p];
+            out->state = count[p] >= need ? as_state[p] : RL_STATE_NO_QUORUM;
+            out->pttl_min = out->state != RL_STATE_NO_QUORUM ? pmin[p] : -1;
+        }
+    }
+}
+
 enum redlock_free_verdict redlock_free_quorum(int n_nodes, int n_done,
                                               int n_pending)
 {

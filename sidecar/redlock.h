@@ -106,6 +106,37 @@ uint32_t redlock_backoff_ms(unsigned attempt, uint32_t base_ms, uint32_t cap_ms,
 uint32_t redlock_retry_delay_ms(unsigned attempt, int64_t pttl_min,
                                 uint64_t wait_left_ms, double rand01);
 
+/* What one node said of a resource when inspected (read-only). */
+enum redlock_peek {
+    RL_PEEK_FAILED = 0, /* no answer: timeout, down, error, quarantined */
+    RL_PEEK_FREE,       /* no key */
+    RL_PEEK_HELD,       /* a holder's token */
+    RL_PEEK_DONE,       /* a done mark */
+};
+
+/* The state of a resource by the quorum rules of release: a state needs
+ * more than n - quorum nodes, so that no quorum can say otherwise. */
+enum redlock_state {
+    RL_STATE_NO_QUORUM = 0, /* no state has enough nodes */
+    RL_STATE_FREE,          /* no quorum can hold it */
+    RL_STATE_HELD,          /* no acquisition can win while it lasts */
+    RL_STATE_DONE,          /* completed: acquisitions answer done */
+};
+
+struct redlock_inspect {
+    enum redlock_state state;
+    int agree;        /* nodes that said state (for no_quorum: the most that
+                         said any one thing) */
+    int64_t pttl_min; /* held, done: the smallest PTTL among them, else -1 */
+};
+
+/* redlock_inspect_decide: the state from n_nodes answers (peek[i], and
+ * pttl[i] in ms for held and done; -1 for a key without expiry). With fewer
+ * than 5 nodes two states can both have enough nodes (n = 4: 2 free, 2
+ * held); the one more nodes said wins, a tie going to done, then held, so
+ * that a resource is never called free while it cannot be acquired. */
+void redlock_inspect_decide(int n_nodes, const enum redlock_peek *peek,
+                            const int64_t *pttl, struct redlock_inspect *out);
 /* redlock_free_quorum: what an acquisition does once a quorum of nodes set
  * its key, given the done marks seen so far (n_done) and the answers still
  * due (n_pending). A complete that succeeded left marks on a quorum; an

@@ -622,8 +622,16 @@ void server_call_done(struct call *call, const struct response *rsp)
     if (cl != NULL) {
         call_unlink(cl, call);
         if (rsp != NULL && !cl->closing) {
-            char buf[PROTO_RESPONSE_MAX];
-            size_t n = proto_encode_response(rsp, buf, sizeof(buf) - 1);
+            char stack[PROTO_RESPONSE_MAX];
+            char *buf = stack;
+            size_t cap = sizeof(stack);
+            if (rsp->extra_len > 0) {
+                /* A listing or an inspection: sized by its members. */
+                cap = PROTO_RESPONSE_MAX + rsp->extra_len;
+                buf = malloc(cap);
+            }
+            size_t n =
+                buf != NULL ? proto_encode_response(rsp, buf, cap - 1) : 0;
             if (n == 0) {
                 log_error(cl->subject, "response did not fit its buffer");
             } else if (call->http) {
@@ -634,6 +642,9 @@ void server_call_done(struct call *call, const struct response *rsp)
             } else {
                 buf[n++] = '\n';
                 client_answer(cl, buf, n);
+            }
+            if (buf != stack) {
+                free(buf);
             }
         }
         bool http = call->http;
@@ -1113,6 +1124,21 @@ static void client_sock_read_cb(evutil_socket_t fd, short what, void *arg)
 /* ---- listener -------------------------------------------------------------
  */
 
+/* The peer's pid, uid and gid, for the locks listing; left unset where
+ * SO_PEERCRED has nothing to say (the TCP metrics listener). */
+static void session_read_cred(struct lock_owner *session, evutil_socket_t fd)
+{
+    struct ucred cred;
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+        cred.pid > 0) {
+        session->has_cred = true;
+        session->pid = (int)cred.pid;
+        session->uid = (unsigned)cred.uid;
+        session->gid = (unsigned)cred.gid;
+    }
+}
+
 /* Whether the peer on a unix connection may use the daemon: with
  * --allow-uid/--allow-gid, its uid or primary gid must be listed. */
 static bool peer_allowed(const struct config *cfg, evutil_socket_t fd,
@@ -1327,6 +1353,8 @@ static void client_accept(struct server *s, evutil_socket_t fd,
     cl->metrics_only = metrics_only;
     cl->id = ++s->next_id;
     cl->session.client = cl;
+    cl->session.conn_id = cl->id;
+    session_read_cred(&cl->session, fd);
     snprintf(cl->subject, sizeof(cl->subject), "client %llu",
              (unsigned long long)cl->id);
     cl->next = s->clients;

@@ -78,6 +78,7 @@ type call struct {
 	resource  string    // acquire
 	renew     bool      // acquire
 	renewMax  time.Duration
+	permits   int   // acquire: a semaphore's
 	lock      *Lock // release, extend, complete
 	internal  bool  // the client's own call (cleanup), allowed while closing
 	ch        chan result
@@ -513,6 +514,11 @@ type wireRequest struct {
 	RenewMax int64  `json:"renew_max_ms,omitempty"`
 	Fence    bool   `json:"fence,omitempty"`
 	Keep     int64  `json:"keep_ms,omitempty"`
+	Prefix   string `json:"prefix,omitempty"`
+	Limit    int    `json:"limit,omitempty"`
+	Cursor   string `json:"cursor,omitempty"`
+	Permits  int    `json:"permits,omitempty"`
+	Permit   *int   `json:"permit,omitempty"`
 }
 
 type wireError struct {
@@ -537,9 +543,25 @@ type wireResponse struct {
 	Resource   *string         `json:"resource"`
 	ValidityMS *int64          `json:"validity_ms"`
 	Fence      *int64          `json:"fence"`
+	Permit     *int            `json:"permit"`
 	Error      *wireError      `json:"error"`
 	Quorum     int             `json:"quorum"`
-	Nodes      []wireNode      `json:"nodes"`
+	Nodes      wireNodes       `json:"nodes"`
+	raw        []byte          // the whole line, for locks and inspect
+}
+
+// wireNodes is health's node array; inspect's "nodes" is a count, which
+// leaves it empty.
+type wireNodes []wireNode
+
+func (n *wireNodes) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || b[0] != '[' {
+		return nil
+	}
+	var v []wireNode
+	err := json.Unmarshal(b, &v)
+	*n = v
+	return err
 }
 
 func decodeResponse(line []byte) (*wireResponse, error) {
@@ -550,6 +572,7 @@ func decodeResponse(line []byte) (*wireResponse, error) {
 	if r.Event == "" && r.OK == nil {
 		return nil, fmt.Errorf("%w: answer without \"ok\": %.200q", ErrProtocol, line)
 	}
+	r.raw = append([]byte(nil), line...)
 	return &r, nil
 }
 

@@ -28,6 +28,10 @@ type AcquireOptions struct {
 	// Fence also asks for a fencing token (Lock.Fence), strictly increasing
 	// per resource across all fenced acquisitions.
 	Fence bool
+	// Permits (2..1024) takes one of this many permits of a semaphore
+	// instead of the lock: at most Permits holders at once. Lock.Permit
+	// says which; 0: a lock.
+	Permits int
 }
 
 // Lock is a lock held through a Client. Its exported fields do not change.
@@ -48,6 +52,8 @@ type Lock struct {
 	Validity time.Duration // how long the lock was safely held, from Acquired
 	Fence    int64         // fencing token; 0 unless AcquireOptions.Fence
 	Acquired time.Time     // when the acquire was sent (validity counts from later)
+	Permits  int           // a semaphore's permit: of how many; 0 for a lock
+	Permit   int           // which permit (0..Permits-1), sent with its token
 
 	c        *Client // nil for a Lock built by hand
 	renew    bool
@@ -136,6 +142,9 @@ func (c *Client) newLock(cl *call, r *wireResponse) *Lock {
 	l.init()
 	if r.Resource != nil {
 		l.Resource = *r.Resource
+	}
+	if r.Permit != nil && cl.permits > 0 {
+		l.Permits, l.Permit = cl.permits, *r.Permit
 	}
 	if r.Fence != nil {
 		l.Fence = *r.Fence
@@ -248,6 +257,7 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts AcquireOptio
 		Renew:    opts.Renew,
 		RenewMax: durMS(opts.RenewMax),
 		Fence:    opts.Fence,
+		Permits:  opts.Permits,
 	}
 	if dl, ok := ctx.Deadline(); ok && opts.Wait > 0 {
 		// No point waiting past the caller's deadline: the answer would
@@ -260,11 +270,21 @@ func (c *Client) Acquire(ctx context.Context, resource string, opts AcquireOptio
 		}
 	}
 	res, err := c.do(ctx, &call{op: "acquire", resource: resource, renew: opts.Renew,
-		renewMax: opts.RenewMax}, req)
+		renewMax: opts.RenewMax, permits: opts.Permits}, req)
 	if err != nil {
 		return nil, err
 	}
 	return res.lock, nil
+}
+
+// permitRef is the permit to send with the lock's token, so that any daemon
+// finds a semaphore's slot; nil for a lock.
+func (l *Lock) permitRef() *int {
+	if l.Permits == 0 {
+		return nil
+	}
+	p := l.Permit
+	return &p
 }
 
 func checkLock(l *Lock) error {
@@ -281,7 +301,7 @@ func (c *Client) Release(ctx context.Context, l *Lock) error {
 		return err
 	}
 	_, err := c.do(ctx, &call{op: "release", lock: l},
-		&wireRequest{Op: "release", Lock: l.Token, Resource: l.Resource})
+		&wireRequest{Op: "release", Lock: l.Token, Resource: l.Resource, Permit: l.permitRef()})
 	return err
 }
 
@@ -295,7 +315,7 @@ func (c *Client) Extend(ctx context.Context, l *Lock, ttl time.Duration) (time.D
 		return 0, err
 	}
 	res, err := c.do(ctx, &call{op: "extend", lock: l},
-		&wireRequest{Op: "extend", Lock: l.Token, Resource: l.Resource, TTL: durMS(ttl)})
+		&wireRequest{Op: "extend", Lock: l.Token, Resource: l.Resource, TTL: durMS(ttl), Permit: l.permitRef()})
 	if err != nil {
 		return 0, err
 	}
@@ -313,7 +333,7 @@ func (c *Client) Complete(ctx context.Context, l *Lock, keep time.Duration) erro
 		return err
 	}
 	_, err := c.do(ctx, &call{op: "complete", lock: l},
-		&wireRequest{Op: "complete", Lock: l.Token, Resource: l.Resource, Keep: durMS(keep)})
+		&wireRequest{Op: "complete", Lock: l.Token, Resource: l.Resource, Keep: durMS(keep), Permit: l.permitRef()})
 	return err
 }
 

@@ -36,6 +36,11 @@ export interface AcquireOptions extends CallOptions {
   /** Also return a fencing token (`lock.fence`). */
   fence?: boolean;
   /**
+   * Take one of this many permits (2..1024) of a semaphore instead of the
+   * lock: at most that many holders at once. `lock.permit` says which.
+   */
+  permits?: number;
+  /**
    * An explicit timeout for this call, the whole wait included. Without it
    * the client's `timeoutMs` plus `waitMs` applies. A grant that arrives
    * after a timeout or abort is released by the client.
@@ -52,6 +57,8 @@ export interface CompleteOptions extends CallOptions {
 export interface LockRef {
   token: string;
   resource: string;
+  /** A semaphore's permit, as acquire answered it. */
+  permit?: number;
 }
 
 export declare class Lock implements LockRef {
@@ -64,6 +71,8 @@ export declare class Lock implements LockRef {
   expiresAt: number;
   /** Fencing token, strictly increasing; only with `fence: true`. */
   readonly fence: bigint | undefined;
+  /** Which permit of a semaphore; only with `permits`. */
+  readonly permit?: number;
   /** Whether the daemon renews it. */
   readonly renew: boolean;
   /**
@@ -96,6 +105,56 @@ export interface Health {
   quorum: number;
   nodes: NodeHealth[];
   error?: { code: string; message: string };
+  [key: string]: unknown;
+}
+
+/** One lock of this daemon's listing (`locks()`): never its token. */
+export interface LockEntry {
+  resource: string;
+  ttl_ms: number;
+  validity_ms: number;
+  renew: boolean;
+  fence: bigint | null;
+  held_ms: number;
+  /** Wall clock of the acquisition, ms since the epoch. */
+  since_ms: number;
+  /** 'http', or the NDJSON connection (pid/uid/gid by SO_PEERCRED). */
+  owner: 'http' | { conn: number; pid?: number; uid?: number; gid?: number };
+  /** Acquires waiting for this resource in this daemon. */
+  waiters: number;
+  [key: string]: unknown;
+}
+
+export interface LocksPage {
+  locks: LockEntry[];
+  count: number;
+  total: number;
+  /** Present when there may be more: pass it as `cursor`. */
+  next?: string;
+  [key: string]: unknown;
+}
+
+export interface LocksOptions extends CallOptions {
+  prefix?: string;
+  /** 1..1000, default 100. */
+  limit?: number;
+  cursor?: string;
+}
+
+export interface Inspection {
+  resource: string;
+  state: 'free' | 'held' | 'done';
+  /** Nodes that said `state` (more than n - quorum). */
+  agree: number;
+  answered: number;
+  nodes: number;
+  /** held, done: the smallest remaining PTTL among the agreeing nodes. */
+  pttl_ms?: number;
+  /** Whether this daemon holds it. */
+  mine: boolean;
+  waiters: number;
+  /** The nodes' largest fence counter, when asked. */
+  fence?: bigint;
   [key: string]: unknown;
 }
 
@@ -167,6 +226,12 @@ export declare class RedlockClient extends EventEmitter {
   ping(options?: CallOptions): Promise<number>;
   /** Resolves also without a quorum (`ok: false`). */
   health(options?: CallOptions): Promise<Health>;
+  /** One page of the locks held through this daemon. */
+  locks(options?: LocksOptions): Promise<LocksPage>;
+  /** Every lock of this daemon, page by page. */
+  iterLocks(options?: Omit<LocksOptions, 'cursor'>): AsyncGenerator<LockEntry, void, undefined>;
+  /** What the nodes say of a resource; NoQuorumError when they disagree. */
+  inspect(resource: string, options?: CallOptions & { fence?: boolean }): Promise<Inspection>;
   /**
    * Acquire (with `renew: true` unless told otherwise), run `fn`, release in
    * finally. `signal` aborts if the lock is lost meanwhile.

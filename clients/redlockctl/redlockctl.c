@@ -92,6 +92,7 @@ enum opt_id {
     OPT_FENCE,      /* --fence */
     OPT_KEEP,       /* --keep MS */
     OPT_KILL_AFTER, /* --kill-after MS */
+    OPT_PERMITS,    /* --permits N */
 };
 
 #define BIT(id) (1u << (id))
@@ -118,6 +119,7 @@ static const struct opt_def opt_defs[] = {
     {"fence", 0, OPT_FENCE, false, 0, 0},
     {"keep", 0, OPT_KEEP, true, 1, 2592000000LL},
     {"kill-after", 0, OPT_KILL_AFTER, true, 0, 86400000},
+    {"permits", 0, OPT_PERMITS, true, 2, 1024},
 };
 
 #define N_OPT_DEFS (sizeof(opt_defs) / sizeof(opt_defs[0]))
@@ -129,6 +131,7 @@ struct opts {
     int64_t wait_ms;       /* --wait; -1 = not given (0) */
     int64_t keep_ms;       /* --keep; -1 = not given: the daemon's default */
     int64_t kill_after_ms; /* --kill-after */
+    int64_t permits;       /* --permits; -1 = not given: a lock */
     bool fence;            /* --fence */
     bool quiet;            /* --quiet */
     const char *pos[2];    /* positional arguments, borrowed from argv */
@@ -150,21 +153,28 @@ static int cmd_lock(const struct command *cmd, struct opts *o);
 static int cmd_acquire(const struct command *cmd, struct opts *o);
 static int cmd_token_op(const struct command *cmd, struct opts *o);
 static int cmd_simple(const struct command *cmd, struct opts *o);
+static int cmd_status(const struct command *cmd, struct opts *o);
+static int cmd_locks(const struct command *cmd, struct opts *o);
 
 static const struct command commands[] = {
     {"lock",
-     BIT(OPT_TTL) | BIT(OPT_WAIT) | BIT(OPT_FENCE) | BIT(OPT_KILL_AFTER), 1, 1,
-     false,
-     "[--ttl MS] [--wait MS] [--fence] [--kill-after MS] RESOURCE -- CMD "
-     "[ARG]...",
+     BIT(OPT_TTL) | BIT(OPT_WAIT) | BIT(OPT_FENCE) | BIT(OPT_KILL_AFTER) |
+         BIT(OPT_PERMITS),
+     1, 1, false,
+     "[--ttl MS] [--wait MS] [--fence] [--permits N] [--kill-after MS] "
+     "RESOURCE -- CMD [ARG]...",
      cmd_lock},
-    {"acquire", BIT(OPT_TTL) | BIT(OPT_WAIT) | BIT(OPT_FENCE), 1, 1, false,
-     "[--ttl MS] [--wait MS] [--fence] RESOURCE", cmd_acquire},
+    {"acquire",
+     BIT(OPT_TTL) | BIT(OPT_WAIT) | BIT(OPT_FENCE) | BIT(OPT_PERMITS), 1, 1,
+     false, "[--ttl MS] [--wait MS] [--fence] [--permits N] RESOURCE",
+     cmd_acquire},
     {"release", 0, 1, 2, true, "TOKEN [RESOURCE]", cmd_token_op},
     {"extend", BIT(OPT_TTL), 1, 2, true, "[--ttl MS] TOKEN [RESOURCE]",
      cmd_token_op},
     {"complete", BIT(OPT_KEEP), 1, 2, true, "[--keep MS] TOKEN [RESOURCE]",
      cmd_token_op},
+    {"status", BIT(OPT_FENCE), 1, 1, false, "[--fence] RESOURCE", cmd_status},
+    {"locks", 0, 0, 1, false, "[PREFIX]", cmd_locks},
     {"health", 0, 0, 0, false, "", cmd_simple},
     {"ping", 0, 0, 0, false, "", cmd_simple},
     {"metrics", 0, 0, 0, false, "", cmd_simple},
@@ -185,7 +195,8 @@ static const char help_text[] =
     "      renews the lock every ttl/3 while redlockctl runs. CMD inherits\n"
     "      stdin, stdout and stderr, and gets REDLOCK_TOKEN, "
     "REDLOCK_RESOURCE\n"
-    "      and (with --fence) REDLOCK_FENCE in its environment. SIGINT,\n"
+    "      and (with --fence) REDLOCK_FENCE in its environment (with\n"
+    "      --permits, one of N permits, and REDLOCK_PERMIT). SIGINT,\n"
     "      SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to "
     "CMD.\n"
     "      If the lock is lost (the daemon could not renew it, or the\n"
@@ -205,6 +216,10 @@ static const char help_text[] =
     "  complete [--keep MS] TOKEN [RESOURCE]\n"
     "      Mark RESOURCE done for MS (default 1 day) and drop the lock; until\n"
     "      the mark expires every acquire of RESOURCE answers \"done\".\n"
+    "  status [--fence] RESOURCE\n"
+    "      What the nodes say of RESOURCE: free, held or done (-q: just\n"
+    "      that), PTTL, whether this daemon holds it. Never a token.\n"
+    "  locks [PREFIX]  This daemon's locks, one JSON object a line.\n"
     "  health    Per-node state; exits 1 when a quorum is not connected.\n"
     "  ping      Is the daemon alive?\n"
     "  metrics   Prometheus metrics, as text.\n"
@@ -226,6 +241,7 @@ static const char help_text[] =
     "                       rounds of 300000 (standbys stay in line);\n"
     "                       acquire: 0..300000\n"
     "      --fence          also get a fencing token\n"
+    "      --permits N      lock, acquire: one of N permits, 2..1024\n"
     "      --keep MS        complete: life of the done mark, 1..2592000000\n"
     "      --kill-after MS  lock: SIGKILL this long after SIGTERM, "
     "0..86400000\n"
@@ -334,6 +350,8 @@ static int opt_apply(const struct opt_def *def, const char *val, struct opts *o)
         return parse_int(def, val, &o->keep_ms);
     case OPT_KILL_AFTER:
         return parse_int(def, val, &o->kill_after_ms);
+    case OPT_PERMITS:
+        return parse_int(def, val, &o->permits);
     default:
         abort();
     }
@@ -1062,7 +1080,9 @@ static int cmd_acquire(const struct command *cmd, struct opts *o)
          cJSON_AddNumberToObject(body, "ttl_ms", (double)o->ttl_ms) == NULL) ||
         (o->wait_ms >= 0 && cJSON_AddNumberToObject(
                                 body, "wait_ms", (double)o->wait_ms) == NULL) ||
-        (o->fence && cJSON_AddTrueToObject(body, "fence") == NULL)) {
+        (o->fence && cJSON_AddTrueToObject(body, "fence") == NULL) ||
+        (o->permits > 0 && cJSON_AddNumberToObject(
+                               body, "permits", (double)o->permits) == NULL)) {
         fprintf(stderr, "redlockctl: out of memory\n");
         goto error;
     }
@@ -1108,6 +1128,144 @@ static int cmd_token_op(const struct command *cmd, struct opts *o)
                       cJSON_GetArraySize(body) > 0 ? body : NULL, 0);
 error:
     cJSON_Delete(body);
+    return rc;
+}
+
+/* Appends s, percent-encoded but for RFC 3986's unreserved characters, to
+ * out (cap bytes, NUL-terminated). Returns 0, or -1 when it did not fit. */
+static int pct_append(char *out, size_t cap, const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t n = strlen(out);
+    for (; *s != '\0'; s++) {
+        unsigned char ch = (unsigned char)*s;
+        bool plain = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                     (ch >= '0' && ch <= '9') || ch == '-' || ch == '.' ||
+                     ch == '_' || ch == '~';
+        if (n + 4 > cap) {
+            return -1;
+        }
+        if (plain) {
+            out[n++] = (char)ch;
+        } else {
+            out[n++] = '%';
+            out[n++] = hex[ch >> 4];
+            out[n++] = hex[ch & 15];
+        }
+    }
+    out[n] = '\0';
+    return 0;
+}
+
+/* status RESOURCE: GET /v1/locks/{resource}. */
+static int cmd_status(const struct command *cmd, struct opts *o)
+{
+    char target[RESOURCE_MAX * 3 + 64] = "/v1/locks/";
+    (void)cmd;
+    if (pct_append(target, sizeof(target), o->pos[0]) != 0) {
+        return usage_error("status: RESOURCE too long");
+    }
+    if (o->fence) {
+        strcat(target, "?fence=true");
+    }
+    if (!o->quiet) {
+        return http_json_op(o, "status", o->pos[0], "GET", target, NULL, 0);
+    }
+    char err[ERR_LEN];
+    struct http_reply r;
+    if (http_call(o, "GET", target, NULL, now_ms() + o->timeout_ms, &r, err,
+                  sizeof(err)) != 0) {
+        fprintf(stderr, "redlockctl: status: %s\n", err);
+        return RC_UNAVAILABLE;
+    }
+    cJSON *j = cJSON_ParseWithLength(r.body, r.body_len);
+    const cJSON *ok = cJSON_GetObjectItemCaseSensitive(j, "ok");
+    const char *state = json_str(j, "state");
+    int rc = RC_OK;
+    if (!cJSON_IsBool(ok)) {
+        fprintf(stderr, "redlockctl: status: unexpected answer (HTTP %d)\n",
+                r.status);
+        rc = RC_UNAVAILABLE;
+    } else if (!cJSON_IsTrue(ok)) {
+        rc = report_error("status", o->pos[0], j);
+    } else if (state == NULL) {
+        fprintf(stderr, "redlockctl: status: no state in the answer\n");
+        rc = RC_UNAVAILABLE;
+    } else {
+        printf("%s\n", state);
+    }
+    cJSON_Delete(j);
+    free(r.raw);
+    if (fflush(stdout) != 0 && rc == RC_OK) {
+        fprintf(stderr, "redlockctl: status: %s\n", strerror(errno));
+        rc = RC_OSERR;
+    }
+    return rc;
+}
+
+/* locks [PREFIX]: every page of GET /v1/locks, one lock a line. */
+static int cmd_locks(const struct command *cmd, struct opts *o)
+{
+    char cursor[32] = "";
+    int rc = RC_OK;
+    (void)cmd;
+    for (;;) {
+        char target[RESOURCE_MAX * 3 + 128] = "/v1/locks?limit=1000";
+        if (o->npos > 0) {
+            strcat(target, "&prefix=");
+            if (pct_append(target, sizeof(target), o->pos[0]) != 0) {
+                return usage_error("locks: PREFIX too long");
+            }
+        }
+        if (cursor[0] != '\0') {
+            strcat(target, "&cursor=");
+            strcat(target, cursor);
+        }
+        char err[ERR_LEN];
+        struct http_reply r;
+        if (http_call(o, "GET", target, NULL, now_ms() + o->timeout_ms, &r, err,
+                      sizeof(err)) != 0) {
+            fprintf(stderr, "redlockctl: locks: %s\n", err);
+            return RC_UNAVAILABLE;
+        }
+        cJSON *j = cJSON_ParseWithLength(r.body, r.body_len);
+        const cJSON *ok = cJSON_GetObjectItemCaseSensitive(j, "ok");
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(j, "locks");
+        const char *next = json_str(j, "next");
+        if (cJSON_IsFalse(ok)) {
+            rc = report_error("locks", NULL, j);
+        } else if (!cJSON_IsTrue(ok) || !cJSON_IsArray(list) ||
+                   (next != NULL && strlen(next) >= sizeof(cursor))) {
+            fprintf(stderr, "redlockctl: locks: unexpected answer (HTTP %d)\n",
+                    r.status);
+            rc = RC_UNAVAILABLE;
+        } else {
+            const cJSON *e;
+            cJSON_ArrayForEach(e, list)
+            {
+                char *line = cJSON_PrintUnformatted(e);
+                if (line == NULL) {
+                    fprintf(stderr, "redlockctl: out of memory\n");
+                    rc = RC_OSERR;
+                    break;
+                }
+                if (!o->quiet) {
+                    printf("%s\n", line);
+                }
+                free(line);
+            }
+            snprintf(cursor, sizeof(cursor), "%s", next != NULL ? next : "");
+        }
+        cJSON_Delete(j);
+        free(r.raw);
+        if (rc != RC_OK || cursor[0] == '\0') {
+            break;
+        }
+    }
+    if (fflush(stdout) != 0 && rc == RC_OK) {
+        fprintf(stderr, "redlockctl: locks: %s\n", strerror(errno));
+        rc = RC_OSERR;
+    }
     return rc;
 }
 
@@ -1225,6 +1383,7 @@ struct runner {
     struct conn conn;     /* the NDJSON session that holds the lock */
     char token[TOKEN_LEN + 1];
     char fence[32]; /* the fencing token as text; "" when not asked */
+    char permit[8]; /* --permits: which permit, as text; "" for a lock */
     pid_t child;    /* CMD; 0 before it starts */
     int status;     /* CMD's wait status once child_done */
     bool child_done;
@@ -1385,7 +1544,9 @@ again:;
         (o->wait_ms >= 0 &&
          cJSON_AddNumberToObject(req, "wait_ms", (double)round) == NULL) ||
         cJSON_AddTrueToObject(req, "renew") == NULL ||
-        (o->fence && cJSON_AddTrueToObject(req, "fence") == NULL)) {
+        (o->fence && cJSON_AddTrueToObject(req, "fence") == NULL) ||
+        (o->permits > 0 &&
+         cJSON_AddNumberToObject(req, "permits", (double)o->permits) == NULL)) {
         fprintf(stderr, "redlockctl: out of memory\n");
         goto error;
     }
@@ -1458,6 +1619,10 @@ again:;
         goto error;
     }
     memcpy(r->token, tok, TOKEN_LEN + 1);
+    const cJSON *permit = cJSON_GetObjectItemCaseSensitive(rsp, "permit");
+    if (cJSON_IsNumber(permit)) {
+        snprintf(r->permit, sizeof(r->permit), "%d", permit->valueint);
+    }
     free(text);
     cJSON_Delete(rsp);
     cJSON_Delete(req);
@@ -1479,7 +1644,9 @@ static int runner_spawn(struct runner *r)
     if (setenv("REDLOCK_TOKEN", r->token, 1) != 0 ||
         setenv("REDLOCK_RESOURCE", r->resource, 1) != 0 ||
         (r->fence[0] != '\0' ? setenv("REDLOCK_FENCE", r->fence, 1)
-                             : unsetenv("REDLOCK_FENCE")) != 0) {
+                             : unsetenv("REDLOCK_FENCE")) != 0 ||
+        (r->permit[0] != '\0' ? setenv("REDLOCK_PERMIT", r->permit, 1)
+                              : unsetenv("REDLOCK_PERMIT")) != 0) {
         fprintf(stderr, "redlockctl: setenv: %s\n", strerror(errno));
         return -1;
     }
@@ -1713,6 +1880,7 @@ int main(int argc, char **argv)
     o.wait_ms = -1;
     o.keep_ms = -1;
     o.kill_after_ms = DEFAULT_KILL_AFTER_MS;
+    o.permits = -1;
     const char *env = getenv("REDLOCKD_SOCKET");
     o.socket = env != NULL && env[0] != '\0' ? env : DEFAULT_SOCKET;
     int rc = parse_args(argc, argv, &o, &cmd);

@@ -137,6 +137,18 @@ def _exercise(d, cluster):
         assert _eventually(lambda: cluster.nodes[0].cmd(
             "GET", lock_key(res2)), tok2) == tok2
         assert_ok(a.call("release", lock=r["lock"]))
+        # A semaphore's permit (keys under redlock:sem:) and an inspection
+        # (EVAL of GET and PTTL) as the user.
+        p = a.call("acquire", resource=res2, permits=2, ttl_ms=20000)
+        assert_ok(p, "a permit as the ACL user")
+        skey = ("redlock:sem:%d:%s" % (p["permit"], res2)).encode()
+        tok3 = p["lock"].encode()
+        assert _eventually(lambda: cluster.nodes[0].cmd("GET", skey),
+                           tok3) == tok3
+        i = a.call("inspect", resource=res, fence=True)
+        assert_ok(i, "inspect as the ACL user")
+        assert i["state"] == "done" and i["fence"] >= 1, i
+        assert_ok(a.call("release", lock=p["lock"], resource=res2))
     keys = cluster.keys_all("*")[:-1]
     for k, ks in enumerate(keys):
         assert all(x.startswith(b"redlock:lock:") or x == b"redlock:fence"

@@ -177,18 +177,20 @@ def test_400_query_on_acquire(cluster_mod, daemon_mod):
 
 
 def test_404_unknown_path(daemon_mod):
-    for path in ("/nope", "/v1/lock", "/v1/locks/%s/frob" % ("a" * 32),
-                 "/v2/ping", "/v1/pingx"):
-        r = curl1(daemon_mod.socket, U + path)
-        print("GET %s -> %d" % (path, r.status))
+    # (GET of /v1/locks/... is inspect of the resource after the slash.)
+    for method, path in (("GET", "/nope"), ("GET", "/v1/lock"),
+                         ("POST", "/v1/locks/%s/frob" % ("a" * 32)),
+                         ("GET", "/v2/ping"), ("GET", "/v1/pingx")):
+        r = curl1(daemon_mod.socket, "-X", method, U + path)
+        print("%s %s -> %d" % (method, path, r.status))
         assert r.status == 404, (path, r)
         assert r.json()["ok"] is False, r
 
 
 def test_405_wrong_method_with_allow(daemon_mod):
-    cases = [("PUT", "/v1/locks", "POST"), ("GET", "/v1/locks", "POST"),
+    cases = [("PUT", "/v1/locks", "POST"), ("DELETE", "/v1/locks", "GET"),
              ("POST", "/v1/ping", "GET"), ("DELETE", "/metrics", "GET"),
-             ("GET", "/v1/locks/%s/extend" % ("a" * 32), "POST"),
+             ("DELETE", "/v1/locks/%s/extend" % ("a" * 32), "POST"),
              ("POST", "/v1/locks/%s" % ("a" * 32), "DELETE")]
     for method, path, allowed in cases:
         r = curl1(daemon_mod.socket, "-X", method, U + path)

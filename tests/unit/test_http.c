@@ -671,19 +671,35 @@ static void test_route_table(void **state)
         {"HEAD /metrics HTTP/1.1\r\n\r\n", 0, OP_METRICS},
         {"GET /v1/%70ing HTTP/1.1\r\n\r\n", 0, OP_PING},
         {"GET /v1/ping?x=1 HTTP/1.1\r\n\r\n", 0, OP_PING},
+        /* GET lists this daemon's locks or inspects a resource: after
+         * "/v1/locks/" comes a resource, slashes and all */
+        {"GET /v1/locks HTTP/1.1\r\n\r\n", 0, OP_LOCKS},
+        {"HEAD /v1/locks HTTP/1.1\r\n\r\n", 0, OP_LOCKS},
+        {"GET /v1/locks?prefix=a&limit=5 HTTP/1.1\r\n\r\n", 0, OP_LOCKS},
+        {"GET /v1/locks/" TOKEN " HTTP/1.1\r\n\r\n", 0, OP_INSPECT},
+        {"GET /v1/locks/" TOKEN "/complete HTTP/1.1\r\n\r\n", 0, OP_INSPECT},
+        {"GET /v1/locks/nope HTTP/1.1\r\n\r\n", 0, OP_INSPECT},
+        {"GET /v1/locks/a%2Fb?fence=true HTTP/1.1\r\n\r\n", 0, OP_INSPECT},
         /* wrong method on a known path */
-        {"GET /v1/locks HTTP/1.1\r\n\r\n", 405, OP_NONE},
-        {"HEAD /v1/locks HTTP/1.1\r\n\r\n", 405, OP_NONE},
         {"PUT /v1/locks HTTP/1.1\r\n\r\n", 405, OP_NONE},
         {"POST /v1/locks/" TOKEN " HTTP/1.1\r\n\r\n", 405, OP_NONE},
-        {"GET /v1/locks/" TOKEN " HTTP/1.1\r\n\r\n", 405, OP_NONE},
         {"DELETE /v1/locks/" TOKEN "/extend HTTP/1.1\r\n\r\n", 405, OP_NONE},
-        {"GET /v1/locks/" TOKEN "/complete HTTP/1.1\r\n\r\n", 405, OP_NONE},
         {"POST /v1/ping HTTP/1.1\r\n\r\n", 405, OP_NONE},
         {"DELETE /v1/health HTTP/1.1\r\n\r\n", 405, OP_NONE},
         {"PATCH /metrics HTTP/1.1\r\n\r\n", 405, OP_NONE},
         /* wrong method and a bad token: 405 first */
-        {"GET /v1/locks/nope HTTP/1.1\r\n\r\n", 405, OP_NONE},
+        {"PUT /v1/locks/nope HTTP/1.1\r\n\r\n", 405, OP_NONE},
+        /* bad query parameters of the GET routes */
+        {"GET /v1/locks?limit=0 HTTP/1.1\r\n\r\n", 400, OP_NONE},
+        {"GET /v1/locks?limit=1001 HTTP/1.1\r\n\r\n", 400, OP_NONE},
+        {"GET /v1/locks?limit=01 HTTP/1.1\r\n\r\n", 400, OP_NONE},
+        {"GET /v1/locks?cursor=0 HTTP/1.1\r\n\r\n", 400, OP_NONE},
+        {"GET /v1/locks?cursor=XY HTTP/1.1\r\n\r\n", 400, OP_NONE},
+        {"GET /v1/locks?fence=true HTTP/1.1\r\n\r\n", 400, OP_NONE},
+        {"GET /v1/locks?prefix=a&prefix=b HTTP/1.1\r\n\r\n", 400, OP_NONE},
+        {"GET /v1/locks?prefix=%01 HTTP/1.1\r\n\r\n", 400, OP_NONE},
+        {"GET /v1/locks/a?limit=3 HTTP/1.1\r\n\r\n", 400, OP_NONE},
+        {"GET /v1/locks/a?fence=yes HTTP/1.1\r\n\r\n", 400, OP_NONE},
         /* unknown paths */
         {"GET / HTTP/1.1\r\n\r\n", 404, OP_NONE},
         {"GET /v1 HTTP/1.1\r\n\r\n", 404, OP_NONE},
@@ -727,7 +743,7 @@ static void test_route_messages(void **state)
         route("GET /nope/%41 HTTP/1.1\r\n\r\n", &req, err, sizeof(err)), 404);
     assert_string_equal(err, "no route for /nope/A");
     assert_int_equal(
-        route("GET /v1/locks HTTP/1.1\r\n\r\n", &req, err, sizeof(err)), 405);
+        route("PUT /v1/locks HTTP/1.1\r\n\r\n", &req, err, sizeof(err)), 405);
     assert_non_null(strstr(err, "POST"));
     /* A long path is cut to fit err, not overflowed. */
     char small[16];
@@ -740,12 +756,14 @@ static void test_route_messages(void **state)
 static void test_route_allow(void **state)
 {
     (void)state;
-    assert_string_equal(http_route_allow("/v1/locks"), "POST");
-    assert_string_equal(http_route_allow("/v1/locks/" TOKEN), "DELETE");
-    assert_string_equal(http_route_allow("/v1/locks/xyz"), "DELETE");
-    assert_string_equal(http_route_allow("/v1/locks/" TOKEN "/extend"), "POST");
+    assert_string_equal(http_route_allow("/v1/locks"), "GET, HEAD, POST");
+    assert_string_equal(http_route_allow("/v1/locks/" TOKEN),
+                        "DELETE, GET, HEAD");
+    assert_string_equal(http_route_allow("/v1/locks/xyz"), "DELETE, GET, HEAD");
+    assert_string_equal(http_route_allow("/v1/locks/" TOKEN "/extend"),
+                        "GET, HEAD, POST");
     assert_string_equal(http_route_allow("/v1/locks/" TOKEN "/complete"),
-                        "POST");
+                        "GET, HEAD, POST");
     assert_string_equal(http_route_allow("/v1/ping"), "GET, HEAD");
     assert_string_equal(http_route_allow("/v1/health"), "GET, HEAD");
     assert_string_equal(http_route_allow("/metrics"), "GET, HEAD");
@@ -753,6 +771,40 @@ static void test_route_allow(void **state)
     assert_null(http_route_allow(""));
     assert_null(http_route_allow("/v1/locks/"));
     assert_null(http_route_allow("/v1/locks/" TOKEN "/other"));
+}
+
+/* The GET routes read their fields from the path and the query. */
+static void test_route_get_locks(void **state)
+{
+    struct request req;
+    char err[PROTO_MSG_MAX];
+
+    (void)state;
+    assert_int_equal(route("GET /v1/locks?prefix=tg%3Aupdate%3A&limit=7"
+                           "&cursor=1f HTTP/1.1\r\n\r\n",
+                           &req, err, sizeof(err)),
+                     0);
+    assert_int_equal(req.op, OP_LOCKS);
+    assert_int_equal(req.prefix_len, 10);
+    assert_string_equal(req.prefix, "tg:update:");
+    assert_int_equal(req.limit, 7);
+    assert_int_equal(req.cursor, 0x1f);
+    assert_int_equal(
+        route("GET /v1/locks HTTP/1.1\r\n\r\n", &req, err, sizeof(err)), 0);
+    assert_int_equal(req.limit, PROTO_LIMIT_DEFAULT);
+    assert_int_equal(req.cursor, 0);
+    assert_int_equal(req.prefix_len, 0);
+    assert_int_equal(route("GET /v1/locks/orders%2F42/x?fence=true "
+                           "HTTP/1.1\r\n\r\n",
+                           &req, err, sizeof(err)),
+                     0);
+    assert_int_equal(req.op, OP_INSPECT);
+    assert_string_equal(req.resource, "orders/42/x");
+    assert_true(req.fence);
+    assert_int_equal(route("GET /v1/locks?limit=1000&bogus HTTP/1.1\r\n\r\n",
+                           &req, err, sizeof(err)),
+                     400);
+    assert_string_equal(err, "bogus: unknown query parameter");
 }
 
 static void test_route_lock_token(void **state)
@@ -1096,6 +1148,7 @@ int main(void)
         cmocka_unit_test(test_route_table),
         cmocka_unit_test(test_route_messages),
         cmocka_unit_test(test_route_allow),
+        cmocka_unit_test(test_route_get_locks),
         cmocka_unit_test(test_route_lock_token),
         cmocka_unit_test(test_route_body),
         cmocka_unit_test(test_route_renew_refused),

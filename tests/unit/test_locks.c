@@ -155,6 +155,64 @@ static void test_deadline_heap(void **state)
     locks_destroy(t);
 }
 
+/* The listing order: pages in the order locks were added, resumed after
+ * a cursor whatever was removed meanwhile, filtered by prefix, bounded in
+ * the entries one page looks at. */
+static void test_scan_pages(void **state)
+{
+    (void)state;
+    struct lock_table *t = locks_create();
+    struct lock *all[3000];
+    for (int i = 0; i < 3000; i++) {
+        char tok[PROTO_TOKEN_LEN + 1], res[32];
+        locks_new_token(tok);
+        int n = snprintf(res, sizeof(res), "%s:%d", i % 3 ? "b" : "a", i);
+        all[i] = locks_add(t, tok, res, (size_t)n, NULL, 1000, 0);
+        assert_non_null(all[i]);
+        assert_int_equal(all[i]->seq, (uint64_t)i + 1);
+    }
+    /* Remove most of the first 2000 (compaction runs), keep every 10th. */
+    for (int i = 0; i < 2000; i++) {
+        if (i % 10 != 0) {
+            locks_remove(t, all[i]);
+            all[i] = NULL;
+        }
+    }
+    struct lock *page[64];
+    uint64_t after = 0, next = 0;
+    int seen = 0, last = -1;
+    for (;;) {
+        size_t n = locks_scan(t, after, "", 0, 100000, page, 64, &next);
+        for (size_t k = 0; k < n; k++) {
+            int i = (int)page[k]->seq - 1;
+            assert_true(i > last);
+            assert_ptr_equal(all[i], page[k]);
+            last = i;
+            seen++;
+        }
+        if (next == 0) {
+            break;
+        }
+        assert_true(next > after);
+        after = next;
+    }
+    assert_int_equal(seen, 200 + 1000);
+    /* A prefix; a cursor at a removed lock still resumes after it. */
+    size_t n = locks_scan(t, 2, "a:", 2, 100000, page, 64, &next);
+    assert_int_equal(n, 64);
+    assert_int_equal(page[0]->seq, 31); /* "a:30": i = 30 */
+    assert_memory_equal(page[0]->resource, "a:30", 4);
+    /* A visit budget stops a page early, with a cursor to go on from. */
+    n = locks_scan(t, 0, "zzz", 3, 50, page, 64, &next);
+    assert_int_equal(n, 0);
+    assert_true(next != 0);
+    /* The end. */
+    n = locks_scan(t, 3000, "", 0, 100, page, 64, &next);
+    assert_int_equal(n, 0);
+    assert_int_equal(next, 0);
+    locks_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -163,6 +221,7 @@ int main(void)
         cmocka_unit_test(test_add_find_remove_many),
         cmocka_unit_test(test_owner_list),
         cmocka_unit_test(test_deadline_heap),
+        cmocka_unit_test(test_scan_pages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -469,6 +469,57 @@ static void test_retry_delay(void **state)
     assert_true(d >= 1 && d <= 5);
 }
 
+/* Inspection by the quorum rules of release: a state needs more than
+ * n - quorum nodes; otherwise no_quorum. */
+static void test_inspect_decide(void **state)
+{
+    (void)state;
+#define F RL_PEEK_FAILED
+#define R RL_PEEK_FREE
+#define H RL_PEEK_HELD
+#define D RL_PEEK_DONE
+    static const struct {
+        int n;
+        enum redlock_peek peek[5];
+        int64_t pttl[5];
+        enum redlock_state want;
+        int agree;
+        int64_t pttl_min;
+    } cases[] = {
+        {5, {H, H, H, H, H}, {900, 800, 950, 990, 700}, RL_STATE_HELD, 5, 700},
+        {5, {H, H, H, F, F}, {900, 800, 950, -1, -1}, RL_STATE_HELD, 3, 800},
+        {5, {H, H, F, F, F}, {900, 800, -1, -1, -1}, RL_STATE_NO_QUORUM, 2, -1},
+        {5, {R, R, R, H, H}, {-2, -2, -2, 5, 6}, RL_STATE_FREE, 3, -1},
+        {5, {R, R, H, H, F}, {-2, -2, 5, 6, -1}, RL_STATE_NO_QUORUM, 2, -1},
+        {5, {D, D, D, H, R}, {50, 40, 60, 5, -2}, RL_STATE_DONE, 3, 40},
+        {5, {F, F, F, F, F}, {-1, -1, -1, -1, -1}, RL_STATE_NO_QUORUM, 0, -1},
+        /* a key without expiry has no PTTL to report */
+        {5, {H, H, H, R, R}, {-1, 30, -1, -2, -2}, RL_STATE_HELD, 3, 30},
+        /* n = 4: quorum 3, two nodes suffice; a tie is never "free" */
+        {4, {R, R, H, H}, {-2, -2, 7, 9}, RL_STATE_HELD, 2, 7},
+        {4, {R, R, R, H}, {-2, -2, -2, 9}, RL_STATE_FREE, 3, -1},
+        {1, {R}, {-2}, RL_STATE_FREE, 1, -1},
+        {1, {F}, {-1}, RL_STATE_NO_QUORUM, 0, -1},
+        {3, {H, R, F}, {9, -2, -1}, RL_STATE_NO_QUORUM, 1, -1},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct redlock_inspect d;
+        redlock_inspect_decide(cases[i].n, cases[i].peek, cases[i].pttl, &d);
+        if (d.state != cases[i].want || d.agree != cases[i].agree ||
+            d.pttl_min != cases[i].pttl_min) {
+            print_error("case %zu: state %d agree %d pttl %lld\n", i,
+                        (int)d.state, d.agree, (long long)d.pttl_min);
+        }
+        assert_int_equal(d.state, cases[i].want);
+        assert_int_equal(d.agree, cases[i].agree);
+        assert_int_equal(d.pttl_min, cases[i].pttl_min);
+    }
+#undef F
+#undef R
+#undef H
+#undef D
+}
+
 /* Issue 14 item 3: a short ttl or a large drift factor leaves less validity
  * than ttl / 3; the next renewal must still come before the give-up. */
 static void test_renew_schedule(void **state)
@@ -583,6 +634,7 @@ int main(void)
         cmocka_unit_test(test_clock_read_at_decision_only),
         cmocka_unit_test(test_backoff),
         cmocka_unit_test(test_retry_delay),
+        cmocka_unit_test(test_inspect_decide),
         cmocka_unit_test(test_renew_schedule),
         cmocka_unit_test(test_renew_decide),
     };

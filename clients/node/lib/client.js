@@ -46,6 +46,8 @@ export class Lock {
     this.validityMs = msg.validity_ms;
     /** Fencing token (bigint) when acquired with `fence: true`. */
     this.fence = msg.fence;
+    /** Which permit of a semaphore (acquired with `permits`). */
+    if (msg.permit !== undefined) this.permit = msg.permit;
     this.renew = renew;
     /** Date.now() by which the lock expires unless extended or renewed:
      * the validity counted from when the request was sent. */
@@ -141,7 +143,16 @@ function lockRef(lock) {
     throw new BadRequestError('lock: must be 32 lowercase hex characters');
   }
   checkResource(lock.resource);
-  return { token, resource: lock.resource };
+  // A semaphore's permit: any daemon finds its slot by resource and permit.
+  return Number.isInteger(lock.permit)
+    ? { token, resource: lock.resource, permit: lock.permit }
+    : { token, resource: lock.resource };
+}
+
+/** The request of op for a lock reference. */
+function refPayload(op, ref) {
+  const { token, ...rest } = ref;
+  return { op, lock: token, ...rest };
 }
 
 function abortReason(signal) {
@@ -538,13 +549,14 @@ export class RedlockClient extends EventEmitter {
     } catch (e) {
       return Promise.reject(e);
     }
-    const { ttlMs, waitMs, renew, fence, renewMaxMs, signal, timeoutMs } = options;
+    const { ttlMs, waitMs, renew, fence, renewMaxMs, permits, signal, timeoutMs } = options;
     const payload = { op: 'acquire', resource };
     if (ttlMs !== undefined) payload.ttl_ms = ttlMs;
     if (waitMs !== undefined) payload.wait_ms = waitMs;
     if (renew !== undefined) payload.renew = renew;
     if (fence !== undefined) payload.fence = fence;
     if (renewMaxMs !== undefined) payload.renew_max_ms = renewMaxMs;
+    if (permits !== undefined) payload.permits = permits;
     // The client-wide timeout is for the answer after the wait; an explicit
     // per-call timeoutMs is the whole time allowed.
     const wait = typeof waitMs === 'number' && waitMs > 0 ? waitMs : 0;
@@ -557,7 +569,9 @@ export class RedlockClient extends EventEmitter {
         // Given up on (timeout or abort) but granted after all: let it go.
         onLate: (msg, conn) => {
           if (msg.ok && typeof msg.lock === 'string') {
-            conn.fire({ op: 'release', lock: msg.lock, resource: msg.resource ?? resource });
+            const late = { op: 'release', lock: msg.lock, resource: msg.resource ?? resource };
+            if (msg.permit !== undefined) late.permit = msg.permit;
+            conn.fire(late);
           }
         },
       },
@@ -579,7 +593,7 @@ export class RedlockClient extends EventEmitter {
   async release(lock, options = {}) {
     const ref = lockRef(lock);
     try {
-      await this.#call({ op: 'release', lock: ref.token, resource: ref.resource }, options, () => undefined);
+      await this.#call(refPayload('release', ref), options, () => undefined);
     } catch (e) {
       if (e instanceof NotHeldError && lock instanceof Lock) this.#forget(lock);
       throw e;
@@ -594,7 +608,7 @@ export class RedlockClient extends EventEmitter {
    */
   async extend(lock, ttlMs, options = {}) {
     const ref = lockRef(lock);
-    const payload = { op: 'extend', lock: ref.token, resource: ref.resource };
+    const payload = refPayload('extend', ref);
     if (ttlMs !== undefined && ttlMs !== null) payload.ttl_ms = ttlMs;
     let msg;
     const sentAt = Date.now();
@@ -622,7 +636,7 @@ export class RedlockClient extends EventEmitter {
   async complete(lock, options = {}) {
     const ref = lockRef(lock);
     const { keepMs, ...rest } = options ?? {};
-    const payload = { op: 'complete', lock: ref.token, resource: ref.resource };
+    const payload = refPayload('complete', ref);
     if (keepMs !== undefined) payload.keep_ms = keepMs;
     try {
       await this.#call(payload, rest, () => undefined);
@@ -649,6 +663,56 @@ export class RedlockClient extends EventEmitter {
     const acceptError = (msg) => Array.isArray(msg.nodes);
     return this.#call({ op: 'health' }, { ...options, acceptError }, (msg) => {
       const { id: _id, ...rest } = msg;
+      return rest;
+    });
+  }
+
+  /**
+   * One page of the locks held through this daemon, in the order they were
+   * taken: `{locks: [{resource, ttl_ms, validity_ms, renew, fence, held_ms,
+   * since_ms, owner, waiters}], count, total, next?}`. Never a token. Pass
+   * `next` back as `cursor` for the following page.
+   */
+  locks(options = {}) {
+    const payload = { op: 'locks' };
+    if (options.prefix) payload.prefix = options.prefix;
+    if (options.limit !== undefined) payload.limit = options.limit;
+    if (options.cursor !== undefined) payload.cursor = options.cursor;
+    return this.#call(payload, options, (msg) => {
+      const { id: _id, ok: _ok, ...rest } = msg;
+      // Fences are bigints, as on a Lock.
+      for (const e of rest.locks ?? []) if (typeof e.fence === 'number') e.fence = BigInt(e.fence);
+      return rest;
+    });
+  }
+
+  /** Every lock of this daemon, page by page (see `locks()`). */
+  async *iterLocks(options = {}) {
+    let cursor;
+    for (;;) {
+      const page = await this.locks({ limit: 1000, ...options, cursor });
+      yield* page.locks;
+      cursor = page.next;
+      if (cursor === undefined) return;
+    }
+  }
+
+  /**
+   * What the nodes say of `resource`, by the quorum rules of release:
+   * `{resource, state: 'free'|'held'|'done', agree, answered, nodes,
+   * pttl_ms?, mine, waiters, fence?}`. Rejects with NoQuorumError when no
+   * state is on more than n - quorum nodes.
+   */
+  inspect(resource, options = {}) {
+    try {
+      checkResource(resource);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    const payload = { op: 'inspect', resource };
+    if (options.fence) payload.fence = true;
+    return this.#call(payload, options, (msg) => {
+      const { id: _id, ok: _ok, ...rest } = msg;
       return rest;
     });
   }

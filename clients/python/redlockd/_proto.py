@@ -57,8 +57,8 @@ def decode(line: bytes) -> Tuple[Optional[Dict[str, Any]], Optional[int]]:
 
 
 def acquire_request(resource: str, ttl_ms: int, wait_ms: int, renew: bool,
-                    fence: bool,
-                    renew_max_ms: Optional[int]) -> Dict[str, Any]:
+                    fence: bool, renew_max_ms: Optional[int],
+                    permits: Optional[int] = None) -> Dict[str, Any]:
     req: Dict[str, Any] = {"op": "acquire", "resource": resource,
                            "ttl_ms": ttl_ms, "wait_ms": wait_ms}
     if renew:
@@ -67,6 +67,28 @@ def acquire_request(resource: str, ttl_ms: int, wait_ms: int, renew: bool,
         req["fence"] = True
     if renew_max_ms is not None:
         req["renew_max_ms"] = renew_max_ms
+    if permits is not None:
+        req["permits"] = permits
+    return req
+
+
+def locks_request(prefix: Optional[str], limit: Optional[int],
+                  cursor: Optional[str]) -> Dict[str, Any]:
+    """locks: one page of the daemon's own locks."""
+    req: Dict[str, Any] = {"op": "locks"}
+    if prefix:
+        req["prefix"] = prefix
+    if limit is not None:
+        req["limit"] = limit
+    if cursor is not None:
+        req["cursor"] = cursor
+    return req
+
+
+def inspect_request(resource: str, fence: bool) -> Dict[str, Any]:
+    req: Dict[str, Any] = {"op": "inspect", "resource": resource}
+    if fence:
+        req["fence"] = True
     return req
 
 
@@ -74,10 +96,12 @@ def lock_request(op: str, lock: Any, resource: Optional[str],
                  **fields: Any) -> Dict[str, Any]:
     """release/extend/complete: always send the resource with the token, so
     that any daemon (a restarted one, another one) can act on it."""
+    permit = None
     if isinstance(lock, BaseLock):
         token = lock.token
         if resource is None:
             resource = lock.resource
+            permit = lock.permit
     elif isinstance(lock, str):
         token = lock
     else:
@@ -86,6 +110,8 @@ def lock_request(op: str, lock: Any, resource: Optional[str],
     req: Dict[str, Any] = {"op": op, "lock": token}
     if resource is not None:
         req["resource"] = resource
+    if permit is not None:
+        req["permit"] = permit  # a semaphore's permit: any daemon finds it
     for k, v in fields.items():
         if v is not None:
             req[k] = v
@@ -110,7 +136,8 @@ class BaseLock:
     the validity),
     ``lost`` (an Event, set when the daemon reports the lock lost or the
     connection that holds it closes), ``lost_reason`` and ``on_lost`` (a
-    callback, called with the lock once when it is lost).
+    callback, called with the lock once when it is lost); ``permit``, which
+    permit of a semaphore it is (acquired with ``permits=``), else None.
     """
 
     def __init__(self, client: Any, token: str, resource: str,
@@ -128,6 +155,7 @@ class BaseLock:
         self.valid_until = self.acquired_at + validity_ms / 1000.0
         self.on_lost = on_lost
         self.lost_reason: Optional[str] = None
+        self.permit: Optional[int] = None
         self._client = client
         self._conn: Any = None      # the connection whose session holds it
         self._finished = False      # released or completed by us
@@ -174,6 +202,9 @@ def lock_from_response(cls: Any, client: Any, msg: Dict[str, Any],
                fence if isinstance(fence, int) else None,
                req.get("ttl_ms", 30000), req.get("renew") is True,
                req.get("renew_max_ms"), on_lost)
+    permit = msg.get("permit")
+    if isinstance(permit, int) and not isinstance(permit, bool):
+        lock.permit = permit
     lock.acquired_at = sent_at
     lock.valid_until = sent_at + lock.validity_ms / 1000.0
     return lock

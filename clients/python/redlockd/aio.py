@@ -13,7 +13,8 @@ import asyncio
 import inspect
 import itertools
 import time
-from typing import Any, Callable, Dict, Optional, Set, Tuple
+from typing import (Any, AsyncIterator, Callable, Dict, Optional, Set,
+                    Tuple)
 
 from . import _proto
 from ._proto import BaseLock, log
@@ -400,14 +401,50 @@ class AsyncRedlockClient:
         res.pop("id", None)
         return res
 
+    async def locks(self, prefix: Optional[str] = None,
+                    limit: Optional[int] = None,
+                    cursor: Optional[str] = None,
+                    timeout: Optional[float] = None) -> Dict[str, Any]:
+        """One page of this daemon's locks; see RedlockClient.locks()."""
+        res = await self._call(_proto.locks_request(prefix, limit, cursor),
+                               _proto.request_timeout(self.timeout, 0,
+                                                      timeout))
+        res.pop("id", None)
+        return res
+
+    async def iter_locks(self, prefix: Optional[str] = None,
+                         limit: int = 1000,
+                         timeout: Optional[float] = None
+                         ) -> AsyncIterator[Dict[str, Any]]:
+        """Every lock of this daemon, page by page."""
+        cursor = None
+        while True:
+            page = await self.locks(prefix, limit, cursor, timeout)
+            for entry in page["locks"]:
+                yield entry
+            cursor = page.get("next")
+            if cursor is None:
+                return
+
+    async def inspect(self, resource: str, fence: bool = False,
+                      timeout: Optional[float] = None) -> Dict[str, Any]:
+        """What the nodes say of ``resource``; see
+        RedlockClient.inspect()."""
+        res = await self._call(_proto.inspect_request(resource, fence),
+                               _proto.request_timeout(self.timeout, 0,
+                                                      timeout))
+        res.pop("id", None)
+        return res
+
     async def acquire(self, resource: str, ttl_ms: int = 30000,
                       wait_ms: int = 0, renew: bool = False,
                       fence: bool = False,
                       renew_max_ms: Optional[int] = None, *,
+                      permits: Optional[int] = None,
                       on_lost: Optional[Callable[[AsyncLock], Any]] = None,
                       timeout: Optional[float] = None) -> AsyncLock:
         req = _proto.acquire_request(resource, ttl_ms, wait_ms, renew, fence,
-                                     renew_max_ms)
+                                     renew_max_ms, permits)
         t = _proto.request_timeout(self.timeout, wait_ms, timeout)
         result = await self._call(req, t, on_lost)
         if not isinstance(result, AsyncLock):
@@ -463,13 +500,15 @@ class AsyncRedlockClient:
     def lock(self, resource: str, ttl_ms: int = 30000, wait_ms: int = 0,
              renew: bool = False, fence: bool = False,
              renew_max_ms: Optional[int] = None, *,
+             permits: Optional[int] = None,
              on_lost: Optional[Callable[[AsyncLock], Any]] = None,
              timeout: Optional[float] = None) -> "AsyncLockContext":
         """``async with client.lock("r") as lock:`` acquires, and releases
         on exit (on an exception too)."""
         return AsyncLockContext(self, (resource, ttl_ms, wait_ms, renew,
                                        fence, renew_max_ms),
-                                {"on_lost": on_lost, "timeout": timeout})
+                                {"on_lost": on_lost, "timeout": timeout,
+                                 "permits": permits})
 
 
 class AsyncLockContext:

@@ -13,7 +13,7 @@ import itertools
 import socket
 import threading
 import time
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple
 
 from . import _proto
 from ._proto import BaseLock, log
@@ -440,9 +440,49 @@ class RedlockClient:
         res.pop("id", None)
         return res
 
+    def locks(self, prefix: Optional[str] = None, limit: Optional[int] = None,
+              cursor: Optional[str] = None,
+              timeout: Optional[float] = None) -> Dict[str, Any]:
+        """One page of the locks held through this daemon, in the order
+        they were taken: {"locks": [..], "count": n, "total": N, "next":
+        cursor (only when there may be more)}.  Each entry has resource,
+        ttl_ms, validity_ms, renew, fence, held_ms, since_ms, owner and
+        waiters; never a token.  Pass ``next`` back as ``cursor``.
+        """
+        res = self._call(_proto.locks_request(prefix, limit, cursor),
+                         _proto.request_timeout(self.timeout, 0, timeout))
+        res.pop("id", None)
+        return res
+
+    def iter_locks(self, prefix: Optional[str] = None, limit: int = 1000,
+                   timeout: Optional[float] = None
+                   ) -> Iterator[Dict[str, Any]]:
+        """Every lock of this daemon, page by page (see locks())."""
+        cursor = None
+        while True:
+            page = self.locks(prefix, limit, cursor, timeout)
+            yield from page["locks"]
+            cursor = page.get("next")
+            if cursor is None:
+                return
+
+    def inspect(self, resource: str, fence: bool = False,
+                timeout: Optional[float] = None) -> Dict[str, Any]:
+        """What the nodes say of ``resource``, by the quorum rules of
+        release: {"state": "free" | "held" | "done", "agree": k,
+        "answered": a, "nodes": n, "pttl_ms": .. (held, done), "mine":
+        bool, "waiters": w, "fence": .. (when asked)}.  Raises
+        NoQuorumError when no state is on more than n - quorum nodes.
+        """
+        res = self._call(_proto.inspect_request(resource, fence),
+                         _proto.request_timeout(self.timeout, 0, timeout))
+        res.pop("id", None)
+        return res
+
     def acquire(self, resource: str, ttl_ms: int = 30000, wait_ms: int = 0,
                 renew: bool = False, fence: bool = False,
                 renew_max_ms: Optional[int] = None, *,
+                permits: Optional[int] = None,
                 on_lost: Optional[Callable[[Lock], Any]] = None,
                 timeout: Optional[float] = None) -> Lock:
         """Take a lock on ``resource``.
@@ -450,11 +490,13 @@ class RedlockClient:
         Raises BusyError (held elsewhere, after wait_ms), DoneError
         (completed), NoQuorumError, ... ``renew=True`` makes the daemon
         extend it every ttl/3 until released (``lock.lost`` is set and
-        ``on_lost(lock)`` called when it cannot).  The client waits
-        ``timeout`` seconds (default wait_ms + client timeout).
+        ``on_lost(lock)`` called when it cannot).  ``permits=N`` takes one
+        of N permits of a semaphore instead (``lock.permit`` says which).
+        The client waits ``timeout`` seconds (default wait_ms + client
+        timeout).
         """
         req = _proto.acquire_request(resource, ttl_ms, wait_ms, renew, fence,
-                                     renew_max_ms)
+                                     renew_max_ms, permits)
         t = _proto.request_timeout(self.timeout, wait_ms, timeout)
         result = self._call(req, t, on_lost)
         if not isinstance(result, Lock):
@@ -521,6 +563,7 @@ class RedlockClient:
     def lock(self, resource: str, ttl_ms: int = 30000, wait_ms: int = 0,
              renew: bool = False, fence: bool = False,
              renew_max_ms: Optional[int] = None, *,
+             permits: Optional[int] = None,
              on_lost: Optional[Callable[[Lock], Any]] = None,
              timeout: Optional[float] = None) -> "LockContext":
         """``with client.lock("r") as lock:`` acquires, and releases on exit
@@ -528,7 +571,8 @@ class RedlockClient:
         NotHeldError if the lock was no longer held (expired or lost)."""
         return LockContext(self, (resource, ttl_ms, wait_ms, renew, fence,
                                   renew_max_ms),
-                           {"on_lost": on_lost, "timeout": timeout})
+                           {"on_lost": on_lost, "timeout": timeout,
+                            "permits": permits})
 
 
 class LockContext:

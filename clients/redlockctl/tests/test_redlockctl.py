@@ -1155,3 +1155,84 @@ def test_socket_from_env_and_default(shared, tmp_path):
     res = ctl(None, "--socket", shared.sock, "ping",
               env={"REDLOCKD_SOCKET": str(tmp_path / "none")})
     assert res.returncode == 0
+
+
+def test_status_and_locks(shared):
+    res_name = rname("st") + " a/b?c"  # needs escaping in the path
+    r = ctl(shared, "status", res_name)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["state"] == "free"
+    assert ctl(shared, "-q", "status", res_name).stdout == "free\n"
+    code, a = acquire(shared, res_name, "--ttl", "20000", "--fence")
+    assert code == 0, a
+    r = ctl(shared, "status", "--fence", res_name)
+    assert r.returncode == 0, r.stderr
+    st = json.loads(r.stdout)
+    assert st["state"] == "held" and st["mine"] is True, st
+    assert st["fence"] >= a["fence"] and 0 < st["pttl_ms"] <= 20000, st
+    assert a["lock"] not in r.stdout
+    assert ctl(shared, "-q", "status", res_name).stdout == "held\n"
+    # locks: one object a line, every page, never a token.
+    tag = rname("ls")
+    toks = []
+    for i in range(3):
+        code, b = acquire(shared, "%s:%d" % (tag, i), "--ttl", "20000")
+        assert code == 0, b
+        toks.append(b["lock"])
+    r = ctl(shared, "locks", tag + ":")
+    assert r.returncode == 0, r.stderr
+    lines = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [x["resource"] for x in lines] == [
+        "%s:%d" % (tag, i) for i in range(3)], lines
+    assert all(x["owner"] == "http" for x in lines), lines
+    assert not any(t in r.stdout for t in toks), r.stdout
+    r = ctl(shared, "locks")
+    assert r.returncode == 0 and res_name in r.stdout
+    for i, t in enumerate(toks):
+        assert ctl(shared, "release", t, "%s:%d" % (tag, i)).returncode == 0
+    assert ctl(shared, "complete", a["lock"], res_name).returncode == 0
+    assert ctl(shared, "-q", "status", res_name).stdout == "done\n"
+    assert ctl(shared, "status").returncode == 2  # missing RESOURCE
+
+
+def test_status_without_quorum(own):
+    for n in own.nodes[:3]:
+        n.pause()
+    r = ctl(own, "status", rname(), timeout=10)
+    assert r.returncode == RC_FAIL, (r.stdout, r.stderr)
+    assert json.loads(r.stdout)["error"]["code"] == "no_quorum"
+    assert "no_quorum" in r.stderr
+
+
+def test_lock_permits(shared, tmp_path):
+    """lock --permits 2 (consul lock -n): two commands at once, a third
+    is busy, each knows its permit."""
+    res = rname("perm")
+    procs, readies = [], []
+    for i in range(2):
+        ready = tmp_path / ("ready%d" % i)
+        readies.append(ready)
+        procs.append(ctl_bg(shared, "lock", "--permits", "2", "--ttl",
+                            "5000", res, "--", "sh", "-c",
+                            'echo "$REDLOCK_PERMIT" > %s; sleep 30' % ready))
+    try:
+        for p, ready in zip(procs, readies):
+            started(p, ready)
+        permits = sorted(r.read_text().strip() for r in readies)
+        assert permits == ["0", "1"], permits
+        r = ctl(shared, "lock", "--permits", "2", res, "--", "true")
+        assert r.returncode == RC_FAIL and "busy" in r.stderr, r.stderr
+        r = ctl(shared, "locks", res)
+        held = [json.loads(x) for x in r.stdout.splitlines()]
+        assert sorted(e["permit"] for e in held) == [0, 1], held
+        assert all(e["permits"] == 2 for e in held), held
+        code, a = acquire(shared, res, "--permits", "3")
+        assert code == 0 and a["permit"] == 2, a  # a third slot of 3
+        assert ctl(shared, "release", a["lock"], res).returncode == 0
+        assert ctl(shared, "acquire", "--permits", "1", res).returncode == 2
+    finally:
+        for p in procs:
+            stop_proc(p)
+    r = ctl(shared, "lock", "--permits", "2", res, "--", "sh", "-c",
+            'echo "$REDLOCK_PERMIT"')
+    assert r.returncode == 0 and r.stdout.strip() in ("0", "1"), r

@@ -4,6 +4,8 @@ import {
   BusyError,
   DoneError,
   type Health,
+  type Inspection,
+  type LocksPage,
   Lock,
   LostError,
   NotHeldError,
@@ -39,6 +41,18 @@ async function main(): Promise<void> {
   const rtt: number = await client.ping();
   const h: Health = await client.health();
   const up: boolean = h.nodes.every((n) => n.up);
+  const page: LocksPage = await client.locks({ prefix: 'orders:', limit: 50 });
+  const more: string | undefined = page.next;
+  for await (const e of client.iterLocks({ prefix: 'orders:' })) {
+    const owner: string = e.owner === 'http' ? 'http' : String(e.owner.pid);
+    console.log(e.resource, e.validity_ms, owner, more);
+  }
+  const sem: Lock = await client.acquire('api', { permits: 3, waitMs: 1000 });
+  const which: number | undefined = sem.permit;
+  await client.release({ token: sem.token, resource: 'api', permit: which });
+  const info: Inspection = await client.inspect('orders:42', { fence: true });
+  const state: 'free' | 'held' | 'done' = info.state;
+  void state;
   const n: number = await client.using('job', { ttlMs: 1000 }, async (signal, l) => {
     signal.throwIfAborted();
     return l.validityMs;

@@ -1,0 +1,393 @@
+/* inspect.c: who holds what.
+ *
+ * locks   -> locks_scan (one bounded page, in the order locks were taken)
+ *         -> one JSON array, answered at once
+ * inspect -> one read-only script per usable node (GET, PTTL, and the fence
+ *            counter when asked), all at once
+ *         -> every node answered or timed out
+ *         -> redlock_inspect_decide (the quorum rules of release)
+ *
+ * Neither answer carries a token: a node's token is compared with this
+ * daemon's table (to say "mine") and dropped. */
+#include "inspect.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "cluster.h"
+#include "config.h"
+#include "locks.h"
+#include "log.h"
+#include "node.h"
+#include "ops.h"
+#include "proto.h"
+#include "redlock.h"
+#include "semaphore.h"
+
+/* Entries looked at per page at most, matching or not: a prefix that
+ * matches nothing among a million locks still answers in bounded time,
+ * with a cursor to go on from. */
+#define SCAN_VISIT_MAX 65536
+
+/* Reads a resource's key, its PTTL and (ARGV[1] == "1") the node's fence
+ * counter in one atomic step. Sent as EVAL: the text is the same on every
+ * call, so the node's script cache holds it once. */
+static const char peek_script[] =
+    "local v = redis.call('GET', KEYS[1]) "
+    "local t = redis.call('PTTL', KEYS[1]) "
+    "local f = 0 "
+    "if ARGV[1] == '1' then f = tonumber(redis.call('GET', KEYS[2]) or '0') "
+    "end "
+    "return {v or '', t, f}";
+
+/* A growable buffer for an answer's extra members. */
+struct buf {
+    char *p;
+    size_t len, cap;
+    bool failed;
+};
+
+static void buf_put(struct buf *b, const char *s, size_t n)
+{
+    if (b->failed) {
+        return;
+    }
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = (b->cap ? b->cap * 2 : 1024) + n;
+        char *p = realloc(b->p, cap);
+        if (p == NULL) {
+            b->failed = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+static void buf_str(struct buf *b, const char *s)
+{
+    buf_put(b, s, strlen(s));
+}
+
+__attribute__((format(printf, 2, 3))) static void
+buf_printf(struct buf *b, const char *fmt, ...)
+{
+    char tmp[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(tmp)) {
+        b->failed = true;
+        return;
+    }
+    buf_put(b, tmp, (size_t)n);
+}
+
+/* A JSON string: the resource, escaped as every answer escapes it. */
+static void buf_qstr(struct buf *b, const char *s, size_t n)
+{
+    char tmp[PROTO_RESOURCE_MAX * 6 + 1];
+    size_t k = proto_json_escape(s, n, tmp, sizeof(tmp));
+    if (k == 0 && n > 0) {
+        b->failed = true;
+        return;
+    }
+    buf_put(b, "\"", 1);
+    buf_put(b, tmp, k);
+    buf_put(b, "\"", 1);
+}
+
+static void reply(struct call *call, enum proto_err err, const char *msg,
+                  const struct buf *extra)
+{
+    struct response rsp = {0};
+    rsp.id = call->req.id_len ? call->req.id : NULL;
+    rsp.id_len = call->req.id_len;
+    rsp.err = err;
+    rsp.message = msg;
+    if (extra != NULL) {
+        rsp.extra = extra->p;
+        rsp.extra_len = extra->len;
+    }
+    server_call_done(call, &rsp);
+}
+
+/* ---- locks ----------------------------------------------------------- */
+
+static void lock_json(struct buf *b, const struct lock *l, uint64_t now,
+                      size_t waiters)
+{
+    int64_t left = l->valid_until_us > now
+                       ? (int64_t)((l->valid_until_us - now) / 1000u)
+                       : 0;
+    uint64_t held = now > l->added_us ? (now - l->added_us) / 1000u : 0;
+    const char *r = l->resource;
+    size_t rl = l->resource_len;
+    int k = -1;
+    (void)sem_parse(l->resource, l->resource_len, &r, &rl, &k);
+    buf_str(b, "{\"resource\":");
+    buf_qstr(b, r, rl);
+    if (k >= 0) {
+        buf_printf(b, ",\"permit\":%d,\"permits\":%u", k, (unsigned)l->permits);
+    }
+    buf_printf(b,
+               ",\"ttl_ms\":%u,\"validity_ms\":%lld,\"renew\":%s,"
+               "\"held_ms\":%llu,\"since_ms\":%lld",
+               (unsigned)l->ttl_ms, (long long)left,
+               l->renew ? "true" : "false", (unsigned long long)held,
+               (long long)l->since_ms);
+    if (l->has_fence) {
+        buf_printf(b, ",\"fence\":%lld", (long long)l->fence);
+    } else {
+        buf_str(b, ",\"fence\":null");
+    }
+    if (l->owner == NULL) {
+        buf_str(b, ",\"owner\":\"http\"");
+    } else if (l->owner->has_cred) {
+        buf_printf(b,
+                   ",\"owner\":{\"conn\":%llu,\"pid\":%d,\"uid\":%u,"
+                   "\"gid\":%u}",
+                   (unsigned long long)l->owner->conn_id, l->owner->pid,
+                   l->owner->uid, l->owner->gid);
+    } else {
+        buf_printf(b, ",\"owner\":{\"conn\":%llu}",
+                   (unsigned long long)l->owner->conn_id);
+    }
+    buf_printf(b, ",\"waiters\":%zu}", waiters);
+}
+
+void inspect_locks(struct lock_table *t, inspect_waiters_fn *waiters,
+                   void *priv, struct call *call)
+{
+    const struct request *req = &call->req;
+    struct lock **page = malloc(sizeof(*page) * req->limit);
+    if (page == NULL) {
+        log_error(NULL, "locks: out of memory");
+        reply(call, ERR_INTERNAL, "out of memory", NULL);
+        return;
+    }
+    uint64_t next = 0;
+    size_t n = locks_scan(t, req->cursor, req->prefix, req->prefix_len,
+                          SCAN_VISIT_MAX, page, req->limit, &next);
+    uint64_t now = cluster_now_us();
+    struct buf b = {0};
+    buf_str(&b, "\"locks\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0) {
+            buf_str(&b, ",");
+        }
+        lock_json(&b, page[i], now,
+                  waiters(page[i]->resource, page[i]->resource_len, priv));
+    }
+    buf_printf(&b, "],\"count\":%zu,\"total\":%zu", n, locks_count(t));
+    if (next != 0) {
+        char cur[PROTO_CURSOR_MAX + 1];
+        proto_cursor_encode(next, cur);
+        buf_printf(&b, ",\"next\":\"%s\"", cur);
+    }
+    free(page);
+    if (b.failed) {
+        log_error(NULL, "locks: out of memory");
+        reply(call, ERR_INTERNAL, "out of memory", NULL);
+    } else {
+        reply(call, ERR_NONE, NULL, &b);
+    }
+    free(b.p);
+}
+
+/* ---- inspect --------------------------------------------------------- */
+
+/* One inspection in flight; owned by its node callbacks, freed by the last
+ * one. */
+struct peek {
+    struct call *call;        /* borrowed until answered */
+    struct lock_table *locks; /* borrowed: read at the end */
+    inspect_waiters_fn *waiters;
+    void *priv;
+    int *inflight; /* borrowed: lowered when answered */
+    int n_nodes;
+    int pending; /* node answers still owed */
+    enum redlock_peek peek[REDLOCK_MAX_NODES];
+    int64_t pttl[REDLOCK_MAX_NODES];
+    int64_t fence_max; /* the largest fence counter read, -1 none */
+    bool mine;         /* some node holds a token of this daemon's table */
+};
+
+/* Whether a node's value is a token this daemon holds for resource. */
+static bool token_is_ours(struct peek *p, const char *v, size_t n)
+{
+    if (n != PROTO_TOKEN_LEN || proto_validate_token(v, n) != 0) {
+        return false;
+    }
+    char tok[PROTO_TOKEN_LEN + 1];
+    memcpy(tok, v, n);
+    tok[n] = '\0';
+    struct lock *l = locks_find(p->locks, tok);
+    const struct request *req = &p->call->req;
+    return l != NULL && l->resource_len == req->resource_len &&
+           memcmp(l->resource, req->resource, req->resource_len) == 0;
+}
+
+static const char *state_name(enum redlock_state s)
+{
+    switch (s) {
+    case RL_STATE_FREE:
+        return "free";
+    case RL_STATE_HELD:
+        return "held";
+    case RL_STATE_DONE:
+        return "done";
+    default:
+        return "no_quorum";
+    }
+}
+
+static void peek_finish(struct peek *p)
+{
+    struct call *call = p->call;
+    const struct request *req = &call->req;
+    struct redlock_inspect d;
+    redlock_inspect_decide(p->n_nodes, p->peek, p->pttl, &d);
+    int answered = 0;
+    for (int i = 0; i < p->n_nodes; i++) {
+        answered += p->peek[i] != RL_PEEK_FAILED;
+    }
+    (*p->inflight)--;
+    if (d.state == RL_STATE_NO_QUORUM) {
+        char msg[PROTO_MSG_MAX];
+        snprintf(msg, sizeof(msg),
+                 "no state of the resource is on more than %d of %d nodes "
+                 "(%d answered, at most %d agreed)",
+                 p->n_nodes - redlock_quorum(p->n_nodes), p->n_nodes, answered,
+                 d.agree);
+        reply(call, ERR_NO_QUORUM, msg, NULL);
+        free(p);
+        return;
+    }
+    struct buf b = {0};
+    buf_str(&b, "\"resource\":");
+    buf_qstr(&b, req->resource, req->resource_len);
+    buf_printf(&b,
+               ",\"state\":\"%s\",\"agree\":%d,\"answered\":%d,\"nodes\":%d",
+               state_name(d.state), d.agree, answered, p->n_nodes);
+    if (d.pttl_min >= 0) {
+        buf_printf(&b, ",\"pttl_ms\":%lld", (long long)d.pttl_min);
+    }
+    buf_printf(&b, ",\"mine\":%s,\"waiters\":%zu", p->mine ? "true" : "false",
+               p->waiters(req->resource, req->resource_len, p->priv));
+    if (req->fence) {
+        buf_printf(&b, ",\"fence\":%lld", (long long)p->fence_max);
+    }
+    if (b.failed) {
+        log_error(NULL, "inspect: out of memory");
+        reply(call, ERR_INTERNAL, "out of memory", NULL);
+    } else {
+        reply(call, ERR_NONE, NULL, &b);
+    }
+    free(b.p);
+    free(p);
+}
+
+/* Reads {value, pttl, fence} into p for node i; anything else is a failed
+ * answer. */
+static void peek_record(struct peek *p, int i, const redisReply *r)
+{
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_INTEGER ||
+        r->element[2]->type != REDIS_REPLY_INTEGER) {
+        return;
+    }
+    const char *v = r->element[0]->str;
+    size_t n = (size_t)r->element[0]->len;
+    p->pttl[i] = r->element[1]->integer;
+    if (n == 0) {
+        p->peek[i] = RL_PEEK_FREE;
+    } else if (n > 5 && memcmp(v, "done:", 5) == 0) {
+        p->peek[i] = RL_PEEK_DONE;
+    } else {
+        p->peek[i] = RL_PEEK_HELD;
+        if (token_is_ours(p, v, n)) {
+            p->mine = true;
+        }
+    }
+    if (r->element[2]->integer > p->fence_max) {
+        p->fence_max = r->element[2]->integer;
+    }
+}
+
+static void peek_cb(struct node *node, struct redisReply *reply,
+                    enum node_status status, void *privdata)
+{
+    struct peek *p = privdata;
+    if (status == NODE_REPLY) {
+        peek_record(p, node_index(node), reply);
+    }
+    if (--p->pending == 0) {
+        peek_finish(p);
+    }
+}
+
+int inspect_resource(struct cluster *c, const struct config *cfg,
+                     struct lock_table *t, inspect_waiters_fn *waiters,
+                     void *priv, struct call *call, int *inflight)
+{
+    const struct request *req = &call->req;
+    struct peek *p = calloc(1, sizeof(*p));
+    size_t plen = strlen(cfg->prefix);
+    char *key = malloc(plen + 5 + req->resource_len + 1);
+    char *fkey = malloc(plen + 6);
+    if (p == NULL || key == NULL || fkey == NULL) {
+        free(p);
+        free(key);
+        free(fkey);
+        return -1;
+    }
+    memcpy(key, cfg->prefix, plen);
+    memcpy(key + plen, "lock:", 5);
+    memcpy(key + plen + 5, req->resource, req->resource_len);
+    memcpy(fkey, cfg->prefix, plen);
+    memcpy(fkey + plen, "fence", 6);
+    p->call = call;
+    p->locks = t;
+    p->waiters = waiters;
+    p->priv = priv;
+    p->inflight = inflight;
+    p->n_nodes = cluster_size(c);
+    p->fence_max = -1;
+    const char *argv[6] = {"EVAL", peek_script, "2",
+                           key,    fkey,        req->fence ? "1" : "0"};
+    size_t argvlen[6] = {4,        sizeof(peek_script) - 1,
+                         1,        plen + 5 + req->resource_len,
+                         plen + 5, 1};
+    /* One extra count keeps p alive while sending: a node's callback may
+     * run before node_command returns. */
+    p->pending = 1;
+    (*inflight)++;
+    for (int i = 0; i < p->n_nodes; i++) {
+        p->peek[i] = RL_PEEK_FAILED;
+        p->pttl[i] = -1;
+        if (cluster_node_quarantined(c, i)) {
+            continue; /* restarted empty: its "free" proves nothing */
+        }
+        p->pending++;
+        if (node_command(cluster_node(c, i), 6, argv, argvlen, peek_cb, p) !=
+            0) {
+            p->pending--;
+        }
+    }
+    free(key);
+    free(fkey);
+    if (--p->pending == 0) {
+        peek_finish(p);
+    }
+    return 0;
+}
