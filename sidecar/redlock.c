@@ -17,6 +17,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 int redlock_quorum(int n_nodes)
 {
@@ -223,4 +224,73 @@ uint32_t redlock_retry_delay_ms(unsigned attempt, int64_t pttl_min,
         d = wait_left_ms;
     }
     return (uint32_t)d;
+}
+
+void redlock_round_holder_pttl(struct redlock_round *r, int64_t pttl)
+{
+    if (pttl >= 0 && (r->pttl_min < 0 || pttl < r->pttl_min)) {
+        r->pttl_min = pttl;
+    }
+}
+
+/* The value a SET ... GET found: a done mark, or another holder's token. */
+static enum redlock_node_result classify_old_value(const struct redlock_reply *v)
+{
+    if (v->kind == RLR_NIL) {
+        return RL_OK;
+    }
+    if (v->kind != RLR_STRING) {
+        return RL_FAILED;
+    }
+    return v->len >= 5 && memcmp(v->str, "done:", 5) == 0 ? RL_DONE : RL_BUSY;
+}
+
+enum redlock_node_result redlock_classify_acquire(enum redlock_acquire_form form,
+                                                  const struct redlock_reply *r,
+                                                  int64_t *fence, int64_t *pttl)
+{
+    switch (form) {
+    case RL_FORM_SCRIPT:
+        if (r->kind != RLR_ARRAY || r->n_elem != 2 ||
+            r->elem[0].kind != RLR_INTEGER || r->elem[1].kind != RLR_INTEGER) {
+            return RL_FAILED;
+        }
+        switch (r->elem[0].integer) {
+        case 1:
+            *fence = r->elem[1].integer;
+            return RL_OK;
+        case 0:
+            *pttl = r->elem[1].integer;
+            return RL_BUSY;
+        case 2:
+            *pttl = r->elem[1].integer;
+            return RL_DONE;
+        default:
+            return RL_FAILED;
+        }
+    case RL_FORM_SET_GET:
+        return classify_old_value(r);
+    case RL_FORM_SET_GET_INCR: {
+        /* EXEC answers nil when the transaction was aborted (WATCH: never
+         * used here) and an error when it could not run at all. */
+        if (r->kind != RLR_ARRAY || r->n_elem != 2 ||
+            r->elem[1].kind != RLR_INTEGER) {
+            return RL_FAILED;
+        }
+        enum redlock_node_result res = classify_old_value(&r->elem[0]);
+        if (res == RL_OK) {
+            *fence = r->elem[1].integer;
+        }
+        return res;
+    }
+    }
+    return RL_FAILED;
+}
+
+enum redlock_node_result redlock_classify_flag(const struct redlock_reply *r)
+{
+    if (r->kind != RLR_INTEGER) {
+        return RL_FAILED;
+    }
+    return r->integer == 1 ? RL_OK : r->integer == 0 ? RL_BUSY : RL_FAILED;
 }
