@@ -58,6 +58,14 @@ struct cluster_op {
     char channel[KEY_INLINE + 8]; /* <prefix>wake:<resource> */
     size_t channel_len;
     struct node_prep prep_main;     /* the op's script, for every node */
+    struct node_prep prep_native;   /* acquire: SET NX GET (MULTI with INCR
+                                       when fenced), for Redis >= 7.0 */
+    uint8_t form[REDLOCK_MAX_NODES]; /* acquire: enum redlock_acquire_form
+                                        sent to each node */
+    bool want_pttl;                 /* acquire: a busy answer is followed by
+                                       PTTL (a waiter backs off on it) */
+    int pttl_pending;               /* PTTLs not answered yet */
+    bool busy_deferred;             /* a busy answer waits for them */
     struct node_prep prep_fence;    /* fence write-back */
     struct node_prep prep_rollback; /* compare-and-delete after a loss */
     struct event *deadline_ev;      /* owned (kept across pool reuse): a round
@@ -98,6 +106,9 @@ struct cluster {
     int queue_len;
     bool dispatching; /* draining the queue (no recursion) */
     bool closing;     /* in cluster_destroy: send nothing, arm nothing */
+    /* Nodes whose MULTI/EXEC failed (an ACL without +multi +exec, say):
+     * their fenced acquires go through the script from then on. */
+    bool fence_multi_refused[REDLOCK_MAX_NODES];
     struct cluster_op *free_ops;
     int free_count;
     /* Restart quarantine (see README, "Fencing and restarts"). */
@@ -193,6 +204,10 @@ static struct cluster_op *op_new(struct cluster *c, enum op_kind kind,
     memcpy(op->channel + plen + 5, resource, len);
     op->channel_len = plen + 5 + len;
     op->prep_main.buf = op->prep_fence.buf = op->prep_rollback.buf = NULL;
+    op->prep_native.buf = NULL;
+    op->want_pttl = false;
+    op->pttl_pending = 0;
+    op->busy_deferred = false;
     op->dispatched = false;
     op->prepared = false;
     op->next_queued = NULL;
@@ -214,6 +229,7 @@ static void op_release_if_finished(struct cluster_op *op)
         c->acquires_sent--;
     }
     node_prep_free(&op->prep_main);
+    node_prep_free(&op->prep_native);
     node_prep_free(&op->prep_fence);
     node_prep_free(&op->prep_rollback);
     evtimer_del(op->deadline_ev);
@@ -300,33 +316,91 @@ static void op_remove_keys(struct cluster_op *op, uint32_t mask)
 
 /* ---- reply decoding --------------------------------------------------- */
 
-static bool reply_int(const struct redisReply *r, long long *out)
+/* The view redlock.c classifies: the reply and, for arrays, up to two
+ * elements (every acquire form answers at most two). */
+struct reply_view {
+    struct redlock_reply top;
+    struct redlock_reply elem[2];
+};
+
+static void view_one(struct redlock_reply *v, const struct redisReply *r)
 {
-    if (r->type == REDIS_REPLY_INTEGER) {
-        *out = r->integer;
-        return true;
+    memset(v, 0, sizeof(*v));
+    switch (r->type) {
+    case REDIS_REPLY_NIL:
+        v->kind = RLR_NIL;
+        break;
+    case REDIS_REPLY_STRING:
+    case REDIS_REPLY_STATUS:
+        v->kind = RLR_STRING;
+        v->str = r->str;
+        v->len = r->len;
+        break;
+    case REDIS_REPLY_ERROR:
+        v->kind = RLR_ERROR;
+        v->str = r->str;
+        v->len = r->len;
+        break;
+    case REDIS_REPLY_INTEGER:
+        v->kind = RLR_INTEGER;
+        v->integer = r->integer;
+        break;
+    default:
+        v->kind = RLR_OTHER;
+        break;
     }
-    return false;
 }
 
-/* The acquire script answers {status, number}. */
-static enum redlock_node_result decode_acquire(struct node *node,
+static const struct redlock_reply *reply_view(struct reply_view *v,
+                                              const struct redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY) {
+        view_one(&v->top, r);
+        return &v->top;
+    }
+    memset(&v->top, 0, sizeof(v->top));
+    v->top.kind = RLR_ARRAY;
+    v->top.n_elem = r->elements;
+    v->top.elem = v->elem;
+    for (size_t k = 0; k < r->elements && k < 2; k++) {
+        view_one(&v->elem[k], r->element[k]);
+    }
+    if (r->elements > 2) {
+        v->top.kind = RLR_OTHER; /* no form answers more */
+    }
+    return &v->top;
+}
+
+static const char *reply_text(const struct redisReply *r)
+{
+    return r->type == REDIS_REPLY_ERROR ? r->str : "(unexpected shape)";
+}
+
+static enum redlock_node_result decode_acquire(struct cluster_op *op,
+                                               struct node *node,
                                                const struct redisReply *r,
                                                int64_t *fence, int64_t *pttl)
 {
-    long long a, b;
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 &&
-        reply_int(r->element[0], &a) && reply_int(r->element[1], &b)) {
-        if (a == 1) {
-            *fence = b;
-            return RL_OK;
-        }
-        *pttl = b;
-        return a == 2 ? RL_DONE : RL_BUSY;
+    int i = node_index(node);
+    enum redlock_acquire_form form = (enum redlock_acquire_form)op->form[i];
+    struct reply_view v;
+    enum redlock_node_result res =
+        redlock_classify_acquire(form, reply_view(&v, r), fence, pttl);
+    if (res != RL_FAILED) {
+        return res;
     }
-    log_warn(NULL, "node %d: acquire: unexpected reply: %s",
-             node_index(node) + 1,
-             r->type == REDIS_REPLY_ERROR ? r->str : "(not an array)");
+    log_warn(NULL, "node %d: acquire: unexpected reply: %s", i + 1,
+             reply_text(r));
+    if (form == RL_FORM_SET_GET_INCR && !op->c->fence_multi_refused[i]) {
+        /* Failed as a whole, or MULTI refused and the SET ran alone: the
+         * node is rolled back like any failure. Later fenced acquires use
+         * the script, which needs no +multi +exec. */
+        op->c->fence_multi_refused[i] = true;
+        log_warn(NULL,
+                 "node %d: fenced acquire falls back to the script "
+                 "(MULTI/EXEC failed; an ACL needs +multi +exec)",
+                 i + 1);
+    }
     return RL_FAILED;
 }
 
@@ -334,14 +408,13 @@ static enum redlock_node_result decode_acquire(struct node *node,
 static enum redlock_node_result decode_flag(struct node *node,
                                             const struct redisReply *r)
 {
-    long long v;
-    if (reply_int(r, &v)) {
-        return v == 1 ? RL_OK : RL_BUSY;
+    struct reply_view v;
+    enum redlock_node_result res = redlock_classify_flag(reply_view(&v, r));
+    if (res == RL_FAILED) {
+        log_warn(NULL, "node %d: script: unexpected reply: %s",
+                 node_index(node) + 1, reply_text(r));
     }
-    log_warn(NULL, "node %d: script: unexpected reply: %s",
-             node_index(node) + 1,
-             r->type == REDIS_REPLY_ERROR ? r->str : "(not an integer)");
-    return RL_FAILED;
+    return res;
 }
 
 static enum redlock_node_result decode_status(enum node_status status)
@@ -374,6 +447,11 @@ static void op_finish_acquire(struct cluster_op *op, enum redlock_outcome out)
         return;
     case RL_LOST_BUSY:
         res.err = ERR_BUSY;
+        if (op->pttl_pending > 0) {
+            /* The waiter backs off on the holder's PTTL: answer when the
+             * PTTLs asked are in (pttl_cb). The rollback goes now. */
+            op->busy_deferred = true;
+        }
         break;
     case RL_LOST_DONE:
         res.err = ERR_DONE;
@@ -390,7 +468,45 @@ static void op_finish_acquire(struct cluster_op *op, enum redlock_outcome out)
         METRIC_INC(rollbacks);
         op_remove_keys(op, rollback);
     }
-    op_answer(op, &res);
+    if (!op->busy_deferred) {
+        op_answer(op, &res);
+    }
+}
+
+/* A holder's PTTL, asked after its busy answer. */
+static void pttl_cb(struct node *node, struct redisReply *reply,
+                    enum node_status status, void *privdata)
+{
+    (void)node;
+    struct cluster_op *op = privdata;
+    op->outstanding--;
+    op->pttl_pending--;
+    if (status == NODE_REPLY && reply->type == REDIS_REPLY_INTEGER) {
+        redlock_round_holder_pttl(&op->round, reply->integer);
+    }
+    if (op->pttl_pending == 0 && op->busy_deferred) {
+        op->busy_deferred = false;
+        struct cluster_result res;
+        result_init(&res);
+        res.err = ERR_BUSY;
+        res.n_ok = op->round.n_ok;
+        res.pttl_min = op->round.pttl_min;
+        op_answer(op, &res);
+    }
+    op_release_if_finished(op);
+}
+
+/* Asks node i for the holder's PTTL after a busy answer to SET NX GET,
+ * which does not carry it. */
+static void op_ask_pttl(struct cluster_op *op, struct node *node)
+{
+    const char *argv[2] = {"PTTL", op->key};
+    size_t lens[2] = {4, op->key_len};
+    if (!op->c->closing &&
+        node_command(node, 2, argv, lens, pttl_cb, op) == 0) {
+        op->outstanding++;
+        op->pttl_pending++;
+    }
 }
 
 /* Whether the answers prove that no quorum can still hold the token: more
@@ -449,11 +565,15 @@ static void op_main_cb(struct node *node, struct redisReply *reply,
     if (status != NODE_REPLY) {
         res = decode_status(status);
     } else if (op->kind == OPK_ACQUIRE) {
-        res = decode_acquire(node, reply, &fence, &pttl);
+        res = decode_acquire(op, node, reply, &fence, &pttl);
     } else {
         res = decode_flag(node, reply);
     }
     bool was_decided = op->round.outcome != RL_UNDECIDED;
+    if (res == RL_BUSY && op->want_pttl && !was_decided &&
+        op->form[i] != RL_FORM_SCRIPT) {
+        op_ask_pttl(op, node);
+    }
     enum redlock_outcome out =
         redlock_round_answer(&op->round, i, res, fence, pttl, cluster_now_us);
     if (was_decided) {
@@ -617,16 +737,24 @@ static bool op_sets_ttl(const struct cluster_op *op)
     return op->kind == OPK_ACQUIRE || op->kind == OPK_EXTEND;
 }
 
+static void op_submit(struct cluster_op *op, uint32_t ttl_ms);
+
 static void op_send_main(struct cluster_op *op, enum node_script script,
                          int argc, const char **argv, const size_t *lens,
                          uint32_t ttl_ms)
+{
+    op->prepared = node_prepare(&op->prep_main, script, argc, argv, lens) == 0;
+    op_submit(op, ttl_ms);
+}
+
+/* Sends the op now, or queues an acquire behind the admission limit. */
+static void op_submit(struct cluster_op *op, uint32_t ttl_ms)
 {
     struct cluster *c = op->c;
     if (ttl_ms > c->max_ttl_seen && op_sets_ttl(op)) {
         c->max_ttl_seen = ttl_ms;
     }
     op->ttl_ms = ttl_ms;
-    op->prepared = node_prepare(&op->prep_main, script, argc, argv, lens) == 0;
     if (op->kind == OPK_ACQUIRE &&
         (c->acquires_sent >= ACQUIRES_SENT_MAX || c->queue_head != NULL)) {
         if (c->queue_len >= ACQUIRE_QUEUE_MAX) {
@@ -647,6 +775,74 @@ static void op_send_main(struct cluster_op *op, enum node_script script,
         return;
     }
     op_dispatch(op);
+}
+
+/* The form of acquire node i gets: SET NX GET where the server has it
+ * (7.0), in MULTI with INCR when fenced; the script on older servers,
+ * with --acquire-script, and for fenced acquires on a node that refused
+ * MULTI/EXEC. */
+static enum redlock_acquire_form acquire_form(const struct cluster_op *op,
+                                              int i)
+{
+    const struct cluster *c = op->c;
+    if (c->cfg->acquire_script || node_version(c->nodes[i]) < 70000) {
+        return RL_FORM_SCRIPT;
+    }
+    if (!op->fence) {
+        return RL_FORM_SET_GET;
+    }
+    return c->fence_multi_refused[i] ? RL_FORM_SCRIPT : RL_FORM_SET_GET_INCR;
+}
+
+/* The command for node i: each form is formatted once per op, when the
+ * first node needing it is sent. NULL when it cannot be (no scripts
+ * loaded anywhere, no memory). */
+static const struct node_prep *acquire_prep(struct cluster_op *op, int i)
+{
+    struct cluster *c = op->c;
+    enum redlock_acquire_form form = acquire_form(op, i);
+    op->form[i] = (uint8_t)form;
+    char ttl[24];
+    size_t tl = dec_u64(ttl, op->ttl_ms);
+    if (form == RL_FORM_SCRIPT) {
+        if (op->prep_main.buf == NULL) {
+            const char *argv[5] = {op->key, c->fence_key, op->token, ttl,
+                                   op->fence ? "1" : "0"};
+            size_t lens[5] = {op->key_len, c->fence_key_len, PROTO_TOKEN_LEN,
+                              tl, 1};
+            if (node_prepare(&op->prep_main, SCRIPT_ACQUIRE, 5, argv, lens) !=
+                0) {
+                return NULL;
+            }
+        }
+        return &op->prep_main;
+    }
+    if (op->prep_native.buf == NULL) {
+        /* One op is either fenced or not, so one native form per op. */
+        const char *argv[10] = {"MULTI",   "SET",          op->key,
+                                op->token, "NX",           "PX",
+                                ttl,       "GET",          "INCR",
+                                c->fence_key};
+        size_t lens[10] = {5, 3, op->key_len, PROTO_TOKEN_LEN, 2, 2, tl, 3,
+                           4, c->fence_key_len};
+        static const char exec[] = "EXEC";
+        const char *targv[11];
+        size_t tlens[11];
+        int argcs[4] = {1, 7, 2, 1};
+        memcpy(targv, argv, sizeof(argv));
+        memcpy(tlens, lens, sizeof(lens));
+        targv[10] = exec;
+        tlens[10] = 4;
+        int rc = form == RL_FORM_SET_GET
+                     ? node_prepare_commands(&op->prep_native, 1, &argcs[1],
+                                             &targv[1], &tlens[1])
+                     : node_prepare_commands(&op->prep_native, 4, argcs, targv,
+                                             tlens);
+        if (rc != 0) {
+            return NULL;
+        }
+    }
+    return &op->prep_native;
 }
 
 /* Sends the prepared round to every node. */
@@ -674,10 +870,16 @@ static void op_dispatch(struct cluster_op *op)
          * the round is lost already: a key it could delete would otherwise
          * block the resource there until its TTL. */
         bool send_all = op->kind == OPK_RELEASE || op->kind == OPK_COMPLETE;
+        const struct node_prep *prep = NULL;
         if ((op->round.outcome == RL_UNDECIDED || send_all) && !skip &&
-            prepared && send_node(c, i) != NULL &&
-            node_send_prepared(send_node(c, i), &op->prep_main, now, op_main_cb,
-                               op) == 0) {
+            send_node(c, i) != NULL) {
+            prep = op->kind == OPK_ACQUIRE ? acquire_prep(op, i)
+                   : prepared              ? &op->prep_main
+                                           : NULL;
+        }
+        if (prep != NULL &&
+            node_send_prepared(send_node(c, i), prep, now, op_main_cb, op) ==
+                0) {
             op->outstanding++;
         } else {
             redlock_round_answer(&op->round, i, RL_SKIPPED, 0, -1,
@@ -711,7 +913,7 @@ static void op_dispatch(struct cluster_op *op)
 
 int cluster_acquire(struct cluster *c, const char *resource, size_t len,
                     const char *token, uint32_t ttl_ms, bool fence,
-                    cluster_done_fn *cb, void *priv)
+                    bool want_pttl, cluster_done_fn *cb, void *priv)
 {
     struct cluster_op *op =
         op_new(c, OPK_ACQUIRE, resource, len, token, cb, priv);
@@ -719,13 +921,10 @@ int cluster_acquire(struct cluster *c, const char *resource, size_t len,
         return -1;
     }
     op->fence = fence;
+    op->want_pttl = want_pttl;
     op->ttl_ms = ttl_ms;
-    char ttl[24];
-    size_t tl = dec_u64(ttl, ttl_ms);
-    const char *argv[5] = {op->key, c->fence_key, op->token, ttl,
-                           fence ? "1" : "0"};
-    size_t lens[5] = {op->key_len, c->fence_key_len, PROTO_TOKEN_LEN, tl, 1};
-    op_send_main(op, SCRIPT_ACQUIRE, 5, argv, lens, ttl_ms);
+    /* Formatted per node form when sent (acquire_prep). */
+    op_submit(op, ttl_ms);
     return 0;
 }
 
@@ -1131,6 +1330,7 @@ void cluster_destroy(struct cluster *c)
         struct cluster_op *op = c->queue_head;
         c->queue_head = op->next_queued;
         node_prep_free(&op->prep_main);
+        node_prep_free(&op->prep_native);
         event_free(op->deadline_ev);
         free(op);
     }
