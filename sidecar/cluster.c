@@ -25,6 +25,13 @@
 
 #define KEY_INLINE 600 /* prefix (<= 64) + "lock:" + resource (<= 512) */
 
+/* Keys per batched script: past a few dozen the per-key work dominates
+ * (measured: 7.0 us of redis CPU per key alone, 2.9 at 8, 2.1 at 32, 2.0
+ * at 64, 2.2 at 128), and a bounded batch bounds the script's run time. */
+#define BATCH_MAX 64
+#define BATCH_KINDS 3   /* release (and rollback), extend, complete */
+#define BLOOM_WORDS 16  /* 1024 bits per node */
+
 enum op_kind {
     OPK_ACQUIRE,
     OPK_EXTEND,
@@ -57,7 +64,8 @@ struct cluster_op {
     size_t key_len;
     char channel[KEY_INLINE + 8]; /* <prefix>wake:<resource> */
     size_t channel_len;
-    struct node_prep prep_main;     /* the op's script, for every node */
+    struct node_prep prep_main;     /* acquire: the script, for every node
+                                       on Redis < 7.0 */
     struct node_prep prep_native;   /* acquire: SET NX GET (MULTI with INCR
                                        when fenced), for Redis >= 7.0 */
     uint8_t form[REDLOCK_MAX_NODES]; /* acquire: enum redlock_acquire_form
@@ -67,11 +75,12 @@ struct cluster_op {
     int pttl_pending;               /* PTTLs not answered yet */
     bool busy_deferred;             /* a busy answer waits for them */
     struct node_prep prep_fence;    /* fence write-back */
-    struct node_prep prep_rollback; /* compare-and-delete after a loss */
+    bool rollback_sent;             /* compare-and-delete after a loss */
+    uint64_t keep_ms;               /* complete: the done mark's PX */
+    uint32_t key_hash;              /* of key: batch ordering (batch.c) */
     struct event *deadline_ev;      /* owned (kept across pool reuse): a round
                                        that cannot win any more ends early */
     bool dispatched;                /* counted in c->acquires_sent */
-    bool prepared;                  /* prep_main holds the command */
     struct cluster_op *next_queued; /* the admission queue */
     struct cluster_op *next_free;
 };
@@ -109,6 +118,17 @@ struct cluster {
     /* Nodes whose MULTI/EXEC failed (an ACL without +multi +exec, say):
      * their fenced acquires go through the script from then on. */
     bool fence_multi_refused[REDLOCK_MAX_NODES];
+    /* Release, extend and complete (and rollbacks) gathered per node and
+     * script during a loop turn, sent as one script over their keys at its
+     * end (batch_ev), when full, or before an acquire of one of their keys
+     * on that node (order on a connection is order on the node). */
+    struct batch *open[REDLOCK_MAX_NODES][BATCH_KINDS];
+    uint64_t open_bloom[REDLOCK_MAX_NODES][BLOOM_WORDS]; /* their key
+                                                             hashes */
+    struct event *batch_ev; /* owned */
+    bool batch_armed;
+    struct batch *free_batches;
+    int free_batch_count;
     struct cluster_op *free_ops;
     int free_count;
     /* Restart quarantine (see README, "Fencing and restarts"). */
@@ -153,6 +173,17 @@ static size_t dec_u64(char *buf, uint64_t v)
         buf[i] = tmp[n - 1 - i];
     }
     return n;
+}
+
+/* FNV-1a of a key: batch ordering only, so collisions only cost an early
+ * send. */
+static uint32_t key_hash(const char *s, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ (unsigned char)s[i]) * 16777619u;
+    }
+    return h;
 }
 
 /* ---- op pool ---------------------------------------------------------- */
@@ -203,13 +234,15 @@ static struct cluster_op *op_new(struct cluster *c, enum op_kind kind,
     memcpy(op->channel + plen, "wake:", 5);
     memcpy(op->channel + plen + 5, resource, len);
     op->channel_len = plen + 5 + len;
-    op->prep_main.buf = op->prep_fence.buf = op->prep_rollback.buf = NULL;
+    op->prep_main.buf = op->prep_fence.buf = NULL;
+    op->rollback_sent = false;
+    op->keep_ms = 0;
+    op->key_hash = key_hash(op->key, op->key_len);
     op->prep_native.buf = NULL;
     op->want_pttl = false;
     op->pttl_pending = 0;
     op->busy_deferred = false;
     op->dispatched = false;
-    op->prepared = false;
     op->next_queued = NULL;
     c->ops_inflight++;
     return op;
@@ -231,7 +264,6 @@ static void op_release_if_finished(struct cluster_op *op)
     node_prep_free(&op->prep_main);
     node_prep_free(&op->prep_native);
     node_prep_free(&op->prep_fence);
-    node_prep_free(&op->prep_rollback);
     evtimer_del(op->deadline_ev);
     if (c->free_count < 1024) {
         op->next_free = c->free_ops;
@@ -269,52 +301,7 @@ static void result_init(struct cluster_result *res)
     res->pttl_min = -1;
 }
 
-/* ---- fire-and-forget commands ---------------------------------------- */
-
-static void op_release_if_finished(struct cluster_op *op);
-
-static void rollback_cb(struct node *node, struct redisReply *reply,
-                        enum node_status status, void *privdata)
-{
-    struct cluster_op *op = privdata;
-    op->outstanding--;
-    if (status != NODE_REPLY) {
-        log_debug(NULL, "node %d: cleanup command %s", node_index(node) + 1,
-                  status == NODE_TIMEOUT ? "timed out" : "dropped");
-    } else if (reply->type == REDIS_REPLY_ERROR) {
-        log_warn(NULL, "node %d: cleanup command failed: %s",
-                 node_index(node) + 1, reply->str);
-    }
-    op_release_if_finished(op);
-}
-
-/* Compare-and-delete the op's key on the nodes in mask (no publish: the
- * key was never ours to announce). */
-static void op_remove_keys(struct cluster_op *op, uint32_t mask)
-{
-    struct cluster *c = op->c;
-    const char *argv[3] = {op->key, op->token, ""};
-    size_t lens[3] = {op->key_len, PROTO_TOKEN_LEN, 0};
-    if (op->prep_rollback.buf != NULL ||
-        node_prepare(&op->prep_rollback, SCRIPT_RELEASE, 3, argv, lens) != 0) {
-        return; /* no node ever loaded the scripts: nothing was set */
-    }
-    uint64_t now = cluster_now_us();
-    for (int i = 0; i < c->n; i++) {
-        if (!(mask & (1u << i))) {
-            continue;
-        }
-        /* A node that is down now lost the connection the SET went on;
-         * whatever it applied expires with the TTL. */
-        if (send_node(c, i) != NULL &&
-            node_send_prepared(send_node(c, i), &op->prep_rollback, now,
-                               rollback_cb, op) == 0) {
-            op->outstanding++;
-        }
-    }
-}
-
-/* ---- reply decoding --------------------------------------------------- */
+/* ---- reply views ------------------------------------------------------ */
 
 /* The view redlock.c classifies: the reply and, for arrays, up to two
  * elements (every acquire form answers at most two). */
@@ -375,6 +362,303 @@ static const char *reply_text(const struct redisReply *r)
 {
     return r->type == REDIS_REPLY_ERROR ? r->str : "(unexpected shape)";
 }
+
+/* ---- batches ---------------------------------------------------------- */
+
+/* One entry of a batch: an op's script on this node. */
+struct batch_entry {
+    struct cluster_op *op; /* borrowed: kept alive by op->outstanding */
+    bool rollback;         /* the compare-and-delete after a lost acquire */
+};
+
+/* Up to BATCH_MAX ops' compare-and-act on one node, in one script. Open
+ * (owned by the cluster, c->open) until sent, then owned by its node
+ * callback, which answers every entry and frees it. Each entry still
+ * compares its own token: batching changes the number of calls, not what
+ * each key's check does. */
+struct batch {
+    struct cluster *c;
+    int node;
+    int kind; /* index into batch_script[] */
+    int n;
+    struct batch_entry e[BATCH_MAX];
+    uint32_t hash[BATCH_MAX]; /* key_hash of each entry's key */
+    struct node_prep prep;
+    struct batch *next_free;
+};
+
+/* Per kind: the single-key script (for a batch of one: cheapest for a
+ * lone key) and the n-key one. */
+static const enum node_script batch_script[BATCH_KINDS][2] = {
+    {SCRIPT_RELEASE, SCRIPT_RELEASE_N},
+    {SCRIPT_EXTEND, SCRIPT_EXTEND_N},
+    {SCRIPT_COMPLETE, SCRIPT_COMPLETE_N},
+};
+
+static int op_batch_kind(const struct cluster_op *op, bool rollback)
+{
+    if (rollback || op->kind == OPK_RELEASE) {
+        return 0;
+    }
+    return op->kind == OPK_EXTEND ? 1 : 2;
+}
+
+static void op_node_answer(struct cluster_op *op, int i, struct node *node,
+                           enum redlock_node_result res, int64_t fence,
+                           int64_t pttl);
+static void op_release_if_finished(struct cluster_op *op);
+
+static void batch_free(struct batch *b)
+{
+    struct cluster *c = b->c;
+    node_prep_free(&b->prep);
+    if (c->free_batch_count < 64 && !c->closing) {
+        b->next_free = c->free_batches;
+        c->free_batches = b;
+        c->free_batch_count++;
+    } else {
+        free(b);
+    }
+}
+
+/* One entry's answer from its node. */
+static void batch_entry_answer(const struct batch_entry *e, int i,
+                               enum redlock_node_result res)
+{
+    struct cluster_op *op = e->op;
+    if (!e->rollback) {
+        op_node_answer(op, i, NULL, res, 0, -1);
+        return;
+    }
+    /* A rollback's answer decides nothing: 0 means the key was not (or no
+     * longer) ours there. */
+    op->outstanding--;
+    op_release_if_finished(op);
+}
+
+static void batch_cb(struct node *node, struct redisReply *reply,
+                     enum node_status status, void *privdata)
+{
+    struct batch *b = privdata;
+    bool whole = status == NODE_REPLY && b->n > 1 &&
+                 reply->type == REDIS_REPLY_ARRAY &&
+                 reply->elements == (size_t)b->n;
+    if (status == NODE_REPLY && b->n > 1 && !whole) {
+        log_warn(NULL, "node %d: batched script over %d keys: %s",
+                 node_index(node) + 1, b->n,
+                 reply->type == REDIS_REPLY_ERROR ? reply->str
+                                                  : "(unexpected shape)");
+    } else if (status != NODE_REPLY) {
+        log_debug(NULL, "node %d: batched script over %d keys %s",
+                  node_index(node) + 1, b->n,
+                  status == NODE_TIMEOUT ? "timed out" : "dropped");
+    }
+    for (int j = 0; j < b->n; j++) {
+        enum redlock_node_result res = RL_FAILED;
+        if (status == NODE_REPLY && b->n == 1) {
+            struct reply_view v;
+            res = redlock_classify_flag(reply_view(&v, reply));
+            if (res == RL_FAILED) {
+                log_warn(NULL, "node %d: script: unexpected reply: %s",
+                         node_index(node) + 1, reply_text(reply));
+            }
+        } else if (whole) {
+            /* Each key's own answer: 1, 0, or the error it met. */
+            struct reply_view v;
+            const struct redisReply *el = reply->element[j];
+            res = redlock_classify_flag(reply_view(&v, el));
+            if (res == RL_FAILED) {
+                log_warn(NULL, "node %d: script on one key: %s",
+                         node_index(node) + 1,
+                         el->type == REDIS_REPLY_STRING ||
+                                 el->type == REDIS_REPLY_ERROR
+                             ? el->str
+                             : "(unexpected reply)");
+            }
+        }
+        batch_entry_answer(&b->e[j], b->node, res);
+    }
+    batch_free(b);
+}
+
+/* Sends batch b (already detached from c->open) to its node; when it
+ * cannot be sent, every entry fails there at once. */
+static void batch_send(struct batch *b, uint64_t now)
+{
+    struct cluster *c = b->c;
+    const struct batch_entry *e = b->e;
+    int k = b->kind;
+    const char *argv[BATCH_MAX * 4];
+    size_t lens[BATCH_MAX * 4];
+    char nums[BATCH_MAX][24];
+    int a = 0;
+    for (int j = 0; j < b->n; j++) {
+        argv[a] = e[j].op->key;
+        lens[a++] = e[j].op->key_len;
+    }
+    for (int j = 0; j < b->n; j++) {
+        const struct cluster_op *op = e[j].op;
+        argv[a] = op->token;
+        lens[a++] = PROTO_TOKEN_LEN;
+        if (k == 1 || k == 2) {
+            argv[a] = nums[j];
+            lens[a++] = dec_u64(nums[j], k == 1 ? op->ttl_ms : op->keep_ms);
+        }
+        if (k == 0 || k == 2) {
+            /* A rollback publishes nothing: the key was never ours to
+             * announce. */
+            argv[a] = e[j].rollback ? "" : op->channel;
+            lens[a++] = e[j].rollback ? 0 : op->channel_len;
+        }
+    }
+    struct node *node = send_node(c, b->node);
+    int rc = b->n == 1 ? node_prepare(&b->prep, batch_script[k][0], a, argv,
+                                      lens)
+                       : node_prepare_keys(&b->prep, batch_script[k][1], b->n,
+                                           a, argv, lens);
+    if (rc == 0 && node != NULL &&
+        node_send_prepared(node, &b->prep, now, batch_cb, b) == 0) {
+        return;
+    }
+    /* Down since the entries were added: as if never sent. */
+    for (int j = 0; j < b->n; j++) {
+        batch_entry_answer(&b->e[j], b->node, RL_FAILED);
+    }
+    batch_free(b);
+}
+
+/* Sends node i's open batches (all kinds), or only those holding a key
+ * with hash h when only is set, except kind skip (-1: none). */
+static void batch_send_node(struct cluster *c, int i, bool only, uint32_t h,
+                            int skip)
+{
+    uint64_t now = 0;
+    bool left = false;
+    for (int k = 0; k < BATCH_KINDS; k++) {
+        struct batch *b = c->open[i][k];
+        if (b == NULL) {
+            continue;
+        }
+        if (k == skip) {
+            left = true;
+            continue;
+        }
+        bool hit = !only;
+        for (int j = 0; j < b->n && !hit; j++) {
+            hit = b->hash[j] == h;
+        }
+        if (!hit) {
+            left = true;
+            continue;
+        }
+        c->open[i][k] = NULL; /* entries added from here on start anew */
+        if (now == 0) {
+            now = cluster_now_us();
+        }
+        batch_send(b, now);
+    }
+    if (!left) {
+        memset(c->open_bloom[i], 0, sizeof(c->open_bloom[i]));
+    }
+}
+
+/* End of the loop turn: every open batch goes out. Batches opened by the
+ * answers this sends (a failed send answers at once) are sent too, or
+ * wait for the next turn. */
+static void batch_ev_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct cluster *c = arg;
+    c->batch_armed = false;
+    for (int i = 0; i < c->n; i++) {
+        batch_send_node(c, i, false, 0, -1);
+    }
+}
+
+/* Before a command on op's key goes to node i outside a batch of kind
+ * skip (-1: outside any batch): a batch holding that key goes first, so
+ * the node applies them in the order the daemon issued them (a release,
+ * then the next waiter's SET NX; an extend, then a release). Other keys'
+ * commands may go later: commands on different keys commute. */
+static void batch_order(struct cluster *c, int i, const struct cluster_op *op,
+                        int skip)
+{
+    uint32_t h = op->key_hash;
+    if (c->open_bloom[i][(h >> 6) % BLOOM_WORDS] & (1ull << (h & 63))) {
+        batch_send_node(c, i, true, h, skip);
+    }
+}
+
+/* Adds op's script on node i to the node's open batch of its kind. The op
+ * stays alive until the entry is answered (op->outstanding). Returns 0, or
+ * -1 (the node is not up, or no memory): not sent. */
+static int batch_add(struct cluster *c, int i, struct cluster_op *op,
+                     bool rollback)
+{
+    struct node *node = send_node(c, i);
+    if (node == NULL || !node_is_up(node)) {
+        return -1;
+    }
+    int k = op_batch_kind(op, rollback);
+    batch_order(c, i, op, k);
+    struct batch *b = c->open[i][k];
+    if (b == NULL) {
+        b = c->free_batches;
+        if (b != NULL) {
+            c->free_batches = b->next_free;
+            c->free_batch_count--;
+        } else if ((b = malloc(sizeof(*b))) == NULL) {
+            return -1;
+        }
+        b->c = c;
+        b->node = i;
+        b->kind = k;
+        b->n = 0;
+        b->prep.buf = NULL;
+        c->open[i][k] = b;
+    }
+    uint32_t h = op->key_hash;
+    b->e[b->n].op = op;
+    b->e[b->n].rollback = rollback;
+    b->hash[b->n] = h;
+    b->n++;
+    op->outstanding++;
+    c->open_bloom[i][(h >> 6) % BLOOM_WORDS] |= 1ull << (h & 63);
+    if (b->n == BATCH_MAX) {
+        c->open[i][k] = NULL;
+        batch_send(b, cluster_now_us());
+    } else if (!c->batch_armed) {
+        c->batch_armed = true;
+        event_active(c->batch_ev, EV_TIMEOUT, 1);
+    }
+    return 0;
+}
+
+/* ---- fire-and-forget commands ---------------------------------------- */
+
+static void op_release_if_finished(struct cluster_op *op);
+
+/* Compare-and-delete the op's key on the nodes in mask (no publish: the
+ * key was never ours to announce), batched with other compare-and-deletes
+ * on each node; it goes behind the SET on the same connection. */
+static void op_remove_keys(struct cluster_op *op, uint32_t mask)
+{
+    struct cluster *c = op->c;
+    if (op->rollback_sent) {
+        return;
+    }
+    op->rollback_sent = true;
+    for (int i = 0; i < c->n; i++) {
+        /* A node that is down now lost the connection the SET went on;
+         * whatever it applied expires with the TTL. */
+        if (mask & (1u << i)) {
+            (void)batch_add(c, i, op, true);
+        }
+    }
+}
+
+/* ---- reply decoding --------------------------------------------------- */
 
 static enum redlock_node_result decode_acquire(struct cluster_op *op,
                                                struct node *node,
@@ -558,10 +842,8 @@ static void op_main_cb(struct node *node, struct redisReply *reply,
                        enum node_status status, void *privdata)
 {
     struct cluster_op *op = privdata;
-    int i = node_index(node);
     int64_t fence = 0, pttl = -1;
     enum redlock_node_result res;
-    op->outstanding--;
     if (status != NODE_REPLY) {
         res = decode_status(status);
     } else if (op->kind == OPK_ACQUIRE) {
@@ -569,8 +851,18 @@ static void op_main_cb(struct node *node, struct redisReply *reply,
     } else {
         res = decode_flag(node, reply);
     }
+    op_node_answer(op, node_index(node), node, res, fence, pttl);
+}
+
+/* Node i's answer to the op's main command (node: NULL when it came in a
+ * batch, which only release, extend and complete use). */
+static void op_node_answer(struct cluster_op *op, int i, struct node *node,
+                           enum redlock_node_result res, int64_t fence,
+                           int64_t pttl)
+{
+    op->outstanding--;
     bool was_decided = op->round.outcome != RL_UNDECIDED;
-    if (res == RL_BUSY && op->want_pttl && !was_decided &&
+    if (res == RL_BUSY && op->want_pttl && !was_decided && node != NULL &&
         op->form[i] != RL_FORM_SCRIPT) {
         op_ask_pttl(op, node);
     }
@@ -737,16 +1029,6 @@ static bool op_sets_ttl(const struct cluster_op *op)
     return op->kind == OPK_ACQUIRE || op->kind == OPK_EXTEND;
 }
 
-static void op_submit(struct cluster_op *op, uint32_t ttl_ms);
-
-static void op_send_main(struct cluster_op *op, enum node_script script,
-                         int argc, const char **argv, const size_t *lens,
-                         uint32_t ttl_ms)
-{
-    op->prepared = node_prepare(&op->prep_main, script, argc, argv, lens) == 0;
-    op_submit(op, ttl_ms);
-}
-
 /* Sends the op now, or queues an acquire behind the admission limit. */
 static void op_submit(struct cluster_op *op, uint32_t ttl_ms)
 {
@@ -859,7 +1141,6 @@ static void op_dispatch(struct cluster_op *op)
     /* Hold a reference so a synchronous decision cannot free the op while
      * we are still sending. */
     op->outstanding++;
-    bool prepared = op->prepared;
     for (int i = 0; i < c->n; i++) {
         /* Once the skipped nodes alone decide the round, asking the rest
          * would only create keys to roll back. */
@@ -871,17 +1152,24 @@ static void op_dispatch(struct cluster_op *op)
          * block the resource there until its TTL. */
         bool send_all = op->kind == OPK_RELEASE || op->kind == OPK_COMPLETE;
         const struct node_prep *prep = NULL;
-        if ((op->round.outcome == RL_UNDECIDED || send_all) && !skip &&
-            send_node(c, i) != NULL) {
-            prep = op->kind == OPK_ACQUIRE ? acquire_prep(op, i)
-                   : prepared              ? &op->prep_main
-                                           : NULL;
+        bool asked = (op->round.outcome == RL_UNDECIDED || send_all) &&
+                     !skip && send_node(c, i) != NULL;
+        if (asked && op->kind != OPK_ACQUIRE) {
+            /* Release, extend, complete: one script per node per loop
+             * turn over every such key (the round's clock started above,
+             * before the batch goes out). */
+            asked = batch_add(c, i, op, false) == 0;
+        } else if (asked) {
+            batch_order(c, i, op, -1);
+            prep = acquire_prep(op, i);
+            asked = prep != NULL &&
+                    node_send_prepared(send_node(c, i), prep, now, op_main_cb,
+                                       op) == 0;
+            if (asked) {
+                op->outstanding++;
+            }
         }
-        if (prep != NULL &&
-            node_send_prepared(send_node(c, i), prep, now, op_main_cb, op) ==
-                0) {
-            op->outstanding++;
-        } else {
+        if (!asked) {
             redlock_round_answer(&op->round, i, RL_SKIPPED, 0, -1,
                                  cluster_now_us);
         }
@@ -937,12 +1225,7 @@ int cluster_extend(struct cluster *c, const char *resource, size_t len,
     if (op == NULL) {
         return -1;
     }
-    op->ttl_ms = ttl_ms;
-    char ttl[24];
-    size_t tl = dec_u64(ttl, ttl_ms);
-    const char *argv[3] = {op->key, op->token, ttl};
-    size_t lens[3] = {op->key_len, PROTO_TOKEN_LEN, tl};
-    op_send_main(op, SCRIPT_EXTEND, 3, argv, lens, ttl_ms);
+    op_submit(op, ttl_ms); /* batched per node: batch_add */
     return 0;
 }
 
@@ -954,10 +1237,8 @@ int cluster_release(struct cluster *c, const char *resource, size_t len,
     if (op == NULL) {
         return -1;
     }
-    const char *argv[3] = {op->key, op->token, op->channel};
-    size_t lens[3] = {op->key_len, PROTO_TOKEN_LEN, op->channel_len};
     /* No validity to account for: a release never makes a lock valid. */
-    op_send_main(op, SCRIPT_RELEASE, 3, argv, lens, PROTO_TTL_MAX);
+    op_submit(op, PROTO_TTL_MAX);
     return 0;
 }
 
@@ -970,11 +1251,8 @@ int cluster_complete(struct cluster *c, const char *resource, size_t len,
     if (op == NULL) {
         return -1;
     }
-    char keep[24];
-    size_t kl = dec_u64(keep, keep_ms);
-    const char *argv[4] = {op->key, op->token, keep, op->channel};
-    size_t lens[4] = {op->key_len, PROTO_TOKEN_LEN, kl, op->channel_len};
-    op_send_main(op, SCRIPT_COMPLETE, 4, argv, lens, PROTO_TTL_MAX);
+    op->keep_ms = keep_ms;
+    op_submit(op, PROTO_TTL_MAX);
     return 0;
 }
 
@@ -1293,6 +1571,11 @@ struct cluster *cluster_create(struct event_base *base,
         .backoff_cap_ms = 5000,
         .max_pending = 1 << 20,
     };
+    c->batch_ev = event_new(base, -1, 0, batch_ev_cb, c);
+    if (c->batch_ev == NULL) {
+        free(c);
+        return NULL;
+    }
     for (int i = 0; i < c->n; i++) {
         c->nodes[i] = node_create(base, i, &cfg->nodes[i], &opts,
                                   cluster_node_state_cb, c);
@@ -1312,6 +1595,13 @@ void cluster_destroy(struct cluster *c)
 {
     if (c == NULL) {
         return;
+    }
+    /* Open batches go out first, so that node_destroy answers their
+     * entries (as dropped) and their ops are freed. */
+    for (int i = 0; i < c->n; i++) {
+        if (c->nodes[i] != NULL) {
+            batch_send_node(c, i, false, 0, -1);
+        }
     }
     /* node_destroy runs the node's pending callbacks (a fence repair's,
      * an op's): with c->closing set they send nothing and arm no timer,
@@ -1339,6 +1629,14 @@ void cluster_destroy(struct cluster *c)
         c->free_ops = op->next_free;
         event_free(op->deadline_ev);
         free(op);
+    }
+    while (c->free_batches != NULL) {
+        struct batch *b = c->free_batches;
+        c->free_batches = b->next_free;
+        free(b);
+    }
+    if (c->batch_ev != NULL) {
+        event_free(c->batch_ev);
     }
     free(c);
 }

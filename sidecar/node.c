@@ -662,7 +662,24 @@ static bool node_accepts(const struct node *node)
 int node_prepare(struct node_prep *p, enum node_script script, int argc,
                  const char **argv, const size_t *argvlen)
 {
-    static const char numkeys[] = "0123456789";
+    return node_prepare_keys(p, script, script_numkeys[script], argc, argv,
+                             argvlen);
+}
+
+int node_prepare_keys(struct node_prep *p, enum node_script script,
+                      int numkeys, int argc, const char **argv,
+                      const size_t *argvlen)
+{
+    char nk[24];
+    size_t nkl = 0;
+    for (unsigned v = (unsigned)numkeys; nkl == 0 || v > 0; v /= 10) {
+        nk[nkl++] = (char)('0' + v % 10);
+    }
+    for (size_t i = 0; i < nkl / 2; i++) {
+        char t = nk[i];
+        nk[i] = nk[nkl - 1 - i];
+        nk[nkl - 1 - i] = t;
+    }
     p->script = script;
     p->plain = false;
     p->n_cmds = 1;
@@ -672,7 +689,7 @@ int node_prepare(struct node_prep *p, enum node_script script, int argc,
         return -1; /* no node has loaded the scripts yet */
     }
     size_t len = 3 + resp_digits((size_t)argc + 3) + resp_bulk_len(7) +
-                 resp_bulk_len(SHA_LEN) + resp_bulk_len(1);
+                 resp_bulk_len(SHA_LEN) + resp_bulk_len(nkl);
     for (int i = 0; i < argc; i++) {
         len += resp_bulk_len(argvlen[i]);
     }
@@ -684,7 +701,7 @@ int node_prepare(struct node_prep *p, enum node_script script, int argc,
     q = resp_put_bulk(q, "EVALSHA", 7);
     q = resp_put_bulk(q, known_sha[script], SHA_LEN);
     p->rest_off = (size_t)(q - buf);
-    q = resp_put_bulk(q, &numkeys[script_numkeys[script]], 1);
+    q = resp_put_bulk(q, nk, nkl);
     for (int i = 0; i < argc; i++) {
         q = resp_put_bulk(q, argv[i], argvlen[i]);
     }

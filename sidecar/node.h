@@ -95,6 +95,12 @@ int node_prepare(struct node_prep *p, enum node_script script, int argc,
                  const char **argv, const size_t *argvlen);
 void node_prep_free(struct node_prep *p);
 
+/* node_prepare_keys: node_prepare with numkeys given, for the scripts
+ * that take any number of keys (argv: the keys, then the arguments). */
+int node_prepare_keys(struct node_prep *p, enum node_script script,
+                      int numkeys, int argc, const char **argv,
+                      const size_t *argvlen);
+
 /* node_prepare_commands: formats n_cmds plain commands into p, back to
  * back: command k has argcs[k] arguments, taken in turn from argv and
  * argvlen. Sent with node_send_prepared, they go out together or not at
