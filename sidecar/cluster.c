@@ -29,7 +29,6 @@
  * (measured: 7.0 us of redis CPU per key alone, 2.9 at 8, 2.1 at 32, 2.0
  * at 64, 2.2 at 128), and a bounded batch bounds the script's run time. */
 #define BATCH_MAX 64
-#define BATCH_KINDS 3   /* release (and rollback), extend, complete */
 #define BLOOM_WORDS 16  /* 1024 bits per node */
 
 enum op_kind {
@@ -118,11 +117,11 @@ struct cluster {
     /* Nodes whose MULTI/EXEC failed (an ACL without +multi +exec, say):
      * their fenced acquires go through the script from then on. */
     bool fence_multi_refused[REDLOCK_MAX_NODES];
-    /* Release, extend and complete (and rollbacks) gathered per node and
-     * script during a loop turn, sent as one script over their keys at its
-     * end (batch_ev), when full, or before an acquire of one of their keys
-     * on that node (order on a connection is order on the node). */
-    struct batch *open[REDLOCK_MAX_NODES][BATCH_KINDS];
+    /* Release, extend and complete (and rollbacks) gathered per node
+     * during a loop turn, sent as one script over their keys at its end
+     * (batch_ev), when full, or before an acquire of one of their keys on
+     * that node (order on a connection is order on the node). */
+    struct batch *open[REDLOCK_MAX_NODES];
     uint64_t open_bloom[REDLOCK_MAX_NODES][BLOOM_WORDS]; /* their key
                                                              hashes */
     struct event *batch_ev; /* owned */
@@ -371,37 +370,19 @@ struct batch_entry {
     bool rollback;         /* the compare-and-delete after a lost acquire */
 };
 
-/* Up to BATCH_MAX ops' compare-and-act on one node, in one script. Open
- * (owned by the cluster, c->open) until sent, then owned by its node
- * callback, which answers every entry and frees it. Each entry still
- * compares its own token: batching changes the number of calls, not what
- * each key's check does. */
+/* Up to BATCH_MAX releases, extends, completes and rollbacks on one node,
+ * in the order issued, in one script call. Open (owned by the cluster,
+ * c->open) until sent, then owned by its node callback, which answers
+ * every entry and frees it. Each entry still compares its own token:
+ * batching changes the number of calls, not what each key's check does. */
 struct batch {
     struct cluster *c;
     int node;
-    int kind; /* index into batch_script[] */
     int n;
     struct batch_entry e[BATCH_MAX];
-    uint32_t hash[BATCH_MAX]; /* key_hash of each entry's key */
     struct node_prep prep;
     struct batch *next_free;
 };
-
-/* Per kind: the single-key script (for a batch of one: cheapest for a
- * lone key) and the n-key one. */
-static const enum node_script batch_script[BATCH_KINDS][2] = {
-    {SCRIPT_RELEASE, SCRIPT_RELEASE_N},
-    {SCRIPT_EXTEND, SCRIPT_EXTEND_N},
-    {SCRIPT_COMPLETE, SCRIPT_COMPLETE_N},
-};
-
-static int op_batch_kind(const struct cluster_op *op, bool rollback)
-{
-    if (rollback || op->kind == OPK_RELEASE) {
-        return 0;
-    }
-    return op->kind == OPK_EXTEND ? 1 : 2;
-}
 
 static void op_node_answer(struct cluster_op *op, int i, struct node *node,
                            enum redlock_node_result res, int64_t fence,
@@ -445,9 +426,7 @@ static void batch_cb(struct node *node, struct redisReply *reply,
                  reply->elements == (size_t)b->n;
     if (status == NODE_REPLY && b->n > 1 && !whole) {
         log_warn(NULL, "node %d: batched script over %d keys: %s",
-                 node_index(node) + 1, b->n,
-                 reply->type == REDIS_REPLY_ERROR ? reply->str
-                                                  : "(unexpected shape)");
+                 node_index(node) + 1, b->n, reply_text(reply));
     } else if (status != NODE_REPLY) {
         log_debug(NULL, "node %d: batched script over %d keys %s",
                   node_index(node) + 1, b->n,
@@ -455,17 +434,10 @@ static void batch_cb(struct node *node, struct redisReply *reply,
     }
     for (int j = 0; j < b->n; j++) {
         enum redlock_node_result res = RL_FAILED;
-        if (status == NODE_REPLY && b->n == 1) {
-            struct reply_view v;
-            res = redlock_classify_flag(reply_view(&v, reply));
-            if (res == RL_FAILED) {
-                log_warn(NULL, "node %d: script: unexpected reply: %s",
-                         node_index(node) + 1, reply_text(reply));
-            }
-        } else if (whole) {
+        if (status == NODE_REPLY && (b->n == 1 || whole)) {
             /* Each key's own answer: 1, 0, or the error it met. */
+            const struct redisReply *el = b->n == 1 ? reply : reply->element[j];
             struct reply_view v;
-            const struct redisReply *el = reply->element[j];
             res = redlock_classify_flag(reply_view(&v, el));
             if (res == RL_FAILED) {
                 log_warn(NULL, "node %d: script on one key: %s",
@@ -481,89 +453,87 @@ static void batch_cb(struct node *node, struct redisReply *reply,
     batch_free(b);
 }
 
-/* Sends batch b (already detached from c->open) to its node; when it
- * cannot be sent, every entry fails there at once. */
-static void batch_send(struct batch *b, uint64_t now)
+/* A batch of one goes as the single-key script of its op, the cheapest
+ * call for a lone key. */
+static int batch_prepare_one(struct batch *b)
 {
-    struct cluster *c = b->c;
-    const struct batch_entry *e = b->e;
-    int k = b->kind;
-    const char *argv[BATCH_MAX * 4];
-    size_t lens[BATCH_MAX * 4];
+    const struct batch_entry *e = &b->e[0];
+    const struct cluster_op *op = e->op;
+    char num[24];
+    const char *argv[4] = {op->key, op->token, num, op->channel};
+    size_t lens[4] = {op->key_len, PROTO_TOKEN_LEN, 0, op->channel_len};
+    if (e->rollback || op->kind == OPK_RELEASE) {
+        argv[2] = e->rollback ? "" : op->channel;
+        lens[2] = e->rollback ? 0 : op->channel_len;
+        return node_prepare(&b->prep, SCRIPT_RELEASE, 3, argv, lens);
+    }
+    if (op->kind == OPK_EXTEND) {
+        lens[2] = dec_u64(num, op->ttl_ms);
+        return node_prepare(&b->prep, SCRIPT_EXTEND, 3, argv, lens);
+    }
+    lens[2] = dec_u64(num, op->keep_ms);
+    return node_prepare(&b->prep, SCRIPT_COMPLETE, 4, argv, lens);
+}
+
+/* SCRIPT_BATCH's arguments: the keys, then per key its action, token,
+ * number (ttl or keep_ms) and channel. */
+static int batch_prepare(struct batch *b)
+{
+    const char *argv[BATCH_MAX * 5];
+    size_t lens[BATCH_MAX * 5];
     char nums[BATCH_MAX][24];
     int a = 0;
     for (int j = 0; j < b->n; j++) {
-        argv[a] = e[j].op->key;
-        lens[a++] = e[j].op->key_len;
+        argv[a] = b->e[j].op->key;
+        lens[a++] = b->e[j].op->key_len;
     }
     for (int j = 0; j < b->n; j++) {
-        const struct cluster_op *op = e[j].op;
+        const struct cluster_op *op = b->e[j].op;
+        bool release = b->e[j].rollback || op->kind == OPK_RELEASE;
+        argv[a] = release ? "r" : op->kind == OPK_EXTEND ? "e" : "c";
+        lens[a++] = 1;
         argv[a] = op->token;
         lens[a++] = PROTO_TOKEN_LEN;
-        if (k == 1 || k == 2) {
-            argv[a] = nums[j];
-            lens[a++] = dec_u64(nums[j], k == 1 ? op->ttl_ms : op->keep_ms);
-        }
-        if (k == 0 || k == 2) {
-            /* A rollback publishes nothing: the key was never ours to
-             * announce. */
-            argv[a] = e[j].rollback ? "" : op->channel;
-            lens[a++] = e[j].rollback ? 0 : op->channel_len;
-        }
+        argv[a] = nums[j];
+        lens[a++] = release ? 0
+                            : dec_u64(nums[j], op->kind == OPK_EXTEND
+                                                   ? op->ttl_ms
+                                                   : op->keep_ms);
+        /* A rollback publishes nothing: the key was never ours to
+         * announce. An extend has nothing to announce. */
+        bool quiet = b->e[j].rollback || op->kind == OPK_EXTEND;
+        argv[a] = quiet ? "" : op->channel;
+        lens[a++] = quiet ? 0 : op->channel_len;
     }
-    struct node *node = send_node(c, b->node);
-    int rc = b->n == 1 ? node_prepare(&b->prep, batch_script[k][0], a, argv,
-                                      lens)
-                       : node_prepare_keys(&b->prep, batch_script[k][1], b->n,
-                                           a, argv, lens);
+    return node_prepare_keys(&b->prep, SCRIPT_BATCH, b->n, a, argv, lens);
+}
+
+/* Sends node i's open batch, if any; when it cannot be sent, every entry
+ * fails there at once. */
+static void batch_send(struct cluster *c, int i)
+{
+    struct batch *b = c->open[i];
+    if (b == NULL) {
+        return;
+    }
+    c->open[i] = NULL; /* entries added from here on start anew */
+    memset(c->open_bloom[i], 0, sizeof(c->open_bloom[i]));
+    struct node *node = send_node(c, i);
+    int rc = b->n == 1 ? batch_prepare_one(b) : batch_prepare(b);
     if (rc == 0 && node != NULL &&
-        node_send_prepared(node, &b->prep, now, batch_cb, b) == 0) {
+        node_send_prepared(node, &b->prep, cluster_now_us(), batch_cb, b) ==
+            0) {
         return;
     }
     /* Down since the entries were added: as if never sent. */
     for (int j = 0; j < b->n; j++) {
-        batch_entry_answer(&b->e[j], b->node, RL_FAILED);
+        batch_entry_answer(&b->e[j], i, RL_FAILED);
     }
     batch_free(b);
 }
 
-/* Sends node i's open batches (all kinds), or only those holding a key
- * with hash h when only is set, except kind skip (-1: none). */
-static void batch_send_node(struct cluster *c, int i, bool only, uint32_t h,
-                            int skip)
-{
-    uint64_t now = 0;
-    bool left = false;
-    for (int k = 0; k < BATCH_KINDS; k++) {
-        struct batch *b = c->open[i][k];
-        if (b == NULL) {
-            continue;
-        }
-        if (k == skip) {
-            left = true;
-            continue;
-        }
-        bool hit = !only;
-        for (int j = 0; j < b->n && !hit; j++) {
-            hit = b->hash[j] == h;
-        }
-        if (!hit) {
-            left = true;
-            continue;
-        }
-        c->open[i][k] = NULL; /* entries added from here on start anew */
-        if (now == 0) {
-            now = cluster_now_us();
-        }
-        batch_send(b, now);
-    }
-    if (!left) {
-        memset(c->open_bloom[i], 0, sizeof(c->open_bloom[i]));
-    }
-}
-
 /* End of the loop turn: every open batch goes out. Batches opened by the
- * answers this sends (a failed send answers at once) are sent too, or
+ * answers this gives (a failed send answers at once) are sent too, or
  * wait for the next turn. */
 static void batch_ev_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -572,27 +542,25 @@ static void batch_ev_cb(evutil_socket_t fd, short what, void *arg)
     struct cluster *c = arg;
     c->batch_armed = false;
     for (int i = 0; i < c->n; i++) {
-        batch_send_node(c, i, false, 0, -1);
+        batch_send(c, i);
     }
 }
 
-/* Before a command on op's key goes to node i outside a batch of kind
- * skip (-1: outside any batch): a batch holding that key goes first, so
- * the node applies them in the order the daemon issued them (a release,
- * then the next waiter's SET NX; an extend, then a release). Other keys'
- * commands may go later: commands on different keys commute. */
-static void batch_order(struct cluster *c, int i, const struct cluster_op *op,
-                        int skip)
+/* Before an acquire of op's key goes to node i: a batch that may hold
+ * that key goes first, so the node applies them in the order the daemon
+ * issued them (a release, then the next waiter's SET NX). Other keys'
+ * commands may overtake a batch: commands on different keys commute. */
+static void batch_order(struct cluster *c, int i, const struct cluster_op *op)
 {
     uint32_t h = op->key_hash;
     if (c->open_bloom[i][(h >> 6) % BLOOM_WORDS] & (1ull << (h & 63))) {
-        batch_send_node(c, i, true, h, skip);
+        batch_send(c, i);
     }
 }
 
-/* Adds op's script on node i to the node's open batch of its kind. The op
- * stays alive until the entry is answered (op->outstanding). Returns 0, or
- * -1 (the node is not up, or no memory): not sent. */
+/* Adds op's script on node i to the node's open batch. The op stays alive
+ * until the entry is answered (op->outstanding). Returns 0, or -1 (the
+ * node is not up, or no memory): not sent. */
 static int batch_add(struct cluster *c, int i, struct cluster_op *op,
                      bool rollback)
 {
@@ -600,9 +568,7 @@ static int batch_add(struct cluster *c, int i, struct cluster_op *op,
     if (node == NULL || !node_is_up(node)) {
         return -1;
     }
-    int k = op_batch_kind(op, rollback);
-    batch_order(c, i, op, k);
-    struct batch *b = c->open[i][k];
+    struct batch *b = c->open[i];
     if (b == NULL) {
         b = c->free_batches;
         if (b != NULL) {
@@ -613,21 +579,18 @@ static int batch_add(struct cluster *c, int i, struct cluster_op *op,
         }
         b->c = c;
         b->node = i;
-        b->kind = k;
         b->n = 0;
         b->prep.buf = NULL;
-        c->open[i][k] = b;
+        c->open[i] = b;
     }
     uint32_t h = op->key_hash;
     b->e[b->n].op = op;
     b->e[b->n].rollback = rollback;
-    b->hash[b->n] = h;
     b->n++;
     op->outstanding++;
     c->open_bloom[i][(h >> 6) % BLOOM_WORDS] |= 1ull << (h & 63);
     if (b->n == BATCH_MAX) {
-        c->open[i][k] = NULL;
-        batch_send(b, cluster_now_us());
+        batch_send(c, i);
     } else if (!c->batch_armed) {
         c->batch_armed = true;
         event_active(c->batch_ev, EV_TIMEOUT, 1);
@@ -1160,7 +1123,7 @@ static void op_dispatch(struct cluster_op *op)
              * before the batch goes out). */
             asked = batch_add(c, i, op, false) == 0;
         } else if (asked) {
-            batch_order(c, i, op, -1);
+            batch_order(c, i, op);
             prep = acquire_prep(op, i);
             asked = prep != NULL &&
                     node_send_prepared(send_node(c, i), prep, now, op_main_cb,
@@ -1600,7 +1563,7 @@ void cluster_destroy(struct cluster *c)
      * entries (as dropped) and their ops are freed. */
     for (int i = 0; i < c->n; i++) {
         if (c->nodes[i] != NULL) {
-            batch_send_node(c, i, false, 0, -1);
+            batch_send(c, i);
         }
     }
     /* node_destroy runs the node's pending callbacks (a fence repair's,

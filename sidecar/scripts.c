@@ -49,57 +49,37 @@ const char *const script_source[SCRIPT__COUNT] = {
         "if c < t then redis.call('SET', KEYS[1], ARGV[1]) return t end\n"
         "return c\n",
     /* redis.pcall: an error on one key (a key of another type) is that
-     * key's answer, and the loop goes on. */
-    [SCRIPT_RELEASE_N] =
+     * key's answer, as its text, and the loop goes on. */
+    [SCRIPT_BATCH] =
         "local r = {}\n"
         "for i = 1, #KEYS do\n"
+        "  local a = 4 * (i - 1)\n"
+        "  local op, t, n, ch = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],\n"
+        "                       ARGV[a + 4]\n"
         "  local v = redis.pcall('GET', KEYS[i])\n"
-        "  if type(v) == 'table' and v.err then\n"
+        "  if type(v) == 'table' then\n"
         "    r[i] = v.err\n"
-        "  elseif v == ARGV[2 * i - 1] then\n"
-        "    redis.pcall('DEL', KEYS[i])\n"
-        "    local ch = ARGV[2 * i]\n"
-        "    if ch ~= '' then redis.pcall('PUBLISH', ch, 'r') end\n"
-        "    r[i] = 1\n"
-        "  else\n"
+        "  elseif v ~= t then\n"
         "    r[i] = 0\n"
-        "  end\n"
-        "end\n"
-        "return r\n",
-    [SCRIPT_EXTEND_N] =
-        "local r = {}\n"
-        "for i = 1, #KEYS do\n"
-        "  local v = redis.pcall('GET', KEYS[i])\n"
-        "  if type(v) == 'table' and v.err then\n"
-        "    r[i] = v.err\n"
-        "  elseif v == ARGV[2 * i - 1] then\n"
-        "    local e = redis.pcall('PEXPIRE', KEYS[i], ARGV[2 * i])\n"
-        "    if type(e) == 'table' and e.err then r[i] = e.err\n"
-        "    else r[i] = e end\n"
         "  else\n"
-        "    r[i] = 0\n"
-        "  end\n"
-        "end\n"
-        "return r\n",
-    [SCRIPT_COMPLETE_N] =
-        "local r = {}\n"
-        "for i = 1, #KEYS do\n"
-        "  local t = ARGV[3 * i - 2]\n"
-        "  local v = redis.pcall('GET', KEYS[i])\n"
-        "  if type(v) == 'table' and v.err then\n"
-        "    r[i] = v.err\n"
-        "  elseif v == t then\n"
-        "    local e = redis.pcall('SET', KEYS[i], 'done:' .. t, 'PX',\n"
-        "                          ARGV[3 * i - 1])\n"
+        "    local e\n"
+        "    if op == 'r' then\n"
+        "      e = redis.pcall('DEL', KEYS[i])\n"
+        "    elseif op == 'e' then\n"
+        "      e = redis.pcall('PEXPIRE', KEYS[i], n)\n"
+        "    else\n"
+        "      e = redis.pcall('SET', KEYS[i], 'done:' .. t, 'PX', n)\n"
+        "    end\n"
         "    if type(e) == 'table' and e.err then\n"
         "      r[i] = e.err\n"
+        "    elseif op == 'e' then\n"
+        "      r[i] = e\n"
         "    else\n"
-        "      local ch = ARGV[3 * i]\n"
-        "      if ch ~= '' then redis.pcall('PUBLISH', ch, 'd') end\n"
+        "      if ch ~= '' then\n"
+        "        redis.pcall('PUBLISH', ch, op == 'r' and 'r' or 'd')\n"
+        "      end\n"
         "      r[i] = 1\n"
         "    end\n"
-        "  else\n"
-        "    r[i] = 0\n"
         "  end\n"
         "end\n"
         "return r\n",
@@ -108,5 +88,5 @@ const char *const script_source[SCRIPT__COUNT] = {
 const int script_numkeys[SCRIPT__COUNT] = {
     [SCRIPT_ACQUIRE] = 2,  [SCRIPT_RELEASE] = 1,     [SCRIPT_EXTEND] = 1,
     [SCRIPT_COMPLETE] = 1, [SCRIPT_FENCE_RAISE] = 2, [SCRIPT_FENCE_REPAIR] = 1,
-    [SCRIPT_RELEASE_N] = 0, [SCRIPT_EXTEND_N] = 0,   [SCRIPT_COMPLETE_N] = 0,
+    [SCRIPT_BATCH] = 0,
 };

@@ -18,20 +18,20 @@ enum node_script {
     SCRIPT_COMPLETE,     /* KEYS lock; ARGV token, keep_ms, channel -> 1/0 */
     SCRIPT_FENCE_RAISE,  /* KEYS lock, fence; ARGV token, value -> 1/0 */
     SCRIPT_FENCE_REPAIR, /* KEYS fence; ARGV value -> counter after */
-    /* The same compare-and-act over n keys in one call (the per-call cost
-     * of a script is most of a single-key one's): KEYS k1..kn, ARGV the
-     * single-key script's ARGV per key, in key order; answers an array
-     * of n replies, each 1 or 0 as above, or the text of the error that
-     * key met (the other keys are unaffected). */
-    SCRIPT_RELEASE_N,  /* ARGV token, channel per key */
-    SCRIPT_EXTEND_N,   /* ARGV token, ttl per key */
-    SCRIPT_COMPLETE_N, /* ARGV token, keep_ms, channel per key */
+    /* The compare-and-acts above over n keys in one call (the per-call
+     * cost of a script is most of a single-key one's): KEYS k1..kn; ARGV
+     * per key, in key order: action ("r" release, "e" extend, "c"
+     * complete), token, number (ttl for e, keep_ms for c), channel ("":
+     * no publish). Answers an array of n replies, each 1 or 0 as the
+     * single-key script would, or the text of the error that key met
+     * (the other keys are unaffected). */
+    SCRIPT_BATCH,
     SCRIPT__COUNT
 };
 
-/* Indexed by enum node_script; static storage, never freed. The *_N
- * scripts take any number of keys: their script_numkeys is 0 and the
- * caller gives the count (node_prepare_keys). */
+/* Indexed by enum node_script; static storage, never freed. SCRIPT_BATCH
+ * takes any number of keys: its script_numkeys is 0 and the caller gives
+ * the count (node_prepare_keys). */
 extern const char *const script_source[SCRIPT__COUNT];
 extern const int script_numkeys[SCRIPT__COUNT];
 

@@ -8,6 +8,23 @@ import threading
 
 from rl import Client, assert_ok, lock_key, pytest, rname
 
+# Per lock, the requests sent together: (op, token, fields, answer), where
+# the token is the lock's ("right"), another ("wrong"), or another on the
+# resource whose key is not a string ("bad").
+PLAN = [
+    [("extend", "right", {"ttl_ms": 60000}, "ok"),
+     ("release", "wrong", {}, "not_held")],
+    [("extend", "wrong", {"ttl_ms": 60000}, "not_held"),
+     ("release", "right", {}, "ok")],
+    [("complete", "wrong", {"keep_ms": 60000}, "not_held"),
+     ("complete", "right", {"keep_ms": 60000}, "ok")],
+    # the same key twice in one turn: applied in the order sent
+    [("extend", "right", {"ttl_ms": 60000}, "ok"),
+     ("release", "right", {}, "ok")],
+    [("release", "bad", {}, "no_quorum"),
+     ("extend", "bad", {"ttl_ms": 5000}, "no_quorum"),
+     ("release", "right", {}, "ok")],
+]
 CLIENTS = 6
 PER_CLIENT = 12  # locks per client; each gets three requests at once
 
@@ -45,33 +62,11 @@ def test_batched_ops_answer_per_key(cluster, daemon_factory, extra):
             assert_ok(r, "acquire")
             tok = r["lock"]
             held[res] = tok
-            kind = j % 4
-            if kind == 0:    # extend right, then release wrong
-                plan += [
-                    ({"op": "extend", "lock": tok, "resource": res,
-                      "ttl_ms": 60000}, "ok"),
-                    ({"op": "release", "lock": wrong, "resource": res},
-                     "not_held")]
-            elif kind == 1:  # release right, extend wrong
-                plan += [
-                    ({"op": "extend", "lock": wrong, "resource": res,
-                      "ttl_ms": 60000}, "not_held"),
-                    ({"op": "release", "lock": tok, "resource": res},
-                     "ok")]
-            elif kind == 2:  # complete right, complete wrong
-                plan += [
-                    ({"op": "complete", "lock": wrong, "resource": res,
-                      "keep_ms": 60000}, "not_held"),
-                    ({"op": "complete", "lock": tok, "resource": res,
-                      "keep_ms": 60000}, "ok")]
-            else:            # the broken key among them
-                plan += [
-                    ({"op": "release", "lock": wrong, "resource": bad},
-                     "no_quorum"),
-                    ({"op": "extend", "lock": wrong, "resource": bad,
-                      "ttl_ms": 5000}, "no_quorum"),
-                    ({"op": "release", "lock": tok, "resource": res},
-                     "ok")]
+            for op, who, fields, want in PLAN[j % len(PLAN)]:
+                req = dict(op=op, **fields)
+                req["lock"] = tok if who == "right" else wrong
+                req["resource"] = bad if who == "bad" else res
+                plan.append((req, want))
         plans.append(plan)
     cluster.each("CONFIG", "RESETSTAT")
     results = [None] * CLIENTS
@@ -113,20 +108,22 @@ def test_batched_ops_answer_per_key(cluster, daemon_factory, extra):
         vals = cluster.get_all(lock_key(res))
         assert all(v in (tok.encode(), None, b"done:" + tok.encode())
                    for v in vals), (res, vals)
+    last = {}  # resource -> the last request that acted on it
     for k in range(CLIENTS):
         for req, want in plans[k]:
-            if req["resource"] == bad or want != "ok":
-                continue
-            key = lock_key(req["resource"])
-            tok = held[req["resource"]].encode()
-            if req["op"] == "extend":
-                assert cluster.get_all(key) == [tok] * 5
-                for p in cluster.pttl_all(key):
-                    assert 20000 < p <= 60000, cluster.pttl_all(key)
-            elif req["op"] == "release":
-                assert cluster.get_all(key) == [None] * 5
-            else:
-                assert cluster.get_all(key) == [b"done:" + tok] * 5
+            if req["resource"] != bad and want == "ok":
+                last[req["resource"]] = req
+    for res, req in last.items():
+        key = lock_key(res)
+        tok = held[res].encode()
+        if req["op"] == "extend":
+            assert cluster.get_all(key) == [tok] * 5
+            for p in cluster.pttl_all(key):
+                assert 20000 < p <= 60000, cluster.pttl_all(key)
+        elif req["op"] == "release":
+            assert cluster.get_all(key) == [None] * 5
+        else:
+            assert cluster.get_all(key) == [b"done:" + tok] * 5
     # the broken key was left as it was
     assert cluster.each("TYPE", lock_key(bad)) == ["hash"] * 5
     owner.close()
