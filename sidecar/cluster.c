@@ -1,12 +1,17 @@
 /* cluster.c: Redlock operations across all nodes.
  *
- * Each operation (struct cluster_op) sends one script to every up node in
+ * Each operation (struct cluster_op) sends its command to every up node in
  * the same loop turn, so node.c writes them all in one write per node, and
  * feeds the answers to a redlock_round. The caller hears back once, as soon
  * as the round is decided; the op itself lives until every node it was sent
- * to has answered or timed out, rollbacks included. Each script is
- * formatted once per operation (struct node_prep) and the same bytes go to
- * every node. */
+ * to has answered or timed out, rollbacks included.
+ *
+ *   acquire    SET NX PX GET (Redis >= 7.0; fenced: in MULTI with INCR) or
+ *              the acquire script, formatted once per op (struct node_prep)
+ *              and the same bytes to every node
+ *   release, extend, complete, rollback
+ *              gathered per node during the loop turn into one script over
+ *              their keys (struct batch), sent at its end */
 #include "cluster.h"
 
 #include <stdio.h>

@@ -1,7 +1,8 @@
 /* cluster.h: Redlock operations across all nodes.
  *
  * Glue between redlock.c (decisions) and node.c (I/O): each operation sends
- * one script to every up node at once, feeds the answers to a redlock_round
+ * its command to every up node at once (release, extend and complete batched
+ * per node and loop turn), feeds the answers to a redlock_round
  * and calls back once, as soon as the outcome is certain. The operation
  * object lives on until every node has answered or timed out, so that a
  * failed acquisition can queue its rollback behind each SET. */
