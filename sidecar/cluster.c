@@ -386,6 +386,12 @@ struct batch {
     int n;
     struct batch_entry e[BATCH_MAX];
     struct node_prep prep;
+    /* Nodes mostly get the same entries in a turn: the command is then
+     * formatted once. owner is the batch whose prep went out (itself, or
+     * an identical batch of another node), refs the batches still due to
+     * answer that send that prep (the owner is recycled at 0). */
+    struct batch *owner;
+    int refs;
     struct batch *next_free;
 };
 
@@ -394,7 +400,7 @@ static void op_node_answer(struct cluster_op *op, int i, struct node *node,
                            int64_t pttl);
 static void op_release_if_finished(struct cluster_op *op);
 
-static void batch_free(struct batch *b)
+static void batch_recycle(struct batch *b)
 {
     struct cluster *c = b->c;
     node_prep_free(&b->prep);
@@ -404,6 +410,18 @@ static void batch_free(struct batch *b)
         c->free_batch_count++;
     } else {
         free(b);
+    }
+}
+
+/* b has answered its entries: it and the prep it sent may go. */
+static void batch_free(struct batch *b)
+{
+    struct batch *o = b->owner;
+    if (o != b) {
+        batch_recycle(b);
+    }
+    if (--o->refs == 0) {
+        batch_recycle(o);
     }
 }
 
@@ -515,26 +533,58 @@ static int batch_prepare(struct batch *b)
 
 /* Sends node i's open batch, if any; when it cannot be sent, every entry
  * fails there at once. */
-static void batch_send(struct cluster *c, int i)
+/* Whether batches a and b hold the same entries in the same order. */
+static bool batch_same(const struct batch *a, const struct batch *b)
+{
+    if (a->n != b->n) {
+        return false;
+    }
+    for (int j = 0; j < a->n; j++) {
+        if (a->e[j].op != b->e[j].op || a->e[j].rollback != b->e[j].rollback) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Sends node i's open batch, if any, with like's command when like (sent
+ * in this turn, its answer not yet in) holds the same entries; when it
+ * cannot be sent, every entry fails there at once. Returns the batch sent
+ * with a command of its own (a template for the next node), else NULL. */
+static struct batch *batch_send_like(struct cluster *c, int i,
+                                     struct batch *like)
 {
     struct batch *b = c->open[i];
     if (b == NULL) {
-        return;
+        return NULL;
     }
     c->open[i] = NULL; /* entries added from here on start anew */
     memset(c->open_bloom[i], 0, sizeof(c->open_bloom[i]));
     struct node *node = send_node(c, i);
-    int rc = b->n == 1 ? batch_prepare_one(b) : batch_prepare(b);
+    int rc = 0;
+    if (like != NULL && batch_same(like, b)) {
+        b->owner = like;
+    } else {
+        b->owner = b;
+        rc = b->n == 1 ? batch_prepare_one(b) : batch_prepare(b);
+    }
+    b->owner->refs++;
     if (rc == 0 && node != NULL &&
-        node_send_prepared(node, &b->prep, cluster_now_us(), batch_cb, b) ==
-            0) {
-        return;
+        node_send_prepared(node, &b->owner->prep, cluster_now_us(), batch_cb,
+                           b) == 0) {
+        return b->owner == b ? b : NULL;
     }
     /* Down since the entries were added: as if never sent. */
     for (int j = 0; j < b->n; j++) {
         batch_entry_answer(&b->e[j], i, RL_FAILED);
     }
     batch_free(b);
+    return NULL;
+}
+
+static void batch_send(struct cluster *c, int i)
+{
+    (void)batch_send_like(c, i, NULL);
 }
 
 /* End of the loop turn: every open batch goes out. Batches opened by the
@@ -546,8 +596,12 @@ static void batch_ev_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct cluster *c = arg;
     c->batch_armed = false;
+    struct batch *like = NULL;
     for (int i = 0; i < c->n; i++) {
-        batch_send(c, i);
+        struct batch *sent = batch_send_like(c, i, like);
+        if (sent != NULL) {
+            like = sent;
+        }
     }
 }
 
@@ -586,6 +640,8 @@ static int batch_add(struct cluster *c, int i, struct cluster_op *op,
         b->node = i;
         b->n = 0;
         b->prep.buf = NULL;
+        b->owner = NULL;
+        b->refs = 0;
         c->open[i] = b;
     }
     uint32_t h = op->key_hash;
