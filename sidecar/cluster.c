@@ -27,6 +27,7 @@
 #include "metrics.h"
 #include "node.h"
 #include "redlock.h"
+#include "util.h"
 
 #define KEY_INLINE 600 /* prefix (<= 64) + "lock:" + resource (<= 512) */
 
@@ -89,18 +90,34 @@ struct cluster_op {
     struct cluster_op *next_free;
 };
 
-/* One fence-counter repair of a restarted node: read the counter from
- * enough other nodes, then raise the restarted node's to their maximum.
- * Owned by its node callbacks; freed when the last one has run. */
+/* One source of a repair: a node that kept its data, whose fence counter
+ * is read and whose done marks are copied to the target one SCAN step at
+ * a time. */
+struct repair_src {
+    struct repair *r;
+    int node;
+    bool counter_read; /* its counter is in r->max */
+    bool scan_over;    /* its SCAN came back to cursor 0, marks copied */
+    bool failed;       /* a command failed: it does not count */
+    char cursor[24];   /* the next SCAN cursor; "" before the first */
+};
+
+/* One repair of a restarted node before it counts again: copy the done
+ * marks and read the fence counter from enough sound nodes, then raise the
+ * node's counter to their maximum. Owned by its node callbacks; freed when
+ * the last one has run. */
 struct repair {
     struct cluster *c;
     int target;      /* the restarted node */
     int generation;  /* stale rounds are ignored */
-    int answered;    /* nodes whose counter we read */
     int outstanding; /* node callbacks still due */
+    int need;        /* sources to read in full before raising */
+    int complete;    /* sources read in full */
+    int running;     /* sources neither complete nor failed */
     int64_t max;
-    int need;     /* answers needed before raising */
-    bool raising; /* the read is done; the raise is in flight */
+    uint64_t marks; /* done marks set on the target */
+    bool over;      /* raising, failed or done: send no further step */
+    struct repair_src src[REDLOCK_MAX_NODES];
 };
 
 struct cluster {
@@ -143,16 +160,17 @@ struct cluster {
     struct qarg {
         struct cluster *c;
         int i;
-    } qargs[REDLOCK_MAX_NODES]; /* quarantine timer arguments */
-    uint32_t max_ttl_seen;  /* largest TTL granted: the default quarantine */
-    int64_t fence_max_seen; /* largest fence this daemon handed out */
+    } qargs[REDLOCK_MAX_NODES];             /* quarantine timer arguments */
+    int repair_attempt[REDLOCK_MAX_NODES];  /* retries: the back-off */
+    bool repair_waiting[REDLOCK_MAX_NODES]; /* no sound read yet (logged) */
+    char scan_match[2 * 64 + 8];            /* SCAN MATCH for <prefix>lock:* */
+    struct redlock_grants grants; /* live TTLs granted: the quarantine */
+    int64_t fence_max_seen;       /* largest fence this daemon handed out */
 };
 
 uint64_t cluster_now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return util_now_us();
 }
 
 /* The node to send to, or NULL while the cluster is being destroyed:
@@ -735,6 +753,18 @@ static enum redlock_node_result decode_status(enum node_status status)
 
 static void op_send_fence(struct cluster_op *op);
 
+static bool op_sets_ttl(const struct cluster_op *op);
+
+/* A won acquire or extend: its TTL counts toward the restart quarantine
+ * until its lock can no longer stand. */
+static void op_note_grant(const struct cluster_op *op)
+{
+    if (op_sets_ttl(op)) {
+        redlock_grants_add(&op->c->grants, op->ttl_ms, op->round.start_us,
+                           op->round.decided_us);
+    }
+}
+
 static void op_finish_acquire(struct cluster_op *op, enum redlock_outcome out)
 {
     struct cluster_result res;
@@ -743,6 +773,7 @@ static void op_finish_acquire(struct cluster_op *op, enum redlock_outcome out)
     res.pttl_min = op->round.pttl_min;
     switch (out) {
     case RL_WON:
+        op_note_grant(op);
         if (op->fence) {
             op_send_fence(op);
             return;
@@ -843,6 +874,7 @@ static void op_finish_other(struct cluster_op *op, enum redlock_outcome out)
         return;
     }
     if (out == RL_WON) {
+        op_note_grant(op);
         res.err = ERR_NONE;
         res.validity_ms = r->validity_ms;
         res.valid_until_us = r->decided_us + (uint64_t)r->validity_ms * 1000u;
@@ -1057,11 +1089,10 @@ static bool op_sets_ttl(const struct cluster_op *op)
 static void op_submit(struct cluster_op *op, uint32_t ttl_ms)
 {
     struct cluster *c = op->c;
-    if (ttl_ms > c->max_ttl_seen && op_sets_ttl(op)) {
-        c->max_ttl_seen = ttl_ms;
-    }
     op->ttl_ms = ttl_ms;
-    if (op->kind == OPK_ACQUIRE &&
+    /* While closing, nothing waits in the queue: the round is answered at
+     * once (no node can be asked). */
+    if (op->kind == OPK_ACQUIRE && !c->closing &&
         (c->acquires_sent >= ACQUIRES_SENT_MAX || c->queue_head != NULL)) {
         if (c->queue_len >= ACQUIRE_QUEUE_MAX) {
             struct cluster_result r;
@@ -1284,21 +1315,32 @@ int cluster_complete(struct cluster *c, const char *resource, size_t len,
 
 static void repair_start(struct cluster *c, int target);
 
-static void repair_finish(struct cluster *c, int target, int64_t value)
+/* Keys per SCAN step: the node's work per call stays bounded, and so does
+ * the copy that follows it. */
+#define REPAIR_SCAN_COUNT "256"
+
+static void repair_finish(struct repair *r, int64_t value)
 {
-    c->quarantined[target] = false;
+    struct cluster *c = r->c;
+    c->quarantined[r->target] = false;
+    c->repair_attempt[r->target] = 0;
     log_info(NULL,
-             "node %d: fence counter repaired to >= %lld; counts "
-             "toward quorums again",
-             target + 1, (long long)value);
+             "node %d: repaired from %d node(s): %llu done mark(s) "
+             "copied, fence counter >= %lld; counts toward quorums again",
+             r->target + 1, r->complete, (unsigned long long)r->marks,
+             (long long)value);
 }
 
+/* Tries the repair again after a capped, jittered back-off, on the
+ * quarantine timer. */
 static void repair_retry_later(struct cluster *c, int target)
 {
     if (c->closing) {
         return; /* the timer may be freed already */
     }
-    struct timeval tv = {1, 0};
+    uint32_t ms = redlock_backoff_ms((unsigned)c->repair_attempt[target]++, 250,
+                                     5000, (double)random() / RAND_MAX);
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
     evtimer_add(c->quarantine_ev[target], &tv);
 }
 
@@ -1307,6 +1349,21 @@ static void repair_release(struct repair *r)
     if (r->outstanding == 0) {
         free(r);
     }
+}
+
+/* Whether r may still act: not finished or failed, not superseded by a new
+ * restart of its target, not shutting down. */
+static bool repair_live(const struct repair *r)
+{
+    return !r->over && !r->c->closing &&
+           r->generation == r->c->repair_generation[r->target];
+}
+
+static void repair_fail(struct repair *r, const char *why)
+{
+    r->over = true;
+    log_warn(NULL, "node %d: repair: %s; retrying", r->target + 1, why);
+    repair_retry_later(r->c, r->target);
 }
 
 static void repair_raise_cb(struct node *node, struct redisReply *reply,
@@ -1319,7 +1376,7 @@ static void repair_raise_cb(struct node *node, struct redisReply *reply,
     if (!c->closing && r->generation == c->repair_generation[r->target]) {
         if (status == NODE_REPLY && reply->type == REDIS_REPLY_INTEGER &&
             reply->integer >= r->max) {
-            repair_finish(c, r->target, reply->integer);
+            repair_finish(r, reply->integer);
         } else {
             log_warn(NULL, "node %d: fence repair failed; retrying",
                      r->target + 1);
@@ -1329,50 +1386,185 @@ static void repair_raise_cb(struct node *node, struct redisReply *reply,
     repair_release(r);
 }
 
-static void repair_read_cb(struct node *node, struct redisReply *reply,
+/* Enough sources read in full: raise the target's counter. */
+static void repair_raise(struct repair *r)
+{
+    struct cluster *c = r->c;
+    r->over = true;
+    char val[24];
+    int vl = snprintf(val, sizeof(val), "%lld", (long long)r->max);
+    const char *argv[2] = {c->fence_key, val};
+    size_t lens[2] = {c->fence_key_len, (size_t)vl};
+    if (node_script(c->nodes[r->target], SCRIPT_FENCE_REPAIR, 2, argv, lens,
+                    repair_raise_cb, r) == 0) {
+        r->outstanding++;
+    } else {
+        log_warn(NULL, "node %d: fence repair not sent; retrying",
+                 r->target + 1);
+        repair_retry_later(c, r->target);
+    }
+}
+
+static void repair_src_failed(struct repair_src *s)
+{
+    struct repair *r = s->r;
+    if (s->failed) {
+        return;
+    }
+    s->failed = true;
+    r->running--;
+    if (r->complete + r->running < r->need) {
+        char why[96];
+        snprintf(why, sizeof(why),
+                 "node %d could not be read (%d of %d "
+                 "needed left)",
+                 s->node + 1, r->complete + r->running, r->need);
+        repair_fail(r, why);
+    }
+}
+
+static void repair_src_check(struct repair_src *s)
+{
+    struct repair *r = s->r;
+    if (s->failed || !s->counter_read || !s->scan_over) {
+        return;
+    }
+    r->running--;
+    r->complete++;
+    /* Any N - quorum + 1 sound nodes meet every earlier write-back quorum
+     * and every quorum of done marks in a node other than the target, so
+     * what they hold covers every fence handed out and every mark that a
+     * successful complete left. */
+    if (r->complete >= r->need) {
+        repair_raise(r);
+    }
+}
+
+static void repair_scan_cb(struct node *node, struct redisReply *reply,
+                           enum node_status status, void *privdata);
+
+/* The next SCAN step on s, or s is read in full. */
+static void repair_scan_next(struct repair_src *s)
+{
+    struct repair *r = s->r;
+    struct cluster *c = r->c;
+    if (strcmp(s->cursor, "0") == 0) {
+        s->scan_over = true;
+        repair_src_check(s);
+        return;
+    }
+    /* "" before the first step, which starts at cursor 0 */
+    const char *cursor = s->cursor[0] != '\0' ? s->cursor : "0";
+    const char *argv[3] = {cursor, c->scan_match, REPAIR_SCAN_COUNT};
+    size_t lens[3] = {strlen(cursor), strlen(c->scan_match),
+                      sizeof(REPAIR_SCAN_COUNT) - 1};
+    if (node_script(c->nodes[s->node], SCRIPT_DONE_SCAN, 3, argv, lens,
+                    repair_scan_cb, s) == 0) {
+        r->outstanding++;
+    } else {
+        repair_src_failed(s);
+    }
+}
+
+static void repair_copy_cb(struct node *node, struct redisReply *reply,
                            enum node_status status, void *privdata)
 {
     (void)node;
-    struct repair *r = privdata;
-    struct cluster *c = r->c;
+    struct repair_src *s = privdata;
+    struct repair *r = s->r;
     r->outstanding--;
-    if (c->closing || r->generation != c->repair_generation[r->target] ||
-        r->raising) {
+    if (repair_live(r) && !s->failed) {
+        if (status == NODE_REPLY && reply->type == REDIS_REPLY_INTEGER) {
+            r->marks += (uint64_t)reply->integer;
+            repair_scan_next(s);
+        } else {
+            repair_fail(r,
+                        status == NODE_REPLY && reply->type == REDIS_REPLY_ERROR
+                            ? reply->str
+                            : "copying done marks got no answer");
+        }
+    }
+    repair_release(r);
+}
+
+/* The marks one SCAN step found: copied to the target, then the next
+ * step. */
+static void repair_scan_cb(struct node *node, struct redisReply *reply,
+                           enum node_status status, void *privdata)
+{
+    struct repair_src *s = privdata;
+    struct repair *r = s->r;
+    r->outstanding--;
+    if (!repair_live(r) || s->failed) {
         repair_release(r);
         return;
     }
-    if (status == NODE_REPLY &&
-        (reply->type == REDIS_REPLY_NIL || reply->type == REDIS_REPLY_STRING)) {
-        int64_t v = reply->type == REDIS_REPLY_STRING
-                        ? strtoll(reply->str, NULL, 10)
-                        : 0;
-        if (v > r->max) {
-            r->max = v;
-        }
-        r->answered++;
+    if (status != NODE_REPLY || reply->type != REDIS_REPLY_ARRAY ||
+        reply->elements < 1 || (reply->elements - 1) % 3 != 0) {
+        log_warn(NULL, "node %d: done-mark scan: %s", node_index(node) + 1,
+                 status != NODE_REPLY               ? "no answer"
+                 : reply->type == REDIS_REPLY_ERROR ? reply->str
+                                                    : "unexpected reply");
+        repair_src_failed(s);
+        repair_release(r);
+        return;
     }
-    /* Any N - quorum + 1 nodes meet every earlier write-back quorum in a
-     * node other than the target, so their maximum covers every fence
-     * handed out. */
-    int need = r->need;
-    if (r->answered >= need) {
-        r->raising = true;
-        char val[24];
-        int vl = snprintf(val, sizeof(val), "%lld", (long long)r->max);
-        const char *argv[2] = {c->fence_key, val};
-        size_t lens[2] = {c->fence_key_len, (size_t)vl};
-        if (node_script(c->nodes[r->target], SCRIPT_FENCE_REPAIR, 2, argv, lens,
-                        repair_raise_cb, r) == 0) {
+    size_t argc = reply->elements - 1;
+    const char **argv = argc > 0 ? malloc(argc * sizeof(*argv)) : NULL;
+    size_t *lens = argc > 0 ? malloc(argc * sizeof(*lens)) : NULL;
+    bool ok = reply->element[0]->type == REDIS_REPLY_STRING &&
+              reply->element[0]->len < sizeof(s->cursor) &&
+              (argc == 0 || (argv != NULL && lens != NULL));
+    for (size_t i = 0; ok && i < argc; i++) {
+        const struct redisReply *e = reply->element[i + 1];
+        ok = e->type == REDIS_REPLY_STRING;
+        if (ok) {
+            argv[i] = e->str;
+            lens[i] = e->len;
+        }
+    }
+    if (!ok) {
+        log_warn(NULL, "node %d: done-mark scan: unexpected reply",
+                 node_index(node) + 1);
+        repair_src_failed(s);
+    } else {
+        memcpy(s->cursor, reply->element[0]->str, reply->element[0]->len);
+        s->cursor[reply->element[0]->len] = '\0';
+        if (argc == 0) {
+            repair_scan_next(s);
+        } else if (node_script(r->c->nodes[r->target], SCRIPT_DONE_COPY,
+                               (int)argc, argv, lens, repair_copy_cb, s) == 0) {
             r->outstanding++;
         } else {
-            repair_retry_later(c, r->target);
+            repair_fail(r, "copying done marks not sent");
         }
-    } else if (r->outstanding == 0) {
-        log_warn(NULL,
-                 "node %d: fence repair read %d of %d counters; "
-                 "retrying",
-                 r->target + 1, r->answered, need);
-        repair_retry_later(c, r->target);
+    }
+    free(argv);
+    free(lens);
+    repair_release(r);
+}
+
+static void repair_counter_cb(struct node *node, struct redisReply *reply,
+                              enum node_status status, void *privdata)
+{
+    (void)node;
+    struct repair_src *s = privdata;
+    struct repair *r = s->r;
+    r->outstanding--;
+    if (repair_live(r) && !s->failed) {
+        if (status == NODE_REPLY && (reply->type == REDIS_REPLY_NIL ||
+                                     reply->type == REDIS_REPLY_STRING)) {
+            int64_t v = reply->type == REDIS_REPLY_STRING
+                            ? strtoll(reply->str, NULL, 10)
+                            : 0;
+            if (v > r->max) {
+                r->max = v;
+            }
+            s->counter_read = true;
+            repair_src_check(s);
+        } else {
+            repair_src_failed(s);
+        }
     }
     repair_release(r);
 }
@@ -1382,10 +1574,41 @@ static void repair_start(struct cluster *c, int target)
     if (c->cfg->unsafe_no_fence_repair) {
         c->quarantined[target] = false;
         log_warn(NULL,
-                 "node %d: counts again WITHOUT fence repair "
+                 "node %d: counts again WITHOUT fence or done-mark repair "
                  "(--unsafe-no-fence-repair)",
                  target + 1);
         return;
+    }
+    uint32_t lost = 0, up = 0;
+    for (int i = 0; i < c->n; i++) {
+        lost |= c->quarantined[i] ? 1u << i : 0;
+        up |= node_is_up(c->nodes[i]) ? 1u << i : 0;
+    }
+    uint32_t read;
+    int need;
+    enum redlock_repair_plan plan =
+        redlock_repair_plan(c->n, target, lost, up, &read, &need);
+    if (plan == RL_REPAIR_WAIT) {
+        if (!c->repair_waiting[target]) {
+            c->repair_waiting[target] = true;
+            log_warn(NULL,
+                     "node %d: too few nodes that kept their data are up "
+                     "to repair it from (%d needed; a node down but never "
+                     "seen to restart still holds what it must read): it "
+                     "stays quarantined until enough are back",
+                     target + 1, c->n - c->quorum + 1);
+        }
+        repair_retry_later(c, target);
+        return;
+    }
+    c->repair_waiting[target] = false;
+    if (plan == RL_REPAIR_BEST_EFFORT) {
+        log_error(NULL,
+                  "node %d: more nodes restarted without persistence "
+                  "than a quorum can spare: no sound read exists; "
+                  "repairing from every node up; fences may repeat and "
+                  "done marks may be lost",
+                  target + 1);
     }
     struct repair *r = calloc(1, sizeof(*r));
     if (r == NULL) {
@@ -1397,47 +1620,39 @@ static void repair_start(struct cluster *c, int target)
     r->generation = ++c->repair_generation[target];
     r->outstanding = 1;         /* held while sending */
     r->max = c->fence_max_seen; /* a floor we know of ourselves */
-    r->need = c->n - c->quorum + 1;
-    int sound = 0;
+    r->need = need;
     for (int i = 0; i < c->n; i++) {
-        sound += i != target && !c->quarantined[i] && node_is_up(c->nodes[i]);
-    }
-    /* With a majority restarted empty, no sound read exists: the counters
-     * that saw the last write-backs may all be gone. Availability then
-     * wins, loudly: read every node that is up. */
-    bool best_effort = sound < r->need;
-    if (best_effort) {
-        int up = 0;
-        for (int i = 0; i < c->n; i++) {
-            up += i != target && node_is_up(c->nodes[i]);
-        }
-        r->need = up > 0 ? up : 1;
-        log_error(NULL,
-                  "node %d: only %d unquarantined node(s) to read "
-                  "fence counters from (%d needed): repairing from "
-                  "every node up; fences may repeat across daemons "
-                  "after this majority restart without persistence",
-                  target + 1, sound, c->n - c->quorum + 1);
-    }
-    for (int i = 0; i < c->n; i++) {
-        if (i == target || (c->quarantined[i] && !best_effort)) {
+        if (!(read & (1u << i))) {
             continue;
         }
+        struct repair_src *s = &r->src[i];
+        s->r = r;
+        s->node = i;
         const char *argv[2] = {"GET", c->fence_key};
         size_t lens[2] = {3, c->fence_key_len};
-        if (node_command(c->nodes[i], 2, argv, lens, repair_read_cb, r) == 0) {
-            r->outstanding++;
+        if (node_command(c->nodes[i], 2, argv, lens, repair_counter_cb, s) !=
+            0) {
+            s->failed = true;
+            continue;
+        }
+        r->outstanding++;
+        r->running++;
+    }
+    /* Scan steps after every counter read is out: a synchronous failure
+     * inside one must not see sources not started yet. */
+    for (int i = 0; i < c->n && repair_live(r); i++) {
+        struct repair_src *s = &r->src[i];
+        if ((read & (1u << i)) && !s->failed) {
+            repair_scan_next(s);
         }
     }
-    r->outstanding--;
-    if (r->outstanding == 0) {
-        log_warn(NULL,
-                 "node %d: no node to read fence counters from; "
-                 "retrying",
-                 target + 1);
-        repair_retry_later(c, target);
-        free(r);
+    if (repair_live(r) && r->need == 0) {
+        repair_raise(r); /* a single node: nothing to read */
+    } else if (repair_live(r) && r->running < r->need) {
+        repair_fail(r, "too few nodes to read could be asked");
     }
+    r->outstanding--;
+    repair_release(r);
 }
 
 static void quarantine_cb(evutil_socket_t fd, short what, void *arg)
@@ -1458,19 +1673,26 @@ static void quarantine_cb(evutil_socket_t fd, short what, void *arg)
     repair_start(c, i);
 }
 
+/* The restart quarantine now: --quarantine-ms, or the largest TTL granted
+ * whose lock may still stand (at least the default TTL). */
+static uint32_t quarantine_period_ms(const struct cluster *c)
+{
+    return redlock_quarantine_ms(&c->grants, cluster_now_us(),
+                                 (uint32_t)c->cfg->quarantine_ms,
+                                 PROTO_TTL_DEFAULT);
+}
+
 static void quarantine_begin(struct cluster *c, int i)
 {
-    uint32_t q = c->cfg->quarantine_ms > 0 ? (uint32_t)c->cfg->quarantine_ms
-                                           : c->max_ttl_seen;
-    if (q < PROTO_TTL_DEFAULT && c->cfg->quarantine_ms == 0) {
-        q = PROTO_TTL_DEFAULT;
-    }
+    uint32_t q = quarantine_period_ms(c);
     c->quarantined[i] = true;
     c->repair_generation[i]++;
+    c->repair_attempt[i] = 0;
+    c->repair_waiting[i] = false;
     log_warn(NULL,
              "node %d: restarted (new run_id) without persistence: "
-             "quarantined for %u ms, then its fence counter is "
-             "repaired",
+             "quarantined for %u ms, then its done marks and fence "
+             "counter are repaired",
              i + 1, q);
     struct timeval tv = {(time_t)(q / 1000), (suseconds_t)(q % 1000) * 1000};
     evtimer_add(c->quarantine_ev[i], &tv);
@@ -1484,16 +1706,6 @@ static void quarantine_begin(struct cluster *c, int i)
  * period. Re-checked whenever a node comes up, since the older node may
  * connect second. */
 #define START_SKEW_US 3000000u
-
-static uint64_t quarantine_period_ms(const struct cluster *c)
-{
-    uint64_t q = c->cfg->quarantine_ms > 0 ? (uint64_t)c->cfg->quarantine_ms
-                                           : c->max_ttl_seen;
-    if (q < PROTO_TTL_DEFAULT && c->cfg->quarantine_ms == 0) {
-        q = PROTO_TTL_DEFAULT;
-    }
-    return q;
-}
 
 static void check_fresh_starts(struct cluster *c)
 {
@@ -1509,7 +1721,7 @@ static void check_fresh_starts(struct cluster *c)
         }
     }
     uint64_t now = cluster_now_us();
-    uint64_t q_us = quarantine_period_ms(c) * 1000u;
+    uint64_t q_us = (uint64_t)quarantine_period_ms(c) * 1000u;
     for (int i = 0; i < c->n; i++) {
         struct node *nd = c->nodes[i];
         uint64_t st = node_started_us(nd);
@@ -1543,6 +1755,13 @@ static void cluster_node_state_cb(struct node *node, enum node_state state,
     int i = node_index(node);
     if (state == NODE_UP && !node_restarted(node)) {
         check_fresh_starts(c);
+    }
+    /* A node back may be what a waiting repair needs: try it now. */
+    for (int j = 0; state == NODE_UP && j < c->n; j++) {
+        if (c->repair_waiting[j] && c->quarantined[j] && j != i) {
+            struct timeval now = {0, 0};
+            evtimer_add(c->quarantine_ev[j], &now);
+        }
     }
     if (state == NODE_UP && node_restarted(node) && !node_is_persistent(node)) {
         if (!c->cfg->unsafe_no_quarantine) {
@@ -1585,6 +1804,16 @@ struct cluster *cluster_create(struct event_base *base,
     int fl =
         snprintf(c->fence_key, sizeof(c->fence_key), "%sfence", cfg->prefix);
     c->fence_key_len = (size_t)fl;
+    /* <prefix>lock:*, the prefix's glob characters escaped */
+    size_t m = 0;
+    for (const char *p = cfg->prefix;
+         *p != '\0' && m + 8 < sizeof(c->scan_match); p++) {
+        if (strchr("*?[]\\", *p) != NULL) {
+            c->scan_match[m++] = '\\';
+        }
+        c->scan_match[m++] = *p;
+    }
+    memcpy(c->scan_match + m, "lock:*", 7);
 
     struct node_options opts = {
         .timeout_ms = cfg->node_timeout_ms,
@@ -1640,13 +1869,20 @@ void cluster_destroy(struct cluster *c)
             event_free(c->quarantine_ev[i]);
         }
     }
+    /* Acquires still queued were never sent: their callbacks run too
+     * (every pending callback runs exactly once), with shutting_down. */
     while (c->queue_head != NULL) {
         struct cluster_op *op = c->queue_head;
         c->queue_head = op->next_queued;
-        node_prep_free(&op->prep_main);
-        node_prep_free(&op->prep_native);
-        event_free(op->deadline_ev);
-        free(op);
+        if (c->queue_head == NULL) {
+            c->queue_tail = NULL;
+        }
+        c->queue_len--;
+        struct cluster_result r;
+        result_init(&r);
+        r.err = ERR_SHUTTING_DOWN;
+        op_answer(op, &r);
+        op_release_if_finished(op);
     }
     while (c->free_ops != NULL) {
         struct cluster_op *op = c->free_ops;

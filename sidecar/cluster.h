@@ -22,7 +22,9 @@ struct node;
 
 struct cluster_result {
     enum proto_err err;      /* ERR_NONE, ERR_BUSY, ERR_DONE, ERR_NOT_HELD,
-                                ERR_NO_QUORUM, ERR_LIMIT, ERR_INTERNAL */
+                                ERR_NO_QUORUM, ERR_LIMIT, ERR_INTERNAL,
+                                ERR_SHUTTING_DOWN (never sent: the cluster
+                                was destroyed first) */
     int64_t validity_ms;     /* on success */
     uint64_t valid_until_us; /* on success: monotonic end of validity */
     int64_t fence;           /* acquire with fence, on success */
@@ -48,7 +50,9 @@ struct cluster *cluster_create(struct event_base *base,
                                const struct config *cfg,
                                cluster_node_fn *node_cb, void *node_priv);
 
-/* cluster_destroy: closes every node; pending callbacks run first. */
+/* cluster_destroy: closes every node; every pending callback runs first,
+ * exactly once (those of acquires never sent with ERR_SHUTTING_DOWN). A
+ * callback may start new operations: they are answered at once. */
 void cluster_destroy(struct cluster *c);
 
 /* cluster_acquire: SET NX PX token on every node: `SET .. NX PX .. GET`
@@ -99,7 +103,8 @@ bool cluster_node_quarantined(const struct cluster *c, int i);
  * rollbacks after a decision); shutdown waits for it to reach zero. */
 int cluster_inflight(const struct cluster *c);
 
-/* cluster_now_us: the monotonic clock used for all validity accounting. */
+/* cluster_now_us: the clock of all validity accounting, util_now_us()
+ * (CLOCK_BOOTTIME: it keeps counting while the machine is suspended). */
 uint64_t cluster_now_us(void);
 
 #endif

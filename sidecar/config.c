@@ -188,15 +188,16 @@ static const struct option_def options[] = {
     {"quarantine-ms", 0, "quarantine_ms", NULL, OPT_INT,
      FIELD(quarantine_ms, int), "0", 0, 86400000, NULL, NULL, "N",
      "a node seen to restart (new run_id) without ?persistent=1 counts "
-     "toward no quorum for N ms; 0 means the largest TTL granted so far, "
-     "at least 30000"},
+     "toward no quorum for N ms; 0 means the largest TTL granted whose "
+     "lock may still stand, at least 30000"},
     {"unsafe-no-quarantine", 0, "unsafe_no_quarantine", NULL, OPT_BOOL,
      FIELD(unsafe_no_quarantine, bool), NULL, 0, 0, NULL, NULL, NULL,
      "testing only: count restarted nodes at once (shows what the "
      "quarantine prevents)"},
     {"unsafe-no-fence-repair", 0, "unsafe_no_fence_repair", NULL, OPT_BOOL,
      FIELD(unsafe_no_fence_repair, bool), NULL, 0, 0, NULL, NULL, NULL,
-     "testing only: do not raise a restarted node's fence counter"},
+     "testing only: do not repair a restarted node's fence counter and "
+     "done marks"},
     {"acquire-script", 0, "acquire_script", NULL, OPT_BOOL,
      FIELD(acquire_script, bool), NULL, 0, 0, NULL, NULL, NULL,
      "testing: acquire through the Lua script, as for Redis older than "

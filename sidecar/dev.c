@@ -251,6 +251,9 @@ void dev_stop(struct dev_cluster *d)
     for (int i = 0; i < d->n; i++) {
         if (d->pids[i] > 0) {
             kill(d->pids[i], SIGTERM);
+            /* A node stopped (SIGSTOP, a debugger) acts on it only once
+             * continued. */
+            kill(d->pids[i], SIGCONT);
         }
     }
     /* Bounded wait, then SIGKILL. */

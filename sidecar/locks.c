@@ -263,6 +263,50 @@ struct lock *locks_find(struct lock_table *t, const char *token)
     return NULL;
 }
 
+static void defer_unlink(struct lock *l)
+{
+    if (!l->deferred) {
+        return;
+    }
+    if (l->defer_prev != NULL) {
+        l->defer_prev->defer_next = l->defer_next;
+    } else {
+        l->owner->defer_head = l->defer_next;
+    }
+    if (l->defer_next != NULL) {
+        l->defer_next->defer_prev = l->defer_prev;
+    } else {
+        l->owner->defer_tail = l->defer_prev;
+    }
+    l->defer_prev = l->defer_next = NULL;
+    l->deferred = false;
+}
+
+void locks_defer(struct lock *l)
+{
+    if (l->deferred || l->owner == NULL) {
+        return;
+    }
+    l->deferred = true;
+    l->defer_next = NULL;
+    l->defer_prev = l->owner->defer_tail;
+    if (l->owner->defer_tail != NULL) {
+        l->owner->defer_tail->defer_next = l;
+    } else {
+        l->owner->defer_head = l;
+    }
+    l->owner->defer_tail = l;
+}
+
+struct lock *locks_undefer(struct lock_owner *owner)
+{
+    struct lock *l = owner->defer_head;
+    if (l != NULL) {
+        defer_unlink(l);
+    }
+    return l;
+}
+
 void locks_remove(struct lock_table *t, struct lock *l)
 {
     size_t h = token_hash(l->token) & (t->n_buckets - 1);
@@ -284,6 +328,7 @@ void locks_remove(struct lock_table *t, struct lock *l)
             l->own_next->own_prev = l->own_prev;
         }
         l->owner->count--;
+        defer_unlink(l);
     }
     heap_remove(t, l);
     free(l->resource);

@@ -20,7 +20,11 @@ struct client;
 struct lock_owner {
     struct lock *head; /* borrowed: locks are owned by the table */
     size_t count;
-    size_t waiters;        /* ops: this connection's calls in a wait queue */
+    size_t waiters;  /* ops: this connection's calls in a wait queue */
+    size_t renewing; /* ops: renewals in flight for its locks */
+    struct lock *defer_head, *defer_tail; /* borrowed: locks whose renewal
+                                             waits for this connection's
+                                             budget, oldest first */
     struct client *client; /* borrowed: the connection that embeds this */
 };
 
@@ -34,10 +38,13 @@ struct lock {
     bool renew;              /* renewed by the daemon (NDJSON only) */
     uint64_t renew_until_us; /* 0: no cap (renew_max_ms) */
     uint64_t next_renew_us;  /* when the next renewal is due */
-    bool renewing;           /* an extend is in flight */
-    unsigned completing;     /* completes in flight: renewal waits */
-    struct lock *tok_next;   /* table: token hash chain */
-    struct lock *own_prev;   /* owner's list */
+    uint64_t renew_sent_us;  /* a renewal in flight was sent then; 0: none */
+    unsigned ending;         /* releases and completes in flight: renewal
+                                waits, their answer decides */
+    bool deferred;           /* in its owner's defer list */
+    struct lock *defer_prev, *defer_next;
+    struct lock *tok_next; /* table: token hash chain */
+    struct lock *own_prev; /* owner's list */
     struct lock *own_next;
     size_t heap_idx; /* table: position in the deadline heap */
 };
@@ -56,7 +63,8 @@ struct lock *locks_add(struct lock_table *t, const char *token,
 
 struct lock *locks_find(struct lock_table *t, const char *token);
 
-/* locks_remove: unlinks the lock from the table and its owner and frees it. */
+/* locks_remove: unlinks the lock from the table and its owner (and the
+ * owner's defer list) and frees it. */
 void locks_remove(struct lock_table *t, struct lock *l);
 
 /* locks_set_deadline: the lock's next event time (renewal or expiry) for
@@ -67,6 +75,14 @@ void locks_set_deadline(struct lock_table *t, struct lock *l, uint64_t due_us);
 struct lock *locks_peek_due(struct lock_table *t, uint64_t *due_us);
 
 size_t locks_count(const struct lock_table *t);
+
+/* locks_defer: queues l (which has an owner) at the tail of its owner's
+ * defer list, unless it is there already. */
+void locks_defer(struct lock *l);
+
+/* locks_undefer: takes the oldest lock out of owner's defer list and
+ * returns it, or NULL when the list is empty. */
+struct lock *locks_undefer(struct lock_owner *owner);
 
 /* locks_new_token: 128 random bits (getrandom, else libuuid) as 32 hex chars
  * plus NUL into out. */

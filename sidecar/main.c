@@ -124,7 +124,15 @@ int main(int argc, char **argv)
         }
     }
 
-    d.base = event_base_new();
+    /* Precise timers: by default libevent may read a coarse clock (one
+     * kernel tick, often 4 ms), so every timer could fire that late; a
+     * 10 ms lock's renewal has no such slack. */
+    struct event_config *ecfg = event_config_new();
+    if (ecfg != NULL) {
+        event_config_set_flag(ecfg, EVENT_BASE_FLAG_PRECISE_TIMER);
+        d.base = event_base_new_with_config(ecfg);
+        event_config_free(ecfg);
+    }
     if (d.base == NULL) {
         log_error(NULL, "cannot create the event loop");
         goto out;

@@ -45,8 +45,10 @@
 #include "log.h"
 #include "metrics.h"
 #include "redlock.h"
+#include "resolve.h"
 #include "resp.h"
 #include "scripts.h"
+#include "util.h"
 
 #define HANDSHAKE_INFO (-2) /* handshake_cb tag of INFO server */
 #define SHA_LEN 40
@@ -93,15 +95,16 @@ struct node {
     enum node_state state;
     node_state_fn *state_cb;
     void *state_priv;
-    struct event *conn_timer; /* reconnect delay / connect deadline */
-    struct event *cmd_timer;  /* deadline of the oldest live command */
-    bool cmd_timer_on;        /* cmd_timer is added ... */
-    uint64_t cmd_timer_at;    /* ... to fire at this time */
-    struct event *ping_timer; /* heartbeat while idle */
-    uint64_t last_send_us;    /* when a command was last written */
-    uint64_t last_reply_us;   /* when a reply last arrived */
-    unsigned attempt;         /* failed connects in a row */
-    int handshake_left;       /* replies still expected before UP */
+    struct event *conn_timer;  /* reconnect delay / connect deadline */
+    struct resolve *resolving; /* owned: the host lookup in flight */
+    struct event *cmd_timer;   /* deadline of the oldest live command */
+    bool cmd_timer_on;         /* cmd_timer is added ... */
+    uint64_t cmd_timer_at;     /* ... to fire at this time */
+    struct event *ping_timer;  /* heartbeat while idle */
+    uint64_t last_send_us;     /* when a command was last written */
+    uint64_t last_reply_us;    /* when a reply last arrived */
+    unsigned attempt;          /* failed connects in a row */
+    int handshake_left;        /* replies still expected before UP */
     bool handshake_failed;
     char sha[SCRIPT__COUNT][SHA_LEN + 1];
     bool sha_ok[SCRIPT__COUNT];   /* sha equals known_sha: prepared sends ok */
@@ -113,8 +116,19 @@ struct node {
     char last_error[160];
     double rtt_ms;
     uint64_t reconnects;
-    bool was_up;     /* has been up at least once */
-    bool reloading;  /* SCRIPT LOAD after a NOSCRIPT is in flight */
+    bool was_up; /* has been up at least once */
+    /* NOSCRIPT recovery (see node_handle_reply): while rec_active, new
+     * commands are held back (their bytes in hbuf, they themselves at the
+     * FIFO's tail from held on) until every command written before the
+     * first NOSCRIPT has answered; then the NOSCRIPT'd ones go out again
+     * in their order, the scripts are reloaded, and the held ones follow. */
+    bool rec_active;
+    struct node_cmd *rec_last; /* last command written when it began */
+    struct node_cmd *rec_head; /* NOSCRIPT'd commands to re-send, in send */
+    struct node_cmd *rec_tail; /* order (linked by next; not in the FIFO) */
+    struct node_cmd *held;     /* first held command in the FIFO, or NULL */
+    char *hbuf;                /* owned: bytes of the held commands */
+    size_t hlen, hcap;
     char run_id[48]; /* INFO server run_id of the last handshake */
     /* The run_ids of the connection that last came up and of the one up
      * before it. Only handshakes that reach NODE_UP count: one that fails
@@ -131,12 +145,13 @@ struct node {
 
 static void node_connect(struct node *node);
 static void node_drop(struct node *node, const char *why);
+static void node_resolve_failed(struct node *node, const char *why);
 
-static uint64_t now_us(void)
+/* The clock of every deadline here: the one cluster.c measures validity
+ * on (util.h), as node_send_prepared takes its readings. */
+static inline uint64_t now_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+    return util_now_us();
 }
 
 const char *node_state_name(enum node_state state)
@@ -254,6 +269,37 @@ static void fifo_push(struct node *node, struct node_cmd *cmd)
     node->pending++;
 }
 
+/* Puts cmd into the FIFO just before `before` (at the tail when NULL):
+ * the bytes of commands written while a NOSCRIPT recovery ends go out
+ * ahead of the held ones, and the FIFO must stay in wire order. Leaves
+ * live to rec_close (fifo_find_live) unless before is NULL. */
+static void fifo_insert_before(struct node *node, struct node_cmd *cmd,
+                               struct node_cmd *before)
+{
+    if (before == NULL) {
+        fifo_push(node, cmd);
+        return;
+    }
+    cmd->next = before;
+    cmd->prev = before->prev;
+    if (before->prev != NULL) {
+        before->prev->next = cmd;
+    } else {
+        node->head = cmd;
+    }
+    before->prev = cmd;
+    node->pending++;
+}
+
+/* live: the first command not yet timed out. */
+static void fifo_find_live(struct node *node)
+{
+    node->live = node->head;
+    while (node->live != NULL && node->live->done) {
+        node->live = node->live->next;
+    }
+}
+
 static void fifo_unlink(struct node *node, struct node_cmd *cmd)
 {
     if (node->live == cmd) {
@@ -345,7 +391,6 @@ static void reload_cb(struct node *node, struct redisReply *reply,
                       enum node_status status, void *privdata)
 {
     (void)privdata;
-    node->reloading = false;
     if (status != NODE_REPLY || reply->type == REDIS_REPLY_ERROR) {
         log_warn(node->subject, "SCRIPT LOAD after NOSCRIPT failed");
     }
@@ -354,7 +399,6 @@ static void reload_cb(struct node *node, struct redisReply *reply,
 /* One SCRIPT LOAD per script; the SHA1s are those already known. */
 static void scripts_reload(struct node *node)
 {
-    node->reloading = true;
     for (int i = 0; i < SCRIPT__COUNT; i++) {
         const char *argv[3] = {"SCRIPT", "LOAD", script_source[i]};
         size_t lens[3] = {6, 4, strlen(script_source[i])};
@@ -365,6 +409,26 @@ static void scripts_reload(struct node *node)
 }
 
 /* ---- output ---------------------------------------------------------- */
+
+/* Grows *buf (of *cap bytes) to hold at least need bytes, doubling from
+ * 16 KiB. Returns 0, or -1 (buffer unchanged) when memory ran out. */
+static int buf_reserve(char **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap) {
+        return 0;
+    }
+    size_t c = *cap ? *cap : 16384;
+    while (c < need) {
+        c *= 2;
+    }
+    char *nb = realloc(*buf, c);
+    if (nb == NULL) {
+        return -1;
+    }
+    *buf = nb;
+    *cap = c;
+    return 0;
+}
 
 /* Appends bytes to the output buffer and makes sure they are written at the
  * end of this loop turn (or when the socket has room again). */
@@ -378,17 +442,8 @@ static int out_append(struct node *node, const char *buf, size_t len)
             node->olen -= node->ooff;
             node->ooff = 0;
         }
-        if (node->olen + len > node->ocap) {
-            size_t cap = node->ocap ? node->ocap : 16384;
-            while (cap < node->olen + len) {
-                cap *= 2;
-            }
-            char *nb = realloc(node->obuf, cap);
-            if (nb == NULL) {
-                return -1;
-            }
-            node->obuf = nb;
-            node->ocap = cap;
+        if (buf_reserve(&node->obuf, &node->ocap, node->olen + len) != 0) {
+            return -1;
         }
     }
     memcpy(node->obuf + node->olen, buf, len);
@@ -451,38 +506,135 @@ static void flush_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- replies ----------------------------------------------------------- */
 
-/* Resends a command that met NOSCRIPT (the server lost its script cache,
- * e.g. SCRIPT FLUSH) as EVAL with the script body, keeping the caller's
- * callback. Returns 0 when resent. */
-static int node_resend_as_eval(struct node *node, struct node_cmd *cmd,
-                               uint64_t now)
+/* ---- NOSCRIPT recovery ------------------------------------------------ */
+
+/* A server that lost its script cache (SCRIPT FLUSH, a failover to a fresh
+ * replica) answers NOSCRIPT to every EVALSHA until the scripts are loaded
+ * again; the command did not run. Re-sending it must keep the order of
+ * the connection: an acquire that ran after the rollback sent behind it
+ * would leave its key for the whole TTL. Redis answers in order, so when
+ * the first NOSCRIPT arrives the commands written after it have already
+ * run, or will before anything we write now. So:
+ *
+ *   1. the first NOSCRIPT opens the window; rec_last is the last command
+ *      written so far. New commands are held (hbuf; FIFO from held on);
+ *   2. each NOSCRIPT'd command of the window joins the re-send list;
+ *   3. a script command of the window that did run (another client loaded
+ *      the scripts in between) ran before those on the list: an acquire
+ *      on the list is not re-sent but answered with the error (it never
+ *      ran, so nothing is left behind); a re-sent release, extend or
+ *      completion can only find less to do, never create a key;
+ *   4. rec_last's answer closes the window: the list goes out as EVAL in
+ *      its order, then SCRIPT LOAD, then the held commands. */
+
+static bool reply_is_noscript(const struct node_cmd *cmd,
+                              const redisReply *reply)
 {
-    const struct node_prep *pp = cmd->prep;
-    const char *src = script_source[cmd->script];
-    size_t src_len = strlen(src);
-    char head[64];
-    int hl = snprintf(head, sizeof(head), "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n",
-                      pp->argc + 3, src_len);
-    const char *rest_body = pp->buf + pp->rest_off;
-    size_t rest_body_len = pp->len - pp->rest_off;
-    if (out_append(node, head, (size_t)hl) != 0 ||
-        out_append(node, src, src_len) != 0 ||
-        out_append(node, "\r\n", 2) != 0 ||
-        out_append(node, rest_body, rest_body_len) != 0) {
-        /* Half a command may be in the buffer: the stream is broken. */
+    return cmd->prep != NULL && reply->type == REDIS_REPLY_ERROR &&
+           reply->str != NULL && strncmp(reply->str, "NOSCRIPT", 8) == 0;
+}
+
+/* Appends bytes of a held command to hbuf. */
+static int hold_append(struct node *node, const char *buf, size_t len)
+{
+    if (buf_reserve(&node->hbuf, &node->hcap, node->hlen + len) != 0) {
+        return -1;
+    }
+    memcpy(node->hbuf + node->hlen, buf, len);
+    node->hlen += len;
+    return 0;
+}
+
+/* Step 3: answers every acquire on the re-send list with the NOSCRIPT
+ * error (in send order, ahead of the command that ran). Returns false when
+ * a callback dropped the connection. */
+static bool rec_fail_acquires(struct node *node)
+{
+    uint64_t gen = node->conn_gen;
+    int failed = 0;
+    struct node_cmd **pp = &node->rec_head;
+    node->rec_tail = NULL;
+    while (*pp != NULL) {
+        struct node_cmd *cmd = *pp;
+        if (cmd->script != SCRIPT_ACQUIRE) {
+            node->rec_tail = cmd;
+            pp = &cmd->next;
+            continue;
+        }
+        *pp = cmd->next;
+        cmd->next = NULL;
+        static char msg[] = "NOSCRIPT not re-sent: a later command ran first";
+        redisReply err = {
+            .type = REDIS_REPLY_ERROR, .str = msg, .len = sizeof(msg) - 1};
+        cmd->done = true;
+        failed++;
+        if (cmd->cb != NULL) {
+            cmd->cb(node, &err, NODE_REPLY, cmd->privdata);
+        }
+        cmd_put(node, cmd);
+        if (node->conn_gen != gen) {
+            return false; /* node_drop emptied the list */
+        }
+    }
+    if (failed > 0) {
+        log_warn(node->subject,
+                 "NOSCRIPT: %d acquire(s) failed, not re-sent: a later "
+                 "command ran before them (another client reloaded the "
+                 "scripts)",
+                 failed);
+    }
+    return true;
+}
+
+/* Step 4: re-sends the list as EVAL with the script body, keeping each
+ * command's callback and deadline, reloads the scripts, and lets the held
+ * commands go. Returns -1 when it dropped the connection. */
+static int rec_close(struct node *node, uint64_t now)
+{
+    node->rec_active = false;
+    node->rec_last = NULL;
+    while (node->rec_head != NULL) {
+        struct node_cmd *cmd = node->rec_head;
+        node->rec_head = cmd->next;
+        if (node->rec_head == NULL) {
+            node->rec_tail = NULL;
+        }
+        const struct node_prep *pp = cmd->prep;
+        const char *src = script_source[cmd->script];
+        size_t src_len = strlen(src);
+        char head[64];
+        int hl = snprintf(head, sizeof(head), "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n",
+                          pp->argc + 3, src_len);
+        /* The FIFO takes it first: node_drop fails it if a write fails. */
+        fifo_insert_before(node, cmd, node->held);
+        cmd->sent_us = now;
+        if (out_append(node, head, (size_t)hl) != 0 ||
+            out_append(node, src, src_len) != 0 ||
+            out_append(node, "\r\n", 2) != 0 ||
+            out_append(node, pp->buf + pp->rest_off, pp->len - pp->rest_off) !=
+                0) {
+            /* Half a command may be in the buffer: the stream is broken. */
+            node_set_error(node, "out of memory%s", "");
+            node_drop(node, "out of memory");
+            return -1;
+        }
+    }
+    /* The SCRIPT LOADs go before the held commands too (node_write puts
+     * them before node->held); their deadline is no later than the first
+     * held command's, so deadlines still grow along the FIFO. */
+    scripts_reload(node);
+    if (node->hlen > 0 && out_append(node, node->hbuf, node->hlen) != 0) {
         node_set_error(node, "out of memory%s", "");
         node_drop(node, "out of memory");
         return -1;
     }
-    fifo_unlink(node, cmd);
-    cmd->sent_us = now;
-    cmd->deadline_us = now + (uint64_t)node->opts.timeout_ms * 1000u;
-    fifo_push(node, cmd);
-    if (!node->reloading) {
-        /* Load the scripts again so that later commands need no second
-         * round trip. */
-        log_warn(node->subject, "NOSCRIPT: resent as EVAL; reloading scripts");
-        scripts_reload(node);
+    node->hlen = 0;
+    node->held = NULL;
+    fifo_find_live(node);
+    if (node->hcap > 1024 * 1024) {
+        free(node->hbuf);
+        node->hbuf = NULL;
+        node->hcap = 0;
     }
     cmd_timer_arm(node);
     return 0;
@@ -493,25 +645,47 @@ static void node_handle_reply(struct node *node, redisReply *reply,
                               uint64_t now)
 {
     struct node_cmd *cmd = node->head;
-    if (cmd->prep != NULL && reply->type == REDIS_REPLY_ERROR &&
-        strncmp(reply->str, "NOSCRIPT", 8) == 0 && !cmd->done &&
-        node_resend_as_eval(node, cmd, now) == 0) {
-        return;
+    uint64_t gen = node->conn_gen;
+    bool noscript = reply_is_noscript(cmd, reply);
+    if (noscript && !node->rec_active) {
+        node->rec_active = true;
+        node->rec_last = node->tail;
+        log_warn(node->subject,
+                 "NOSCRIPT: the server lost its scripts; re-sending in "
+                 "order and reloading them");
     }
-    if (node->head != cmd) {
-        return; /* the resend failed and dropped the connection */
-    }
+    bool window_end = node->rec_active && cmd == node->rec_last;
     fifo_unlink(node, cmd);
     node->rtt_ms = (double)(now - cmd->sent_us) / 1000.0;
     node->last_reply_us = now;
     metrics_observe_node(node->index, now - cmd->sent_us);
-    if (!cmd->done) {
-        cmd->done = true;
-        if (cmd->cb != NULL) {
-            cmd->cb(node, reply, NODE_REPLY, cmd->privdata);
+    if (noscript && !cmd->done) {
+        /* Step 2: it did not run; it goes out again in its place. */
+        cmd->next = NULL;
+        if (node->rec_tail != NULL) {
+            node->rec_tail->next = cmd;
+        } else {
+            node->rec_head = cmd;
         }
+        node->rec_tail = cmd;
+    } else {
+        /* A timed-out command that met NOSCRIPT never ran, and its caller
+         * was told already: nothing to re-send. */
+        if (!noscript && node->rec_active && cmd->script >= 0 &&
+            node->rec_head != NULL && !rec_fail_acquires(node)) {
+            window_end = false;
+        }
+        if (!cmd->done) {
+            cmd->done = true;
+            if (cmd->cb != NULL) {
+                cmd->cb(node, reply, NODE_REPLY, cmd->privdata);
+            }
+        }
+        cmd_put(node, cmd);
     }
-    cmd_put(node, cmd);
+    if (window_end && node->conn_gen == gen) {
+        (void)rec_close(node, now);
+    }
 }
 
 /* Reads what the socket has and runs a callback per complete reply. */
@@ -591,18 +765,28 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* Queues a formatted command; the caller has filled cmd's callback. */
+/* Queues a formatted command; the caller has filled cmd's callback.
+ * During a NOSCRIPT recovery it is held (hbuf); while the recovery ends
+ * (rec_close) it goes ahead of the held commands. */
 static int node_write(struct node *node, struct node_cmd *cmd, const char *buf,
                       size_t len, int timeout_ms, uint64_t now)
 {
-    if (out_append(node, buf, len) != 0) {
+    if ((node->rec_active ? hold_append(node, buf, len)
+                          : out_append(node, buf, len)) != 0) {
         cmd_put(node, cmd);
         return -1;
     }
     node->last_send_us = now;
     cmd->sent_us = now;
     cmd->deadline_us = now + (uint64_t)timeout_ms * 1000u;
-    fifo_push(node, cmd);
+    if (node->held != NULL && !node->rec_active &&
+        node->held->deadline_us < cmd->deadline_us) {
+        cmd->deadline_us = node->held->deadline_us;
+    }
+    fifo_insert_before(node, cmd, node->rec_active ? NULL : node->held);
+    if (node->rec_active && node->held == NULL) {
+        node->held = cmd;
+    }
     cmd_timer_arm(node);
     return 0;
 }
@@ -1137,6 +1321,25 @@ static void node_drop(struct node *node, const char *why)
         node->icap = 0;
     }
     node->olen = node->ooff = 0;
+    node->hlen = 0;
+    node->held = NULL;
+    node->rec_active = false;
+    node->rec_last = NULL;
+    /* The commands waiting to be re-sent after NOSCRIPT were written
+     * before any still in the FIFO: they fail first. */
+    while (node->rec_head != NULL) {
+        struct node_cmd *cmd = node->rec_head;
+        node->rec_head = cmd->next;
+        cmd->next = NULL;
+        if (!cmd->done) {
+            cmd->done = true;
+            if (cmd->cb != NULL) {
+                cmd->cb(node, NULL, NODE_DISCONNECTED, cmd->privdata);
+            }
+        }
+        cmd_put(node, cmd);
+    }
+    node->rec_tail = NULL;
     while (node->head != NULL) {
         struct node_cmd *cmd = node->head;
         fifo_unlink(node, cmd);
@@ -1151,7 +1354,6 @@ static void node_drop(struct node *node, const char *why)
     evtimer_del(node->cmd_timer);
     node->cmd_timer_on = false;
     node->dropping = false;
-    node->reloading = false;
     if (node->state != NODE_CLOSED) {
         node_schedule_reconnect(node);
     }
@@ -1162,6 +1364,12 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct node *node = arg;
+    if (node->state == NODE_CONNECTING && node->resolving != NULL) {
+        resolve_cancel(node->resolving);
+        node->resolving = NULL;
+        node_resolve_failed(node, "timed out");
+        return;
+    }
     if (node->state == NODE_CONNECTING) {
         if (node->last_error[0] == '\0') {
             node_set_error(node, "connect: timed out%s", "");
@@ -1175,9 +1383,12 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* A non-blocking socket connecting to the node; sets *connected when the
- * connect completed at once. Returns the fd, or -1 with errno set. */
-static int socket_connect(const struct node_addr *a, bool *connected)
+/* A non-blocking socket connecting to the node: its unix socket, or the
+ * first address of ai that takes a socket (ai is NULL for unix); sets
+ * *connected when the connect completed at once. Returns the fd, or -1
+ * with errno set. */
+static int socket_connect(const struct node_addr *a,
+                          const struct addrinfo *ai_list, bool *connected)
 {
     *connected = false;
     if (a->kind == NODE_ADDR_UNIX) {
@@ -1203,20 +1414,8 @@ static int socket_connect(const struct node_addr *a, bool *connected)
         errno = e;
         return -1;
     }
-    char port[8];
-    snprintf(port, sizeof(port), "%d", a->port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM};
-    struct addrinfo *res = NULL;
-    /* Blocking, like hiredis's connect was: names resolve from
-     * /etc/hosts or a local resolver in the pods this runs in. */
-    int gai = getaddrinfo(a->host, port, &hints, &res);
-    if (gai != 0) {
-        errno = gai == EAI_SYSTEM ? errno : EHOSTUNREACH;
-        return -1;
-    }
     int fd = -1, e = ECONNREFUSED;
-    for (struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next) {
+    for (const struct addrinfo *ai = ai_list; ai != NULL; ai = ai->ai_next) {
         fd = socket(ai->ai_family,
                     ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
                     ai->ai_protocol);
@@ -1237,23 +1436,43 @@ static int socket_connect(const struct node_addr *a, bool *connected)
         close(fd);
         fd = -1;
     }
-    freeaddrinfo(res);
     if (fd < 0) {
         errno = e;
     }
     return fd;
 }
 
-static void node_connect(struct node *node)
+/* Arms the connect deadline unless it runs already: one deadline covers
+ * the host lookup, the connect and the handshake. */
+static void conn_deadline_arm(struct node *node)
+{
+    if (evtimer_pending(node->conn_timer, NULL)) {
+        return;
+    }
+    struct timeval tv = {(time_t)(node->opts.connect_timeout_ms / 1000),
+                         (suseconds_t)(node->opts.connect_timeout_ms % 1000) *
+                             1000};
+    evtimer_add(node->conn_timer, &tv);
+}
+
+/* A connect attempt that failed before any socket: down, retry later. */
+static void node_connect_failed(struct node *node)
+{
+    evtimer_del(node->conn_timer);
+    node_set_state(node, NODE_DOWN);
+    node_schedule_reconnect(node);
+}
+
+/* Connects to the node's unix socket, or to ai (the host's addresses). */
+static void node_connect_to(struct node *node, const struct addrinfo *ai)
 {
     bool connected;
-    int fd = socket_connect(node->addr, &connected);
+    int fd = socket_connect(node->addr, ai, &connected);
     if (fd < 0) {
         node_set_error(node, "connect: %s", strerror(errno));
         log_debug(node->subject, "%s: %s", node->addr->display,
                   node->last_error);
-        node_set_state(node, NODE_DOWN);
-        node_schedule_reconnect(node);
+        node_connect_failed(node);
         return;
     }
     if (event_assign(node->read_ev, node->base, fd, EV_READ | EV_PERSIST,
@@ -1263,17 +1482,13 @@ static void node_connect(struct node *node)
         event_add(node->read_ev, NULL) != 0) {
         close(fd);
         node_set_error(node, "connect: %s", "out of memory");
-        node_set_state(node, NODE_DOWN);
-        node_schedule_reconnect(node);
+        node_connect_failed(node);
         return;
     }
     node->fd = fd;
     node->connected = connected;
     node_set_state(node, NODE_CONNECTING);
-    struct timeval tv = {(time_t)(node->opts.connect_timeout_ms / 1000),
-                         (suseconds_t)(node->opts.connect_timeout_ms % 1000) *
-                             1000};
-    evtimer_add(node->conn_timer, &tv);
+    conn_deadline_arm(node);
     if (!connected) {
         node->write_armed = true; /* write_cb finishes the connect */
         event_add(node->write_ev, NULL);
@@ -1283,6 +1498,57 @@ static void node_connect(struct node *node)
         node_set_error(node, "handshake: cannot queue commands%s", "");
         node_drop(node, "handshake");
     }
+}
+
+/* A failed or timed-out lookup: the node is down, saying why. Logged as a
+ * warning once per outage (the error changes or was cleared by an up). */
+static void node_resolve_failed(struct node *node, const char *why)
+{
+    char msg[sizeof(node->last_error)];
+    snprintf(msg, sizeof(msg), "resolve %s: %s", node->addr->host, why);
+    if (strcmp(msg, node->last_error) != 0) {
+        log_warn(node->subject, "%s: %s", node->addr->display, msg);
+    } else {
+        log_debug(node->subject, "%s: %s", node->addr->display, msg);
+    }
+    memcpy(node->last_error, msg, sizeof(msg));
+    node_connect_failed(node);
+}
+
+static void resolved_cb(const struct addrinfo *res, const char *err, void *priv)
+{
+    struct node *node = priv;
+    node->resolving = NULL;
+    if (res == NULL) {
+        node_resolve_failed(node, err);
+        return;
+    }
+    node_connect_to(node, res);
+}
+
+/* Starts a connect: a host name is looked up first, off the loop (see
+ * resolve.h), under the connect deadline; numeric hosts and unix sockets
+ * connect at once. */
+static void node_connect(struct node *node)
+{
+    const struct node_addr *a = node->addr;
+    struct addrinfo *ai = NULL;
+    if (a->kind == NODE_ADDR_UNIX ||
+        resolve_numeric(a->host, a->port, &ai) == 0) {
+        node_connect_to(node, ai);
+        if (ai != NULL) {
+            freeaddrinfo(ai);
+        }
+        return;
+    }
+    node->resolving =
+        resolve_start(node->base, a->host, a->port, resolved_cb, node);
+    if (node->resolving == NULL) {
+        node_resolve_failed(node, strerror(errno));
+        return;
+    }
+    node_set_state(node, NODE_CONNECTING);
+    conn_deadline_arm(node);
 }
 
 struct node *node_create(struct event_base *base, int index,
@@ -1333,6 +1599,8 @@ void node_destroy(struct node *node)
         METRIC_ADD(nodes_up, -1);
     }
     node->state = NODE_CLOSED;
+    resolve_cancel(node->resolving);
+    node->resolving = NULL;
     node_drop(node, "closed"); /* runs every pending callback */
     struct event *evs[] = {node->conn_timer, node->cmd_timer, node->ping_timer,
                            node->read_ev,    node->write_ev,  node->flush_ev};
@@ -1343,6 +1611,7 @@ void node_destroy(struct node *node)
     }
     free(node->obuf);
     free(node->ibuf);
+    free(node->hbuf);
     while (node->free_cmds != NULL) {
         struct node_cmd *c = node->free_cmds;
         node->free_cmds = c->next;

@@ -27,7 +27,7 @@ struct node;
 
 enum node_state {
     NODE_DOWN = 0,       /* no connection; a reconnect timer is pending */
-    NODE_CONNECTING = 1, /* socket connecting or handshake commands running */
+    NODE_CONNECTING = 1, /* host lookup, socket connecting or handshake */
     NODE_UP = 2,         /* ready: scripts loaded, commands accepted */
     NODE_CLOSED = 3,     /* node_destroy() called; nothing more happens */
 };
@@ -67,8 +67,10 @@ struct node *node_create(struct event_base *base, int index,
 void node_destroy(struct node *node);
 
 /* node_script: EVALSHA script with argv (keys then args, as the script
- * table says); falls back to EVAL on NOSCRIPT. Returns 0 (cb will run once)
- * or -1 (node not up or overloaded; cb will not run). */
+ * table says); on NOSCRIPT it is sent again as EVAL in its original place
+ * on the connection (later commands wait; an acquire that a later command
+ * overtook gets the NOSCRIPT error instead, see node.c). Returns 0 (cb
+ * will run once) or -1 (node not up or overloaded; cb will not run). */
 int node_script(struct node *node, enum node_script script, int argc,
                 const char **argv, const size_t *argvlen, node_reply_fn *cb,
                 void *privdata);
@@ -110,7 +112,7 @@ int node_prepare_commands(struct node_prep *p, int n_cmds, const int *argcs,
                           const char **argv, const size_t *argvlen);
 
 /* node_send_prepared: node_script for a prepared command; p is borrowed
- * until cb has run. now_us is the caller's CLOCK_MONOTONIC reading in
+ * until cb has run. now_us is the caller's util_now_us() reading in
  * microseconds (cluster_now_us()), taken before the call and shared by the
  * sends of one operation: the command's deadline counts from it, so an
  * earlier reading only makes the deadline stricter. (Under KVM a clock

@@ -4,10 +4,12 @@
  *          -> busy with wait_ms: the resource's wait queue, FIFO; only the
  *             queue's head tries, on a jittered back-off no shorter than the
  *             holder's PTTL; a local release wakes the head at once
- * release  -> drop from the table, cluster_release, wake the next waiter
+ * release  -> cluster_release; on proof (ok or not_held) drop from the
+ *             table and wake the next waiter; renewal pauses meanwhile
  * extend   -> cluster_extend, new validity into the table
  * complete -> cluster_complete ("done:<token>"), wake waiters (they get done);
- *             renewal pauses until the answer and resumes if it failed
+ *             renewal pauses until the answer and resumes if it failed;
+ *             the give-up (and its lost event) never pauses
  *
  * A release, extend or complete finds the table's lock by token but acts on
  * the request's resource when one is given; only a request that names the
@@ -73,6 +75,11 @@ static void lock_timer_kick(struct ops *o);
 
 /* Renewals in flight at once, across all locks. */
 #define RENEW_INFLIGHT_MAX 2048
+
+/* Renewals in flight at once for the locks of one connection: a client
+ * with many short renewing locks must not take every slot above while
+ * others' renewals fall due. */
+#define RENEW_CONN_INFLIGHT_MAX 256
 
 /* ---- replies ------------------------------------------------------------ */
 
@@ -301,13 +308,17 @@ static void retry_cb(evutil_socket_t fd, short what, void *arg)
                   "(wait_ms ran out in the queue)");
 }
 
-/* Arms a queued call's timer for delay_ms. */
+/* Arms a queued call's timer for delay_ms. Without a timer the call could
+ * never be answered, and as the head it would stall its queue: it fails
+ * with internal, and the next in line goes on. */
 static void waiter_arm(struct ops *o, struct call *call, uint64_t delay_ms)
 {
     if (call->retry_ev == NULL) {
         call->retry_ev = evtimer_new(o->base, retry_cb, call);
         if (call->retry_ev == NULL) {
             log_error(NULL, "out of memory arming a retry timer");
+            METRIC_INC(acquire_error);
+            waiter_finish(o, call, ERR_INTERNAL, err_message(ERR_INTERNAL));
             return;
         }
     }
@@ -382,10 +393,16 @@ static void acquire_start(struct ops *o, struct call *call)
     }
 }
 
-/* The head of a queue tries (again). */
+/* The head of a queue tries (again); once shutting down it is answered
+ * instead (a release or a wake-up during teardown must start nothing). */
 static void waiter_try(struct ops *o, struct call *call)
 {
     struct waitq *q = call->waitq;
+    if (o->shutting_down) {
+        waiter_finish(o, call, ERR_SHUTTING_DOWN,
+                      err_message(ERR_SHUTTING_DOWN));
+        return;
+    }
     if (call->retry_ev != NULL) {
         evtimer_del(call->retry_ev);
     }
@@ -394,38 +411,59 @@ static void waiter_try(struct ops *o, struct call *call)
     acquire_start(o, call);
 }
 
-/* When a renewing lock is given up: early enough that the lost event
- * reaches its owner before the validity ends, with room for one more node
- * round trip and the event's own delivery. */
-static uint64_t lock_give_up_us(const struct ops *o, const struct lock *l)
+/* The renewal state of l, for redlock_renew_decide(). */
+static struct redlock_renew_state lock_renew_state(const struct ops *o,
+                                                   const struct lock *l)
 {
-    if (!l->renew) {
-        return l->valid_until_us;
-    }
-    uint64_t guard = (uint64_t)o->cfg->node_timeout_ms * 1000u + 20000u;
-    uint64_t quarter = (uint64_t)l->ttl_ms * 1000u / 4u;
-    if (guard > quarter) {
-        guard = quarter;
-    }
-    return l->valid_until_us > guard ? l->valid_until_us - guard : 0;
+    struct redlock_renew_state st = {
+        .valid_until_us = l->valid_until_us,
+        .ttl_ms = l->ttl_ms,
+        .node_timeout_ms = (uint32_t)o->cfg->node_timeout_ms,
+        .next_renew_us = l->next_renew_us,
+        .sent_us = l->renew_sent_us,
+        .paused = l->ending > 0,
+    };
+    return st;
 }
 
-static void lock_schedule(struct ops *o, struct lock *l, uint64_t now)
+/* Sets l's deadline in the heap from what it waits for now: the end of its
+ * validity, or for a renewing lock the next renewal or the give-up. */
+static void lock_reschedule(struct ops *o, struct lock *l, uint64_t now)
 {
-    uint64_t due = lock_give_up_us(o, l);
+    uint64_t due = l->valid_until_us;
     if (l->renew) {
-        /* About every ttl/3, with up to 10% jitter so that locks taken
-         * together do not renew in the same tick. */
-        uint64_t period = (uint64_t)l->ttl_ms * 1000u / 3u;
-        uint64_t jitter = period / 10u;
-        uint64_t j = jitter ? (uint64_t)random() % jitter : 0;
-        l->next_renew_us = now + period - j;
-        if (l->next_renew_us < due) {
-            due = l->next_renew_us;
+        struct redlock_renew_state st = lock_renew_state(o, l);
+        if (redlock_renew_decide(&st, now, &due) != RL_RENEW_WAIT) {
+            due = now;
         }
     }
     locks_set_deadline(o->locks, l, due);
     lock_timer_rearm(o);
+}
+
+/* A new validity for l (acquired, renewed, extended): the next renewal is
+ * due by redlock_renew_next_us(). */
+static void lock_schedule(struct ops *o, struct lock *l, uint64_t now)
+{
+    if (l->renew) {
+        uint64_t give_up = redlock_renew_give_up_us(
+            l->valid_until_us, l->ttl_ms, (uint32_t)o->cfg->node_timeout_ms);
+        l->next_renew_us = redlock_renew_next_us(now, give_up, l->ttl_ms,
+                                                 (double)random() / RAND_MAX);
+    }
+    lock_reschedule(o, l, now);
+}
+
+/* A release or complete of l ended without dropping it: once no other is
+ * in flight, l is held as far as we know, so its renewal goes on, at once
+ * if one fell due meanwhile, and a lock whose validity ran short is given
+ * up (with a lost event) by the timer. */
+static void lock_ending_ended(struct ops *o, struct lock *l)
+{
+    if (--l->ending > 0) {
+        return;
+    }
+    lock_reschedule(o, l, cluster_now_us());
 }
 
 /* The --max-locks or --max-conn-locks refusal for one more lock, or NULL. */
@@ -596,6 +634,8 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
 
 /* ---- release, extend, complete ------------------------------------------ */
 
+static void lock_renew_ended(struct ops *o, struct lock *l, uint64_t now);
+
 /* A lock leaves the table: the next waiter for its resource may go. The
  * release (if any) was already queued on every node. */
 static void lock_drop(struct ops *o, struct lock *l)
@@ -603,6 +643,7 @@ static void lock_drop(struct ops *o, struct lock *l)
     char res[PROTO_RESOURCE_MAX + 1];
     size_t len = l->resource_len;
     memcpy(res, l->resource, len);
+    lock_renew_ended(o, l, cluster_now_us());
     locks_remove(o->locks, l);
     METRIC_ADD(locks_held, -1);
     waitq_wake(o, res, len);
@@ -663,9 +704,36 @@ static struct lock *call_lock(struct ops *o, const struct call *call)
     return call_addresses(call, l) ? l : NULL;
 }
 
+/* A release or complete of a table lock answered err. The token finds the
+ * lock op_release or op_complete counted, or none (dropped meanwhile). The
+ * lock leaves the table only on proof that no quorum holds it (ok, or
+ * not_held): one that failed (no_quorum) may have changed nothing, and a
+ * retry must ask the nodes again. A lock whose release failed is renewed
+ * no more (its owner wants it gone): it ends with its validity, unless a
+ * retry proves it gone first. done_why: what ok means, for the log. */
+static void lock_ending_answered(struct ops *o, struct call *call,
+                                 enum proto_err err, const char *done_why)
+{
+    struct lock *l = call_lock(o, call);
+    if (l == NULL) {
+        return;
+    }
+    if (err == ERR_NONE || err == ERR_NOT_HELD) {
+        lock_drop_by(o, l, call,
+                     err == ERR_NONE ? done_why : "no longer held by a quorum");
+        return;
+    }
+    if (call->req.op == OP_RELEASE) {
+        l->renew = false;
+    }
+    lock_ending_ended(o, l);
+}
+
 static void release_done_cb(const struct cluster_result *res, void *priv)
 {
     struct call *call = priv;
+    lock_ending_answered(call->ops, call, res->err,
+                         "released through another connection");
     switch (res->err) {
     case ERR_NONE:
         METRIC_INC(release_ok);
@@ -693,13 +761,18 @@ static void op_release(struct ops *o, struct call *call)
                     "lock taken through another daemon)");
         return;
     }
+    if (l != NULL) {
+        /* No renewal while the release is in flight (it would only meet
+         * the delete); lock_ending_ended() goes on with it if the release
+         * fails. */
+        l->ending++;
+    }
     if (cluster_release(o->cluster, res, len, call->req.lock, release_done_cb,
                         call) != 0) {
+        if (l != NULL) {
+            lock_ending_ended(o, l);
+        }
         reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
-        return;
-    }
-    if (l != NULL) {
-        lock_drop_by(o, l, call, "released through another connection");
     }
 }
 
@@ -717,13 +790,10 @@ static void extend_failed_ttl(struct ops *o, struct lock *l, uint32_t ttl_ms,
     }
     l->valid_until_us = bound;
     uint64_t now = cluster_now_us();
-    uint64_t due = lock_give_up_us(o, l);
-    if (l->renew && !l->renewing && !l->completing) {
+    if (l->renew && l->renew_sent_us == 0 && l->ending == 0) {
         l->next_renew_us = now;
-        due = now;
     }
-    locks_set_deadline(o->locks, l, due);
-    lock_timer_rearm(o);
+    lock_reschedule(o, l, now);
 }
 
 static void extend_done_cb(const struct cluster_result *res, void *priv)
@@ -780,39 +850,11 @@ static void op_extend(struct ops *o, struct call *call)
     }
 }
 
-/* A complete of l ended without dropping it: once no other is in flight,
- * l is held as far as we know, so its renewal goes on, at once if one fell
- * due meanwhile, and a lock whose validity ran short is given up (with a
- * lost event) by the timer. */
-static void lock_complete_ended(struct ops *o, struct lock *l)
-{
-    if (--l->completing > 0) {
-        return;
-    }
-    uint64_t due = lock_give_up_us(o, l);
-    if (l->renew && !l->renewing && l->next_renew_us < due) {
-        due = l->next_renew_us;
-    }
-    locks_set_deadline(o->locks, l, due);
-    lock_timer_rearm(o);
-}
-
 static void complete_done_cb(const struct cluster_result *res, void *priv)
 {
     struct call *call = priv;
-    struct ops *o = call->ops;
-    /* The token finds the lock op_complete counted, or none (dropped). */
-    struct lock *l = call_lock(o, call);
-    if (l != NULL) {
-        if (res->err == ERR_NONE || res->err == ERR_NOT_HELD) {
-            lock_drop_by(o, l, call,
-                         res->err == ERR_NONE
-                             ? "completed through another connection"
-                             : "no longer held by a quorum");
-        } else {
-            lock_complete_ended(o, l);
-        }
-    }
+    lock_ending_answered(call->ops, call, res->err,
+                         "completed through another connection");
     if (res->err == ERR_NONE) {
         METRIC_INC(complete_ok);
         reply_ok(call, NULL, NULL, 0, 0, false, 0);
@@ -839,14 +881,14 @@ static void op_complete(struct ops *o, struct call *call)
         return;
     }
     if (l != NULL) {
-        /* No renewal may race the done mark; lock_complete_ended()
+        /* No renewal may race the done mark; lock_ending_ended()
          * restarts renewal if the complete fails. */
-        l->completing++;
+        l->ending++;
     }
     if (cluster_complete(o->cluster, res, len, call->req.lock,
                          call->req.keep_ms, complete_done_cb, call) != 0) {
         if (l != NULL) {
-            lock_complete_ended(o, l);
+            lock_ending_ended(o, l);
         }
         reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
     }
@@ -909,6 +951,26 @@ static void lock_lost(struct ops *o, struct lock *l, const char *why)
     lock_drop(o, l);
 }
 
+/* l's renewal in flight ended (answered, or l leaves the table): a slot of
+ * its owner's budget comes free, and the owner's oldest renewal waiting
+ * for one is due now. */
+static void lock_renew_ended(struct ops *o, struct lock *l, uint64_t now)
+{
+    if (l->renew_sent_us == 0) {
+        return;
+    }
+    l->renew_sent_us = 0;
+    if (l->owner == NULL) {
+        return;
+    }
+    l->owner->renewing--;
+    struct lock *next = locks_undefer(l->owner);
+    if (next != NULL) {
+        locks_set_deadline(o->locks, next, now);
+        lock_timer_kick(o);
+    }
+}
+
 static void renew_done_cb(const struct cluster_result *res, void *priv)
 {
     struct renew_ctx *ctx = priv;
@@ -922,13 +984,15 @@ static void renew_done_cb(const struct cluster_result *res, void *priv)
     if (l == NULL) {
         return; /* released meanwhile */
     }
-    l->renewing = false;
     uint64_t now = cluster_now_us();
-    if (l->completing && res->err != ERR_NONE) {
-        /* A complete is in flight and its answer decides: a renewal that
-         * met the done mark says nothing. lock_complete_ended() retries it
-         * if the complete fails. */
+    lock_renew_ended(o, l, now);
+    if (l->ending > 0 && res->err != ERR_NONE) {
+        /* A release or complete is in flight and its answer decides: a
+         * renewal that met the delete or the done mark says nothing.
+         * lock_ending_ended() goes on with renewal if that fails; the
+         * give-up time holds meanwhile. */
         METRIC_INC(renew_failed);
+        lock_reschedule(o, l, now);
         return;
     }
     if (res->err == ERR_NONE) {
@@ -938,7 +1002,8 @@ static void renew_done_cb(const struct cluster_result *res, void *priv)
         return;
     }
     METRIC_INC(renew_failed);
-    uint64_t give_up = lock_give_up_us(o, l);
+    uint64_t give_up = redlock_renew_give_up_us(
+        l->valid_until_us, l->ttl_ms, (uint32_t)o->cfg->node_timeout_ms);
     if (res->err == ERR_NOT_HELD || now >= give_up) {
         lock_lost(o, l,
                   res->err == ERR_NOT_HELD ? "no longer held by a quorum"
@@ -949,30 +1014,50 @@ static void renew_done_cb(const struct cluster_result *res, void *priv)
     uint64_t left = give_up - now;
     uint64_t again = left / 4 < 10000 ? left / 4 : 10000;
     l->next_renew_us = now + again;
-    locks_set_deadline(o->locks, l, l->next_renew_us);
-    lock_timer_rearm(o);
+    lock_reschedule(o, l, now);
 }
 
-static void lock_renew(struct ops *o, struct lock *l)
+/* Sends l's renewal; give_up_us is when to give up on it. */
+static void lock_renew(struct ops *o, struct lock *l, uint64_t now,
+                       uint64_t give_up_us)
 {
     struct renew_ctx *ctx = malloc(sizeof(*ctx));
     if (ctx == NULL) {
         log_error(NULL, "renew: out of memory");
-        locks_set_deadline(o->locks, l, l->valid_until_us);
+        /* Try again shortly; the give-up stands. */
+        uint64_t again = now + 10000;
+        locks_set_deadline(o->locks, l,
+                           again < give_up_us ? again : give_up_us);
         return;
     }
     ctx->ops = o;
     memcpy(ctx->token, l->token, sizeof(ctx->token));
-    l->renewing = true;
+    l->renew_sent_us = now > 0 ? now : 1;
     o->renew_inflight++;
+    if (l->owner != NULL) {
+        l->owner->renewing++;
+    }
     /* Until the renewal answers, the next event is giving up on it. */
-    locks_set_deadline(o->locks, l, lock_give_up_us(o, l));
+    locks_set_deadline(o->locks, l, give_up_us);
     if (cluster_extend(o->cluster, l->resource, l->resource_len, l->token,
                        l->ttl_ms, renew_done_cb, ctx) != 0) {
         free(ctx);
-        l->renewing = false;
         o->renew_inflight--;
+        lock_renew_ended(o, l, now);
     }
+}
+
+/* Why a renewing lock is given up, from its state. */
+static const char *lock_give_up_reason(const struct lock *l)
+{
+    if (l->renew_sent_us != 0) {
+        return "renewal did not answer before the validity ran short";
+    }
+    if (l->ending > 0) {
+        return "a release or complete in flight did not answer before the "
+               "validity ran short";
+    }
+    return "no renewal succeeded before the validity ran short";
 }
 
 static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
@@ -990,45 +1075,52 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
         if (l == NULL || due > now) {
             break;
         }
-        if (l->completing) {
-            /* Completing: neither renew nor give up until it answers
-             * (within the node timeout); look again then. */
-            locks_set_deadline(o->locks, l,
-                               now + (uint64_t)o->cfg->node_timeout_ms * 1000u);
-            continue;
-        }
-        if (now >= lock_give_up_us(o, l)) {
-            if (l->renew && !l->renewing) {
-                lock_lost(o, l,
-                          "no renewal succeeded before the validity "
-                          "ran short");
-            } else if (l->renew) {
-                lock_lost(o, l,
-                          "renewal did not answer before the validity "
-                          "ran short");
-            } else {
+        if (!l->renew) {
+            if (now >= l->valid_until_us) {
                 /* Expired by design (no renewal): forget it quietly. */
                 lock_drop(o, l);
+            } else {
+                locks_set_deadline(o->locks, l, l->valid_until_us);
             }
             continue;
         }
-        if (l->renew && l->renew_until_us != 0 && now >= l->renew_until_us) {
+        /* Renewal, release or complete in flight alike: the lost event
+         * comes before the validity ends. A renewal that is due goes out
+         * while the lock is valid, even when this timer fires late. */
+        struct redlock_renew_state st = lock_renew_state(o, l);
+        uint64_t wake = 0;
+        enum redlock_renew_action act = redlock_renew_decide(&st, now, &wake);
+        if (act == RL_RENEW_GIVE_UP) {
+            lock_lost(o, l, lock_give_up_reason(l));
+            continue;
+        }
+        if (act == RL_RENEW_WAIT) {
+            locks_set_deadline(o->locks, l, wake);
+            continue;
+        }
+        if (l->renew_until_us != 0 && now >= l->renew_until_us) {
             l->renew = false; /* renew_max_ms reached: expire normally */
             locks_set_deadline(o->locks, l, l->valid_until_us);
             continue;
         }
-        if (l->renew && !l->renewing && now >= l->next_renew_us) {
-            if (o->renew_inflight >= RENEW_INFLIGHT_MAX) {
-                /* Enough renewals in flight: a burst (100k locks taken
-                 * together) is metered out instead of queueing past the
-                 * node timeout. There is slack: renewals start at ttl/3. */
-                held_back = true;
-                break;
-            }
-            lock_renew(o, l);
+        if (o->renew_inflight >= RENEW_INFLIGHT_MAX) {
+            /* Enough renewals in flight: a burst (100k locks taken
+             * together) is metered out instead of queueing past the node
+             * timeout. There is slack: renewals start by ttl/3. */
+            held_back = true;
+            break;
+        }
+        if (l->owner != NULL && l->owner->renewing >= RENEW_CONN_INFLIGHT_MAX) {
+            /* This connection has its share in flight: its own renewals
+             * wait for one of them to answer (lock_renew_ended), others'
+             * go on. The give-up stands. */
+            locks_defer(l);
+            locks_set_deadline(
+                o->locks, l,
+                redlock_renew_last_us(l->valid_until_us, l->ttl_ms));
             continue;
         }
-        locks_set_deadline(o->locks, l, lock_give_up_us(o, l));
+        lock_renew(o, l, now, wake);
     }
     if (held_back) {
         /* A finished renewal kicks the timer; this is the fallback. */
@@ -1167,13 +1259,13 @@ void ops_client_closed(struct ops *o, struct lock_owner *session)
     }
 }
 
-void ops_shutdown(struct ops *o)
+/* Answers every waiter shutting_down, except a head whose attempt is in
+ * flight (its answer comes from the cluster). */
+static void answer_waiters(struct ops *o)
 {
-    if (o->shutting_down) {
+    if (o->wq_buckets == NULL) {
         return;
     }
-    o->shutting_down = true;
-    /* Waiters first, so releases below do not hand locks to them. */
     for (size_t b = 0; b < o->wq_n_buckets; b++) {
         struct waitq *q = o->wq_buckets[b];
         while (q != NULL) {
@@ -1192,18 +1284,51 @@ void ops_shutdown(struct ops *o)
             q = next;
         }
     }
-    size_t n = locks_count(o->locks);
-    log_info(NULL, "shutdown: releasing %zu lock(s) on all nodes", n);
+}
+
+void ops_shutdown(struct ops *o)
+{
+    if (o->shutting_down) {
+        return;
+    }
+    o->shutting_down = true;
+    /* Waiters first, so releases below do not hand locks to them. */
+    answer_waiters(o);
+    /* HTTP locks are not tied to this daemon (any daemon extends or
+     * releases them by token and resource) and their holders cannot be
+     * told: released here, another client could take one while its holder
+     * believes it holds it. They are left to their TTL (or to a release
+     * through another daemon). A session lock dies with its connection:
+     * its owner is told (lost, then the close) before the release goes to
+     * the nodes. */
+    size_t kept = 0, told = 0;
+    size_t guard = locks_count(o->locks) + 1;
     uint64_t due;
     struct lock *l;
-    while ((l = locks_peek_due(o->locks, &due)) != NULL) {
-        cluster_release(o->cluster, l->resource, l->resource_len, l->token,
-                        NULL, NULL);
-        locks_remove(o->locks, l);
-        METRIC_ADD(locks_held, -1);
+    while (guard-- > 0 && (l = locks_peek_due(o->locks, &due)) != NULL) {
+        struct lock_owner *s = l->owner;
+        if (s == NULL) {
+            locks_remove(o->locks, l);
+            METRIC_ADD(locks_held, -1);
+            kept++;
+            continue;
+        }
+        for (struct lock *x = s->head; x != NULL; x = x->own_next) {
+            lock_tell_lost(x);
+            told++;
+        }
+        if (s->client != NULL) {
+            server_close_client(s->client); /* releases s's locks */
+        } else {
+            ops_client_closed(o, s);
+        }
     }
+    log_info(NULL,
+             "shutdown: %zu session lock(s) released on all nodes, their "
+             "owners told; %zu HTTP lock(s) left to their TTL",
+             told, kept);
     if (locks_count(o->locks) > 0) {
-        log_error(NULL, "shutdown: %zu lock(s) were not scheduled",
+        log_error(NULL, "shutdown: %zu lock(s) left in the table",
                   locks_count(o->locks));
     }
 }
@@ -1271,8 +1396,10 @@ struct ops *ops_create(struct event_base *base, const struct config *cfg)
         ops_destroy(o);
         return NULL;
     }
-    o->cluster = cluster_create(base, cfg, NULL, NULL);
+    /* The wake before the cluster: the cluster's teardown runs callbacks
+     * that reach the wait queues and so the wake (see ops_destroy). */
     o->wake = wake_create(base, cfg, wake_cb, o);
+    o->cluster = o->wake != NULL ? cluster_create(base, cfg, NULL, NULL) : NULL;
     if (o->cluster == NULL || o->wake == NULL) {
         ops_destroy(o);
         return NULL;
@@ -1285,10 +1412,19 @@ void ops_destroy(struct ops *o)
     if (o == NULL) {
         return;
     }
-    wake_destroy(o->wake);
+    /* Teardown in reverse order of start-up. From here on nothing new
+     * starts: waiters are answered, and the callbacks that closing the
+     * cluster runs (every pending one, exactly once) answer their calls
+     * and start no attempt; they still reach the wait queues, the wake,
+     * the lock table and the timer, which go after it. */
+    o->shutting_down = true;
+    answer_waiters(o);
     if (o->cluster != NULL) {
         cluster_destroy(o->cluster);
+        o->cluster = NULL;
     }
+    wake_destroy(o->wake);
+    o->wake = NULL;
     if (o->lock_timer != NULL) {
         event_free(o->lock_timer);
     }

@@ -56,9 +56,11 @@ void ops_client_closed(struct ops *o, struct lock_owner *session);
  * still be completed, but an acquisition it wins is released at once. */
 void ops_call_abandoned(struct ops *o, struct call *call);
 
-/* ops_shutdown: stop taking new work: waiters are answered shutting_down,
- * every held lock is released on all nodes. ops_idle() turns true once no
- * node command is outstanding. */
+/* ops_shutdown: stop taking new work: waiters are answered shutting_down;
+ * each connection holding session locks gets a lost event per lock, then
+ * is closed, and its locks are released on all nodes; HTTP locks are left
+ * to their TTL (their holders cannot be told, and any daemon can release
+ * them). ops_idle() turns true once no node command is outstanding. */
 void ops_shutdown(struct ops *o);
 bool ops_idle(const struct ops *o);
 bool ops_shutting_down(const struct ops *o);
@@ -76,5 +78,11 @@ void server_call_done(struct call *call, const struct response *rsp);
 
 /* Defined by server.c: send an unsolicited event line to a session. */
 void server_send_event(struct client *client, const char *json, size_t len);
+
+/* Defined by server.c: closes a session's connection at shutdown: its
+ * calls in flight are answered shutting_down, what is queued for it is
+ * written now, and it closes once flushed. Its session locks are released
+ * (ops_client_closed) before this returns; client may be freed by then. */
+void server_close_client(struct client *client);
 
 #endif

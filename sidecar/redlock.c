@@ -8,6 +8,8 @@
  *   each answer -> redlock_round_answer():
  *     ok >= quorum             -> validity = ttl - (now-t0) - (ttl*drift+2)
  *                                 > 0 ? WON : LOST_NOQUORUM
+ *                                 (a done mark seen first: see
+ *                                 redlock_free_quorum)
  *     ok + pending < quorum    -> LOST_{DONE,BUSY,NOQUORUM}  (certain now;
  *                                 done needs marks on > n - quorum nodes)
  *   LOST: rollback every node that got the SET and did not say busy/done,
@@ -69,6 +71,15 @@ static enum redlock_outcome round_decide(struct redlock_round *r,
         return r->outcome;
     }
     if (r->n_ok >= r->quorum) {
+        enum redlock_free_verdict fv =
+            redlock_free_quorum(r->n_nodes, r->n_done, r->n_pending);
+        if (fv == RL_FREE_WAIT) {
+            return RL_UNDECIDED;
+        }
+        if (fv == RL_FREE_DONE) {
+            r->outcome = RL_LOST_DONE;
+            return r->outcome;
+        }
         uint64_t now_us = clock();
         int64_t v = redlock_validity_ms(r->ttl_ms, r->drift_factor,
                                         now_us - r->start_us);
@@ -293,4 +304,239 @@ enum redlock_node_result redlock_classify_flag(const struct redlock_reply *r)
         return RL_FAILED;
     }
     return r->integer == 1 ? RL_OK : r->integer == 0 ? RL_BUSY : RL_FAILED;
+}
+
+enum redlock_free_verdict redlock_free_quorum(int n_nodes, int n_done,
+                                              int n_pending)
+{
+    if (n_done <= 0) {
+        return RL_FREE_GRANT;
+    }
+    int q = redlock_quorum(n_nodes);
+    int enough = q - 1 > 1 ? q - 1 : 1;
+    if (n_done >= enough) {
+        return RL_FREE_DONE;
+    }
+    if (n_done + n_pending >= enough) {
+        return RL_FREE_WAIT;
+    }
+    return RL_FREE_GRANT;
+}
+
+static int bits_set(uint32_t v)
+{
+    int n = 0;
+    while (v != 0) {
+        v &= v - 1u;
+        n++;
+    }
+    return n;
+}
+
+enum redlock_repair_plan redlock_repair_plan(int n_nodes, int target,
+                                             uint32_t lost, uint32_t up,
+                                             uint32_t *read, int *need)
+{
+    uint32_t all = n_nodes >= 32 ? UINT32_MAX : (1u << n_nodes) - 1u;
+    uint32_t others = all & ~(1u << target);
+    uint32_t sound = others & ~lost;
+    int want = n_nodes - redlock_quorum(n_nodes) + 1;
+    *read = 0;
+    *need = 0;
+    if (bits_set(sound) >= want) {
+        /* Down is not lost: a sound node that is down now still holds
+         * what the read must see. */
+        if (bits_set(sound & up) < want) {
+            return RL_REPAIR_WAIT;
+        }
+        *read = sound & up;
+        *need = want;
+        return RL_REPAIR_SOUND;
+    }
+    if (others != 0 && (others & up) == 0) {
+        return RL_REPAIR_WAIT;
+    }
+    *read = others & up;
+    *need = bits_set(*read);
+    return RL_REPAIR_BEST_EFFORT;
+}
+
+/* Whether grant a stands at least as long, and is at least as long, as a
+ * grant of ttl_ms standing until until_us: then the latter adds nothing. */
+static bool grant_covers(const struct redlock_grant *a, uint32_t ttl_ms,
+                         uint64_t until_us)
+{
+    return a->ttl_ms >= ttl_ms && a->until_us >= until_us;
+}
+
+void redlock_grants_add(struct redlock_grants *gs, uint32_t ttl_ms,
+                        uint64_t sent_us, uint64_t now_us)
+{
+    uint64_t until = sent_us + (uint64_t)ttl_ms * 1000u;
+    if (until <= now_us) {
+        return;
+    }
+    /* Drop what has expired and what the new grant covers. */
+    bool covered = false;
+    int k = 0;
+    for (int i = 0; i < gs->n; i++) {
+        struct redlock_grant e = gs->g[i];
+        if (e.until_us <= now_us ||
+            (e.ttl_ms <= ttl_ms && e.until_us <= until)) {
+            continue;
+        }
+        covered = covered || grant_covers(&e, ttl_ms, until);
+        gs->g[k++] = e;
+    }
+    gs->n = k;
+    if (covered) {
+        return;
+    }
+    if (gs->n == REDLOCK_GRANTS_MAX) {
+        /* Full: merge the two shortest TTLs into one as long as the
+         * longer and standing as late as the later. */
+        int a = 0, b = 1;
+        if (gs->g[b].ttl_ms < gs->g[a].ttl_ms) {
+            a = 1;
+            b = 0;
+        }
+        for (int i = 2; i < gs->n; i++) {
+            if (gs->g[i].ttl_ms < gs->g[a].ttl_ms) {
+                b = a;
+                a = i;
+            } else if (gs->g[i].ttl_ms < gs->g[b].ttl_ms) {
+                b = i;
+            }
+        }
+        struct redlock_grant *m = &gs->g[a];
+        m->ttl_ms = gs->g[b].ttl_ms;
+        if (gs->g[b].until_us > m->until_us) {
+            m->until_us = gs->g[b].until_us;
+        }
+        gs->g[b] = gs->g[gs->n - 1];
+        gs->n--;
+        if (a == gs->n) {
+            m = &gs->g[b]; /* it was the last one: moved */
+        }
+        if (grant_covers(m, ttl_ms, until)) {
+            return;
+        }
+        if (ttl_ms >= m->ttl_ms && until >= m->until_us) {
+            m->ttl_ms = ttl_ms;
+            m->until_us = until;
+            return;
+        }
+    }
+    gs->g[gs->n].ttl_ms = ttl_ms;
+    gs->g[gs->n].until_us = until;
+    gs->n++;
+}
+
+uint32_t redlock_grants_max_ttl(const struct redlock_grants *gs,
+                                uint64_t now_us)
+{
+    uint32_t max = 0;
+    for (int i = 0; i < gs->n; i++) {
+        if (gs->g[i].until_us > now_us && gs->g[i].ttl_ms > max) {
+            max = gs->g[i].ttl_ms;
+        }
+    }
+    return max;
+}
+
+uint32_t redlock_quarantine_ms(const struct redlock_grants *gs, uint64_t now_us,
+                               uint32_t fixed_ms, uint32_t floor_ms)
+{
+    if (fixed_ms > 0) {
+        return fixed_ms;
+    }
+    uint32_t q = redlock_grants_max_ttl(gs, now_us);
+    return q > floor_ms ? q : floor_ms;
+}
+
+/* ---- renewal ----------------------------------------------------------- */
+
+/* The lost event's own delivery: a write to a local socket and the owner's
+ * reading of it. */
+#define RENEW_EVENT_MARGIN_US 20000u
+
+static uint64_t sub_floor(uint64_t a, uint64_t b)
+{
+    return a > b ? a - b : 0;
+}
+
+uint64_t redlock_renew_give_up_us(uint64_t valid_until_us, uint32_t ttl_ms,
+                                  uint32_t node_timeout_ms)
+{
+    uint64_t guard = (uint64_t)node_timeout_ms * 1000u + RENEW_EVENT_MARGIN_US;
+    uint64_t quarter = (uint64_t)ttl_ms * 1000u / 4u;
+    return sub_floor(valid_until_us, guard < quarter ? guard : quarter);
+}
+
+uint64_t redlock_renew_last_us(uint64_t valid_until_us, uint32_t ttl_ms)
+{
+    uint64_t tenth = (uint64_t)ttl_ms * 1000u / 10u;
+    uint64_t margin =
+        RENEW_EVENT_MARGIN_US < tenth ? RENEW_EVENT_MARGIN_US : tenth;
+    return sub_floor(valid_until_us, margin);
+}
+
+uint64_t redlock_renew_next_us(uint64_t now_us, uint64_t give_up_us,
+                               uint32_t ttl_ms, double rand01)
+{
+    if (rand01 < 0) {
+        rand01 = 0;
+    } else if (rand01 >= 1) {
+        rand01 = 0.999999;
+    }
+    uint64_t period = (uint64_t)ttl_ms * 1000u / 3u;
+    period -= (uint64_t)((double)(period / 10u) * rand01);
+    uint64_t half = sub_floor(give_up_us, now_us) / 2u;
+    return now_us + (period < half ? period : half);
+}
+
+enum redlock_renew_action
+redlock_renew_decide(const struct redlock_renew_state *s, uint64_t now_us,
+                     uint64_t *wake_us)
+{
+    uint64_t give_up = redlock_renew_give_up_us(s->valid_until_us, s->ttl_ms,
+                                                s->node_timeout_ms);
+    /* give_up <= last: the guard is never below the event's margin. */
+    uint64_t last = redlock_renew_last_us(s->valid_until_us, s->ttl_ms);
+    if (s->sent_us != 0) {
+        /* A renewal answers within a node timeout: it is waited for that
+         * long, but never past the last moment; one sent on time has
+         * answered by the give-up time. */
+        uint64_t deadline = s->sent_us + (uint64_t)s->node_timeout_ms * 1000u;
+        if (deadline > last) {
+            deadline = last;
+        }
+        if (deadline < give_up) {
+            deadline = give_up;
+        }
+        if (now_us >= deadline) {
+            return RL_RENEW_GIVE_UP;
+        }
+        *wake_us = deadline;
+        return RL_RENEW_WAIT;
+    }
+    if (s->paused) {
+        if (now_us >= give_up) {
+            return RL_RENEW_GIVE_UP;
+        }
+        *wake_us = give_up;
+        return RL_RENEW_WAIT;
+    }
+    if (now_us >= last) {
+        return RL_RENEW_GIVE_UP;
+    }
+    if (now_us >= s->next_renew_us) {
+        struct redlock_renew_state sent = *s;
+        sent.sent_us = now_us;
+        return redlock_renew_decide(&sent, now_us, wake_us) == RL_RENEW_WAIT
+                   ? RL_RENEW_SEND
+                   : RL_RENEW_GIVE_UP;
+    }
+    *wake_us = s->next_renew_us < last ? s->next_renew_us : last;
+    return RL_RENEW_WAIT;
 }

@@ -158,4 +158,132 @@ uint32_t redlock_backoff_ms(unsigned attempt, uint32_t base_ms, uint32_t cap_ms,
 uint32_t redlock_retry_delay_ms(unsigned attempt, int64_t pttl_min,
                                 uint64_t wait_left_ms, double rand01);
 
+/* redlock_free_quorum: what an acquisition does once a quorum of nodes set
+ * its key, given the done marks seen so far (n_done) and the answers still
+ * due (n_pending). A complete that succeeded left marks on a quorum; an
+ * acquisition can find a quorum free only where marks were lost (a node
+ * restarted or was flushed before its marks were repaired), and one lost
+ * mark leaves quorum - 1 of them. So marks on quorum - 1 nodes (at least
+ * one) answer done; fewer are a complete that reached only a minority and
+ * do not hold the resource back. Until the answers still due cannot reach
+ * that many marks, the decision waits for them (or their node timeout). */
+enum redlock_free_verdict {
+    RL_FREE_GRANT = 0, /* won: no mark, or too few to count */
+    RL_FREE_WAIT,      /* a mark was seen: wait for the answers still due */
+    RL_FREE_DONE,      /* marks on quorum - 1 nodes: answer done */
+};
+enum redlock_free_verdict redlock_free_quorum(int n_nodes, int n_done,
+                                              int n_pending);
+
+/* How a restarted node's fence counter and done marks are repaired before
+ * it counts again (cluster.c). Reading N - quorum + 1 nodes other than the
+ * target that kept their data meets every earlier write-back quorum and
+ * every quorum of done marks. A node that is down but was never seen to
+ * restart kept its data: it cannot be read now, so the repair waits for
+ * it; only when the nodes that lost their data (restarted, not repaired
+ * yet) leave too few others is no sound read possible at all. */
+enum redlock_repair_plan {
+    RL_REPAIR_WAIT = 0,    /* too few sound nodes up now: retry later */
+    RL_REPAIR_SOUND,       /* read *read, need answers from *need of them */
+    RL_REPAIR_BEST_EFFORT, /* restarts alone left too few sound nodes:
+                              read every node up, all must answer */
+};
+
+/* redlock_repair_plan: target is the node to repair; lost the nodes that
+ * restarted without persistence and are not repaired yet (target's bit is
+ * ignored); up the nodes connected now. Sets *read (the nodes to read) and
+ * *need (answers needed); both 0 for RL_REPAIR_WAIT. */
+enum redlock_repair_plan redlock_repair_plan(int n_nodes, int target,
+                                             uint32_t lost, uint32_t up,
+                                             uint32_t *read, int *need);
+
+/* The TTLs granted that may still be live, for the restart quarantine: a
+ * node that restarts must sit out until every lock it may have held has
+ * expired, that is for the largest TTL granted whose lock may still stand.
+ * A grant is counted from when its round was sent (the key cannot outlive
+ * send time + ttl by the daemon's clock, drift aside, which the validity
+ * already took off). Bounded: past REDLOCK_GRANTS_MAX distinct (ttl,
+ * expiry) steps, the two shortest merge into one that covers both, so the
+ * answer is never below the truth. */
+#define REDLOCK_GRANTS_MAX 16
+struct redlock_grant {
+    uint32_t ttl_ms;
+    uint64_t until_us; /* monotonic: the lock cannot stand past this */
+};
+struct redlock_grants {
+    int n;
+    struct redlock_grant g[REDLOCK_GRANTS_MAX];
+};
+
+/* redlock_grants_add: records a grant of ttl_ms sent at sent_us. */
+void redlock_grants_add(struct redlock_grants *gs, uint32_t ttl_ms,
+                        uint64_t sent_us, uint64_t now_us);
+
+/* redlock_grants_max_ttl: the largest ttl of a grant that may still stand
+ * at now_us; 0 when none. */
+uint32_t redlock_grants_max_ttl(const struct redlock_grants *gs,
+                                uint64_t now_us);
+
+/* redlock_quarantine_ms: the restart quarantine: fixed_ms when set (> 0),
+ * else the largest live TTL granted, but at least floor_ms. */
+uint32_t redlock_quarantine_ms(const struct redlock_grants *gs, uint64_t now_us,
+                               uint32_t fixed_ms, uint32_t floor_ms);
+
+/* ---- renewal of a lock the daemon keeps alive ---------------------------
+ *
+ * A renewing lock is valid until valid_until_us. Its renewal is due at
+ * next_renew_us; a lost event must reach the owner before the validity
+ * ends, whatever is in flight. All times in µs on the monotonic clock. */
+
+/* What the renewal timer does for one lock now. */
+enum redlock_renew_action {
+    RL_RENEW_WAIT = 0, /* nothing yet: look again at *wake_us */
+    RL_RENEW_SEND,     /* send a renewal now */
+    RL_RENEW_GIVE_UP,  /* lost: tell the owner now */
+};
+
+struct redlock_renew_state {
+    uint64_t valid_until_us;  /* end of the validity the owner was told */
+    uint32_t ttl_ms;          /* the ttl each renewal asks for */
+    uint32_t node_timeout_ms; /* a node's answer comes within this */
+    uint64_t next_renew_us;   /* when the next renewal is due */
+    uint64_t sent_us;         /* a renewal in flight was sent then; 0: none */
+    bool paused;              /* a release or complete in flight: no renewal,
+                                 its answer decides */
+};
+
+/* redlock_renew_give_up_us: when a renewing lock is given up unless a
+ * renewal sent before then succeeded: valid_until_us less one node timeout
+ * and the lost event's delivery (20 ms), but never more than a quarter of
+ * ttl_ms, so that a short lock is not given up at once. */
+uint64_t redlock_renew_give_up_us(uint64_t valid_until_us, uint32_t ttl_ms,
+                                  uint32_t node_timeout_ms);
+
+/* redlock_renew_last_us: the last moment a lost event can be sent and still
+ * reach the owner before valid_until_us: less the event's delivery margin
+ * (20 ms, at most a tenth of ttl_ms). A renewal the timer sends late, after
+ * the give-up time, is waited for until then. */
+uint64_t redlock_renew_last_us(uint64_t valid_until_us, uint32_t ttl_ms);
+
+/* redlock_renew_next_us: when the renewal after one that ended at now_us is
+ * due: the earlier of ttl_ms / 3 (less up to 10% jitter, rand01 in [0,1),
+ * so that locks taken together do not renew in the same tick) and half the
+ * time left until give_up_us, so that a renewal has time to fail and be
+ * tried again before the lock is given up (a large drift factor leaves
+ * less validity than ttl / 3). now_us when give_up_us has passed. */
+uint64_t redlock_renew_next_us(uint64_t now_us, uint64_t give_up_us,
+                               uint32_t ttl_ms, double rand01);
+
+/* redlock_renew_decide: what to do for lock s at now_us. A renewal that is
+ * due is sent while the lock is valid, even after the give-up time (a timer
+ * that fires late must not lose a lock that a renewal can still keep); one
+ * in flight is waited for a node timeout after it was sent, never past the
+ * last moment and never given up before the give-up time. A paused lock
+ * is given up at the give-up time all the same. For RL_RENEW_WAIT, *wake_us is
+ * when to look again; for RL_RENEW_SEND, when to give up on the renewal being
+ * sent. */
+enum redlock_renew_action
+redlock_renew_decide(const struct redlock_renew_state *s, uint64_t now_us,
+                     uint64_t *wake_us);
+
 #endif

@@ -83,10 +83,40 @@ const char *const script_source[SCRIPT__COUNT] = {
         "  end\n"
         "end\n"
         "return r\n",
+    [SCRIPT_DONE_SCAN] =
+        "local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', "
+        "ARGV[3])\n"
+        "local out = {r[1]}\n"
+        "for _, k in ipairs(r[2]) do\n"
+        "  local v = redis.pcall('GET', k)\n"
+        "  if type(v) == 'string' and string.sub(v, 1, 5) == 'done:' then\n"
+        "    local t = redis.call('PTTL', k)\n"
+        "    if t > 0 then\n"
+        "      out[#out + 1] = k\n"
+        "      out[#out + 1] = v\n"
+        "      out[#out + 1] = tostring(t)\n"
+        "    end\n"
+        "  end\n"
+        "end\n"
+        "return out\n",
+    [SCRIPT_DONE_COPY] =
+        "local n = 0\n"
+        "for i = 1, #ARGV - 2, 3 do\n"
+        "  local k, v, t = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])\n"
+        "  local cur = redis.pcall('GET', k)\n"
+        "  if cur == false then\n"
+        "    redis.call('SET', k, v, 'PX', t)\n"
+        "    n = n + 1\n"
+        "  elseif cur == v and redis.call('PTTL', k) < t then\n"
+        "    redis.call('PEXPIRE', k, t)\n"
+        "  end\n"
+        "end\n"
+        "return n\n",
 };
 
 const int script_numkeys[SCRIPT__COUNT] = {
-    [SCRIPT_ACQUIRE] = 2,  [SCRIPT_RELEASE] = 1,     [SCRIPT_EXTEND] = 1,
-    [SCRIPT_COMPLETE] = 1, [SCRIPT_FENCE_RAISE] = 2, [SCRIPT_FENCE_REPAIR] = 1,
+    [SCRIPT_ACQUIRE] = 2,   [SCRIPT_RELEASE] = 1,     [SCRIPT_EXTEND] = 1,
+    [SCRIPT_COMPLETE] = 1,  [SCRIPT_FENCE_RAISE] = 2, [SCRIPT_FENCE_REPAIR] = 1,
+    [SCRIPT_DONE_SCAN] = 0, [SCRIPT_DONE_COPY] = 0,
     [SCRIPT_BATCH] = 0,
 };

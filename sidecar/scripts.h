@@ -10,7 +10,12 @@
  *                {0, pttl}    held by another token
  *                {2, pttl}    done mark present
  *   release, extend, complete, fence raise: 1 applied, 0 not held.
- *   fence repair: the counter after raising it to at least ARGV[1]. */
+ *   fence repair: the counter after raising it to at least ARGV[1].
+ *   done scan, done copy (restart repair): one SCAN step on a sound node
+ *   and the done marks it found with their PTTLs (as strings); the copy
+ *   sets each where its key is missing (or lengthens an equal mark) and
+ *   answers how many it set. Their keys come from SCAN, so they are ARGV
+ *   rather than KEYS: the daemon does not support Redis Cluster. */
 enum node_script {
     SCRIPT_ACQUIRE = 0,  /* KEYS lock, fence; ARGV token, ttl, fence?1:0 */
     SCRIPT_RELEASE,      /* KEYS lock; ARGV token, channel -> 1/0 */
@@ -26,6 +31,9 @@ enum node_script {
      * single-key script would, or the text of the error that key met
      * (the other keys are unaffected). */
     SCRIPT_BATCH,
+    SCRIPT_DONE_SCAN,    /* ARGV cursor, match, count -> {cursor,
+                            key, mark, pttl, key, mark, pttl, ...} */
+    SCRIPT_DONE_COPY,    /* ARGV key, mark, pttl, ... -> marks set */
     SCRIPT__COUNT
 };
 

@@ -1578,6 +1578,20 @@ static void client_flush_now(struct client *cl)
     evbuffer_freeze(out, 1);
 }
 
+void server_close_client(struct client *cl)
+{
+    if (cl->closing || cl->lingering) {
+        client_detach(cl);
+        return;
+    }
+    for (struct call *c = cl->calls; c != NULL; c = c->next) {
+        client_answer_shutdown(cl, c);
+    }
+    /* The lost events go out before the releases they announce. */
+    client_flush_now(cl);
+    client_close_after_flush(cl);
+}
+
 /* Teardown runs in reverse order of start-up, so the server goes before
  * ops: closing a client needs ops (its calls are abandoned to ops, its
  * session locks released through it), and ops then finishes whatever node

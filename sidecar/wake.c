@@ -8,6 +8,7 @@
  * to the whole watched set again. */
 #include "wake.h"
 
+#include <netdb.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "config.h"
 #include "log.h"
 #include "redlock.h"
+#include "resolve.h"
 
 #define CHANNEL_MAX 640 /* prefix (<= 64) + "wake:" + resource (<= 512) */
 
@@ -39,6 +41,7 @@ struct wake_node {
     bool ready;                   /* connected, subscribed to the set */
     struct event *retry_ev;       /* owned: reconnect timer */
     struct event *connect_ev;     /* owned: connect deadline */
+    struct resolve *resolving;    /* owned: the host lookup in flight */
     unsigned attempt;
     char subject[32];
 };
@@ -206,7 +209,8 @@ static void retry_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct wake_node *wn = arg;
-    if (wn->ac == NULL && wn->w->count > 0 && !wn->w->closing) {
+    if (wn->ac == NULL && wn->resolving == NULL && wn->w->count > 0 &&
+        !wn->w->closing) {
         wake_node_connect(wn);
     }
 }
@@ -219,6 +223,16 @@ static void connect_timeout_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct wake_node *wn = arg;
+    if (wn->resolving != NULL) {
+        resolve_cancel(wn->resolving);
+        wn->resolving = NULL;
+        log_debug(wn->subject, "%s: subscriber: resolve %s: timed out",
+                  wn->addr->display, wn->addr->host);
+        if (!wn->w->closing && wn->w->count > 0) {
+            wake_node_retry_later(wn);
+        }
+        return;
+    }
     if (wn->ac == NULL || wn->ready) {
         return;
     }
@@ -232,12 +246,20 @@ static void connect_timeout_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static void wake_node_connect(struct wake_node *wn)
+static void wake_connect_deadline(struct wake_node *wn)
+{
+    int ms = config_connect_timeout_ms(wn->w->cfg);
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(wn->connect_ev, &tv);
+}
+
+/* Connects to host (a numeric address, so hiredis resolves nothing on the
+ * loop), or to the unix socket when host is NULL. */
+static void wake_node_connect_to(struct wake_node *wn, const char *host)
 {
     const struct node_addr *a = wn->addr;
-    redisAsyncContext *ac = a->kind == NODE_ADDR_UNIX
-                                ? redisAsyncConnectUnix(a->path)
-                                : redisAsyncConnect(a->host, a->port);
+    redisAsyncContext *ac = host == NULL ? redisAsyncConnectUnix(a->path)
+                                         : redisAsyncConnect(host, a->port);
     if (ac == NULL || ac->err) {
         if (ac != NULL) {
             redisAsyncFree(ac);
@@ -255,9 +277,51 @@ static void wake_node_connect(struct wake_node *wn)
     }
     redisAsyncSetConnectCallback(ac, connect_cb);
     redisAsyncSetDisconnectCallback(ac, disconnect_cb);
-    int ms = config_connect_timeout_ms(wn->w->cfg);
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    evtimer_add(wn->connect_ev, &tv);
+    wake_connect_deadline(wn);
+}
+
+static void wake_resolved_cb(const struct addrinfo *res, const char *err,
+                             void *priv)
+{
+    struct wake_node *wn = priv;
+    wn->resolving = NULL;
+    evtimer_del(wn->connect_ev);
+    char ip[64];
+    if (res == NULL || getnameinfo(res->ai_addr, res->ai_addrlen, ip,
+                                   sizeof(ip), NULL, 0, NI_NUMERICHOST) != 0) {
+        log_debug(wn->subject, "%s: subscriber: resolve %s: %s",
+                  wn->addr->display, wn->addr->host,
+                  err != NULL ? err : "no address");
+        if (!wn->w->closing && wn->w->count > 0) {
+            wake_node_retry_later(wn);
+        }
+        return;
+    }
+    wake_node_connect_to(wn, ip);
+}
+
+/* A host name is looked up off the loop first (resolve.h), under the
+ * connect deadline; numeric hosts and unix sockets connect at once. */
+static void wake_node_connect(struct wake_node *wn)
+{
+    const struct node_addr *a = wn->addr;
+    struct addrinfo *ai = NULL;
+    if (a->kind == NODE_ADDR_UNIX) {
+        wake_node_connect_to(wn, NULL);
+        return;
+    }
+    if (resolve_numeric(a->host, a->port, &ai) == 0) {
+        freeaddrinfo(ai);
+        wake_node_connect_to(wn, a->host);
+        return;
+    }
+    wn->resolving =
+        resolve_start(wn->w->base, a->host, a->port, wake_resolved_cb, wn);
+    if (wn->resolving == NULL) {
+        wake_node_retry_later(wn);
+        return;
+    }
+    wake_connect_deadline(wn);
 }
 
 /* ---- watch set --------------------------------------------------------- */
@@ -291,7 +355,8 @@ int wake_watch(struct wake *w, const char *resource, size_t len)
         struct wake_node *wn = &w->nodes[i];
         if (wn->ready) {
             node_subscribe(wn, "SUBSCRIBE", ch, cl);
-        } else if (wn->ac == NULL && !evtimer_pending(wn->retry_ev, NULL)) {
+        } else if (wn->ac == NULL && wn->resolving == NULL &&
+                   !evtimer_pending(wn->retry_ev, NULL)) {
             /* connect_cb subscribes to the whole set, this one included */
             wake_node_connect(wn);
         }
@@ -332,6 +397,8 @@ void wake_unwatch(struct wake *w, const char *resource, size_t len)
     }
     if (w->count == 0) {
         for (int i = 0; i < w->n; i++) {
+            resolve_cancel(w->nodes[i].resolving);
+            w->nodes[i].resolving = NULL;
             evtimer_del(w->nodes[i].retry_ev);
             evtimer_del(w->nodes[i].connect_ev);
         }
@@ -386,6 +453,8 @@ void wake_destroy(struct wake *w)
     w->closing = true;
     for (int i = 0; i < w->n; i++) {
         struct wake_node *wn = &w->nodes[i];
+        resolve_cancel(wn->resolving);
+        wn->resolving = NULL;
         if (wn->ac != NULL) {
             redisAsyncContext *ac = wn->ac;
             wn->ac = NULL;

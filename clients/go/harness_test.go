@@ -272,6 +272,9 @@ func sharedDaemon(t *testing.T) *daemon {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv(leaderHelperEnv) != "" {
+		os.Exit(leaderHelper()) // a contender process of leader_test.go
+	}
 	code := m.Run()
 	if shared.d != nil {
 		if c, err := shared.d.stop(); err != nil || c != 0 {

@@ -18,6 +18,8 @@ export interface DedupOptions<C = DedupContext> {
   onDuplicate?: (ctx: C, error: BusyError | DoneError) => unknown;
   /** Called when `complete` fails after the handler succeeded. Default: rethrow. */
   onCompleteError?: (error: Error, ctx: C) => unknown;
+  /** The ctx property that holds the Lock while the chain runs. Default 'lock'. */
+  property?: string;
 }
 
 export type DedupMiddleware<C = DedupContext> = (ctx: C, next: () => Promise<void>) => Promise<void>;

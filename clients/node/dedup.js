@@ -8,6 +8,7 @@
 // with its connection) and a retry acquires it.
 
 import { BusyError, DoneError } from './lib/errors.js';
+import { untilLost } from './lib/leader.js';
 
 /** The default key: `tg:update:<update_id>`, undefined without an update id. */
 export function defaultKey(ctx) {
@@ -25,6 +26,13 @@ export function defaultKey(ctx) {
  * @param {boolean} [options.renew] let the daemon renew the lock while the handler runs (default false)
  * @param {(ctx, err) => unknown} [options.onDuplicate] called for a skipped duplicate (err: BusyError or DoneError)
  * @param {(err, ctx) => unknown} [options.onCompleteError] called when `complete` fails after the handler succeeded; default: rethrow
+ * @param {string} [options.property] the ctx property that holds the lock while the chain runs (default 'lock')
+ *
+ * The handler finds the Lock in `ctx.lock` (`fence`, `signal`). If the lock
+ * is lost while the chain runs (`renew: true` and the daemon could not keep
+ * it, or the connection closed), `ctx.lock.signal` aborts and the middleware
+ * rejects at once with the LostError; nothing is marked done, so a
+ * redelivery runs the update again.
  */
 export function createDedup(client, options = {}) {
   if (!client || typeof client.acquire !== 'function') {
@@ -37,6 +45,7 @@ export function createDedup(client, options = {}) {
     renew = false,
     onDuplicate,
     onCompleteError,
+    property = 'lock',
   } = options;
   if (typeof key !== 'function') throw new TypeError('dedup: options.key must be a function');
 
@@ -55,12 +64,13 @@ export function createDedup(client, options = {}) {
       }
       throw err;
     }
+    ctx[property] = lock;
     try {
-      await next();
+      await untilLost(lock, next);
     } catch (err) {
       // Failed: let a redelivery handle it again.
       try {
-        await client.release(lock);
+        if (!lock.lost) await client.release(lock);
       } catch {
         /* expired or lost meanwhile: nothing held any more */
       }

@@ -1,20 +1,12 @@
-// grammY middleware: skip duplicate deliveries of the same update.
+// grammY middleware: each update once (dedupMiddleware), one update per chat
+// at a time across instances (sequentialize), the lock in ctx.lock.
 //
 //   import { Bot } from 'grammy';
 //   import { RedlockClient } from 'redlockd-client';
-//   import { dedupMiddleware } from 'redlockd-client/grammy';
-//   bot.use(dedupMiddleware(new RedlockClient(), { ttlMs: 60_000 }));
+//   import { dedupMiddleware, sequentialize } from 'redlockd-client/grammy';
+//   const client = new RedlockClient();
+//   bot.use(sequentialize(client), dedupMiddleware(client, { ttlMs: 60_000 }));
 //
-// grammY is not a dependency: the middleware is a plain (ctx, next) function.
-
-import { createDedup, defaultKey } from './dedup.js';
-
-export { defaultKey };
-
-/** grammY middleware: acquire `tg:update:<update_id>`, skip busy/done, run
- * the rest of the chain, complete on success, release and rethrow on error. */
-export function dedupMiddleware(client, options = {}) {
-  return createDedup(client, options);
-}
-
-export default dedupMiddleware;
+// The same implementation as redlockd-client/telegraf (./middleware.js).
+export * from './middleware.js';
+export { default } from './middleware.js';

@@ -1,4 +1,4 @@
-// Type declarations for redlockd-client (ESM, Node >= 20).
+// Type declarations for redlockd-client (ESM; Node 20.19+, 22.12+ or 23+).
 
 import type { EventEmitter } from 'node:events';
 
@@ -111,6 +111,41 @@ export interface RedlockClientEvents {
   event: [message: Record<string, unknown>];
 }
 
+export interface CampaignOptions {
+  /** The leadership lock's TTL (renewed every ttl/3): how soon a leader whose daemon died is replaced. Default 5000. */
+  ttlMs?: number;
+  /** One wait in the daemon, 1..300000 ms. Default 300000. */
+  roundMs?: number;
+  /** Give up with BusyError after this many ms. Default: wait for ever. */
+  timeoutMs?: number;
+  /** Abort the campaign (rejects with `signal.reason`). */
+  signal?: AbortSignal;
+}
+
+/** One term of leadership. */
+export declare class Leadership {
+  readonly client: RedlockClient;
+  readonly lock: Lock;
+  readonly resource: string;
+  /** Grows with every term, whichever daemon granted it. */
+  readonly fence: bigint;
+  /** Aborts (reason: LostError) when leadership is lost. */
+  readonly signal: AbortSignal;
+  readonly lost: boolean;
+  /** Release now: the next standby leads at once. */
+  resign(): Promise<void>;
+}
+
+export declare function campaign(client: RedlockClient, resource: string, options?: CampaignOptions): Promise<Leadership>;
+export declare function runAsLeader<T>(
+  client: RedlockClient,
+  resource: string,
+  options: CampaignOptions,
+  fn: (signal: AbortSignal, leadership: Leadership) => Promise<T> | T,
+): Promise<T>;
+/** Settle with fn(), or reject with the lock's LostError as soon as it is lost. */
+export declare function untilLost<T>(lock: Lock, fn: () => Promise<T> | T): Promise<T>;
+
 export declare class RedlockClient extends EventEmitter {
   constructor(options?: RedlockClientOptions);
   readonly path: string;
@@ -141,6 +176,18 @@ export declare class RedlockClient extends EventEmitter {
     resource: string,
     options: AcquireOptions,
     fn: (signal: AbortSignal, lock: Lock) => Promise<T> | T,
+  ): Promise<T>;
+  /**
+   * Leader election: wait (FIFO in the daemon, in bounded rounds) until this
+   * client leads `resource`. `leadership.signal` aborts when it is lost.
+   */
+  campaign(resource: string, options?: CampaignOptions): Promise<Leadership>;
+  /** Campaign, run `fn(signal, leadership)`, resign; rejects with LostError at once on loss. */
+  runAsLeader<T>(resource: string, fn: (signal: AbortSignal, leadership: Leadership) => Promise<T> | T): Promise<T>;
+  runAsLeader<T>(
+    resource: string,
+    options: CampaignOptions,
+    fn: (signal: AbortSignal, leadership: Leadership) => Promise<T> | T,
   ): Promise<T>;
   /** Low level: send one request object (no `id`), resolve with the answer. */
   request(payload: Record<string, unknown>, options?: CallOptions): Promise<Record<string, unknown>>;

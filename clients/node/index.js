@@ -18,3 +18,4 @@ export {
   errorFromCode,
 } from './lib/errors.js';
 export { createDedup } from './dedup.js';
+export { Leadership, campaign, runAsLeader, untilLost } from './lib/leader.js';

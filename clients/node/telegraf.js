@@ -1,20 +1,12 @@
-// Telegraf middleware: skip duplicate deliveries of the same update.
+// Telegraf middleware: each update once (dedupMiddleware), one update per chat
+// at a time across instances (sequentialize), the lock in ctx.lock.
 //
 //   import { Telegraf } from 'telegraf';
 //   import { RedlockClient } from 'redlockd-client';
-//   import { dedupMiddleware } from 'redlockd-client/telegraf';
-//   bot.use(dedupMiddleware(new RedlockClient(), { ttlMs: 60_000 }));
+//   import { dedupMiddleware, sequentialize } from 'redlockd-client/telegraf';
+//   const client = new RedlockClient();
+//   bot.use(sequentialize(client), dedupMiddleware(client, { ttlMs: 60_000 }));
 //
-// Telegraf is not a dependency: the middleware is a plain (ctx, next) function.
-
-import { createDedup, defaultKey } from './dedup.js';
-
-export { defaultKey };
-
-/** Telegraf middleware: acquire `tg:update:<update_id>`, skip busy/done, run
- * the rest of the chain, complete on success, release and rethrow on error. */
-export function dedupMiddleware(client, options = {}) {
-  return createDedup(client, options);
-}
-
-export default dedupMiddleware;
+// The same implementation as redlockd-client/grammy (./middleware.js).
+export * from './middleware.js';
+export { default } from './middleware.js';

@@ -73,6 +73,9 @@ enum {
 #define RELEASE_TIMEOUT_MS 5000 /* cap on waiting for the final release */
 #define ERR_LEN 512
 
+/* The daemon's largest wait_ms: lock waits longer in rounds of at most this. */
+#define WAIT_ROUND_MS 300000
+#define WAIT_MAX_MS 9007199254740991LL /* 2^53 - 1: a JSON-safe integer */
 #define ID_ACQUIRE 1 /* NDJSON request ids on the lock's connection */
 #define ID_RELEASE 2
 
@@ -111,7 +114,7 @@ static const struct opt_def opt_defs[] = {
     {"help", 'h', OPT_HELP, false, 0, 0},
     {"version", 'V', OPT_VERSION, false, 0, 0},
     {"ttl", 0, OPT_TTL, true, 10, 86400000},
-    {"wait", 0, OPT_WAIT, true, 0, 300000},
+    {"wait", 0, OPT_WAIT, true, 0, WAIT_MAX_MS},
     {"fence", 0, OPT_FENCE, false, 0, 0},
     {"keep", 0, OPT_KEEP, true, 1, 2592000000LL},
     {"kill-after", 0, OPT_KILL_AFTER, true, 0, 86400000},
@@ -217,8 +220,11 @@ static const char help_text[] =
     "      --ttl MS         lock time to live, 10..86400000 (daemon "
     "default\n"
     "                       30000)\n"
-    "      --wait MS        while RESOURCE is busy, keep trying this long,\n"
-    "                       0..300000 (default 0: busy at once)\n"
+    "      --wait MS        while RESOURCE is busy, keep trying this long\n"
+    "                       (default 0: busy at once); lock: any length, "
+    "in\n"
+    "                       rounds of 300000 (standbys stay in line);\n"
+    "                       acquire: 0..300000\n"
     "      --fence          also get a fencing token\n"
     "      --keep MS        complete: life of the done mark, 1..2592000000\n"
     "      --kill-after MS  lock: SIGKILL this long after SIGTERM, "
@@ -429,6 +435,11 @@ static int check_positionals(const struct command *cmd, const struct opts *o)
     }
     if (cmd->run == cmd_lock && o->cmd[0] == NULL) {
         return usage_error("lock: missing the command after '--'");
+    }
+    if (cmd->run == cmd_acquire && o->wait_ms > WAIT_ROUND_MS) {
+        /* One HTTP request is one wait in the daemon; lock waits longer. */
+        return usage_error("acquire: --wait: at most %d (lock waits longer)",
+                           WAIT_ROUND_MS);
     }
     return 0;
 }
@@ -1327,6 +1338,21 @@ static cJSON *runner_answer(struct runner *r, int id, int64_t deadline,
     return NULL;
 }
 
+/* The longest round of a lock's wait: WAIT_ROUND_MS, or a shorter one from
+ * $REDLOCKCTL_WAIT_ROUND_MS (1..WAIT_ROUND_MS), which lets a test see
+ * several rounds without waiting five minutes for each. */
+static int64_t wait_round_ms(void)
+{
+    const char *env = getenv("REDLOCKCTL_WAIT_ROUND_MS");
+    char *end = NULL;
+    long long v = env != NULL ? strtoll(env, &end, 10) : 0;
+    if (env == NULL || end == env || *end != '\0' || v < 1 ||
+        v > WAIT_ROUND_MS) {
+        return WAIT_ROUND_MS;
+    }
+    return v;
+}
+
 /* Connects and takes the lock with renew:true. Returns 0 when it is held,
  * else the exit status (after a message on stderr). */
 static int runner_acquire(struct runner *r)
@@ -1337,29 +1363,57 @@ static int runner_acquire(struct runner *r)
     cJSON *rsp = NULL;
     char *text = NULL; /* rsp as received: the exact fence */
     int rc = RC_OSERR;
-    int64_t deadline =
-        now_ms() + o->timeout_ms + (o->wait_ms > 0 ? o->wait_ms : 0);
-    cJSON *req = cJSON_CreateObject();
+    cJSON *req = NULL;
+    /* The daemon waits at most WAIT_ROUND_MS per request: a longer --wait
+     * is a series of rounds on the same connection, each a fresh place at
+     * the end of the daemon's line, until the lock is ours, the wait is
+     * over, or something other than busy comes back. */
+    int64_t wait_end = now_ms() + (o->wait_ms > 0 ? o->wait_ms : 0);
+    int64_t round_max = wait_round_ms();
+    bool first = true;
+again:;
+    int64_t left = wait_end - now_ms();
+    int64_t round = left < 0 ? 0 : left > round_max ? round_max : left;
+    int64_t deadline = now_ms() + o->timeout_ms + round;
+    rc = RC_OSERR;
+    req = cJSON_CreateObject();
     if (req == NULL || cJSON_AddStringToObject(req, "op", "acquire") == NULL ||
         cJSON_AddNumberToObject(req, "id", ID_ACQUIRE) == NULL ||
         cJSON_AddStringToObject(req, "resource", r->resource) == NULL ||
         (o->ttl_ms >= 0 &&
          cJSON_AddNumberToObject(req, "ttl_ms", (double)o->ttl_ms) == NULL) ||
         (o->wait_ms >= 0 &&
-         cJSON_AddNumberToObject(req, "wait_ms", (double)o->wait_ms) == NULL) ||
+         cJSON_AddNumberToObject(req, "wait_ms", (double)round) == NULL) ||
         cJSON_AddTrueToObject(req, "renew") == NULL ||
         (o->fence && cJSON_AddTrueToObject(req, "fence") == NULL)) {
         fprintf(stderr, "redlockctl: out of memory\n");
         goto error;
     }
     rc = RC_UNAVAILABLE;
-    if (conn_open(&r->conn, o->socket, deadline, err, sizeof(err)) != 0 ||
+    if ((first &&
+         conn_open(&r->conn, o->socket, deadline, err, sizeof(err)) != 0) ||
         runner_send(r, req, deadline, err, sizeof(err)) != 0) {
         fprintf(stderr, "redlockctl: %s\n", err);
         goto error;
     }
+    first = false;
     rsp = runner_answer(r, ID_ACQUIRE, deadline, NULL, &text, &sig, err,
                         sizeof(err));
+    if (rsp != NULL && wait_end - now_ms() > 0 &&
+        cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(rsp, "ok"))) {
+        const cJSON *e = cJSON_GetObjectItemCaseSensitive(rsp, "error");
+        const char *code = json_str(e, "code");
+        if (code != NULL && strcmp(code, "busy") == 0) {
+            /* A round ran out and there is wait left: queue again. */
+            free(text);
+            text = NULL;
+            cJSON_Delete(rsp);
+            rsp = NULL;
+            cJSON_Delete(req);
+            req = NULL;
+            goto again;
+        }
+    }
     if (rsp == NULL) {
         if (sig != 0) {
             fprintf(stderr,

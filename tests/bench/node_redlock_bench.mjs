@@ -3,10 +3,15 @@
 // The same cycle as rlbench's cycle mode, done with node-redlock
 // 5.0.0-beta.2 over ioredis: N concurrent async workers, each acquiring its
 // own resource with redlock.acquire([resource], ttl) and releasing it with
-// lock.release(), retryCount 0, five ioredis clients on the nodes' unix
-// sockets. Prints one RESULT line per concurrency in rlbench's format.
+// lock.release(), retryCount 0, five ioredis clients on the nodes (unix
+// socket paths or host:port). Prints one RESULT line per concurrency in
+// rlbench's format, with the nodes' Redis work per cycle counted as rlbench
+// counts it: CONFIG RESETSTAT and INFO cpu before the run's first request,
+// INFO cpu and INFO commandstats once its last cycle finished and the nodes'
+// call counts stopped moving, divided by every cycle the run completed
+// (CONFIG and INFO left out).
 //
-//   node node_redlock_bench.mjs --redis /p/r1.sock,/p/r2.sock,... \
+//   node node_redlock_bench.mjs --redis /p/r1.sock,127.0.0.1:7001,... \
 //        [--concurrency 1,16,64,256] [--duration 10] [--warmup 2]
 //        [--ttl-ms 10000] [--auto-pipelining] [--redis-pids 1,2,3]
 //        [--impl NAME] [--tag TEXT] [--drain 5]
@@ -72,7 +77,7 @@ function parseArgs(argv) {
         throw new Error(`unknown option ${a}`);
     }
   }
-  if (o.redis.length === 0) throw new Error("--redis PATH[,PATH...] needed");
+  if (o.redis.length === 0) throw new Error("--redis ADDR[,ADDR...] needed");
   if (!o.impl) o.impl = o.autoPipelining ? "node-redlock-ap" : "node-redlock";
   return o;
 }
@@ -139,6 +144,64 @@ class Samples {
   }
 }
 
+// The Redis work of the nodes, as rlbench's stats_begin / stats_end.
+function infoField(info, name) {
+  const m = info.match(new RegExp(`^${name}:([0-9.]+)`, "m"));
+  return m ? Number(m[1]) : -1;
+}
+
+async function nodesCpu(clients) {
+  const infos = await Promise.all(clients.map((c) => c.info("cpu")));
+  return infos.map(
+    (i) => infoField(i, "used_cpu_sys") + infoField(i, "used_cpu_user"),
+  );
+}
+
+async function statsBegin(clients) {
+  await Promise.all(clients.map((c) => c.config("RESETSTAT")));
+  return nodesCpu(clients);
+}
+
+// Waits until the nodes' call counts (CONFIG and INFO left out) stayed the
+// same over three readings 50 ms apart, or 10 s passed; true when settled.
+async function settle(clients) {
+  const until = Date.now() + 10000;
+  let last = -2;
+  let stable = 0;
+  while (Date.now() < until) {
+    const infos = await Promise.all(clients.map((c) => c.info("commandstats")));
+    let sum = 0;
+    for (const info of infos) {
+      for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
+        if (!m[1].startsWith("config") && m[1] !== "info") sum += Number(m[2]);
+      }
+    }
+    stable = sum === last ? stable + 1 : 0;
+    last = sum;
+    if (stable >= 2) return true;
+    await sleep(50);
+  }
+  process.stderr.write("node_redlock_bench: the nodes were still busy\n");
+  return false;
+}
+
+async function statsEnd(clients, cpu0) {
+  const cpu1 = await nodesCpu(clients);
+  const infos = await Promise.all(clients.map((c) => c.info("commandstats")));
+  const w = { calls: 0, usec: 0, cpuS: 0, cmd: new Map() };
+  cpu1.forEach((v, i) => (w.cpuS += v - cpu0[i]));
+  for (const info of infos) {
+    for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) {
+      const name = m[1];
+      if (name.startsWith("config") || name === "info") continue;
+      w.calls += Number(m[2]);
+      w.usec += Number(m[3]);
+      w.cmd.set(name, (w.cmd.get(name) || 0) + Number(m[2]));
+    }
+  }
+  return w;
+}
+
 const nowUs = () => Number(process.hrtime.bigint() / 1000n);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -152,12 +215,13 @@ function errCode(e) {
   return "other";
 }
 
-async function runOne(o, redlock, conc, runNo) {
+async function runOne(o, redlock, clients, conc, runNo) {
   const st = {
     phase: "warmup",
     acq: new Samples(),
     cyc: new Samples(),
     cycles: 0,
+    cyclesAll: 0,
     errs: new Map(),
   };
   const measuring = () => st.phase === "measure";
@@ -187,11 +251,13 @@ async function runOne(o, redlock, conc, runNo) {
           st.cyc.add(t2 - t0);
           st.cycles++;
         }
+        st.cyclesAll++;
       } catch (e) {
         err(e);
       }
     }
   };
+  const redisCpu0 = await statsBegin(clients);
   const workers = [];
   for (let i = 0; i < conc; i++) workers.push(worker(i));
   await sleep(o.warmup * 1000);
@@ -213,6 +279,8 @@ async function runOne(o, redlock, conc, runNo) {
   if (!drained) {
     process.stderr.write("node_redlock_bench: drain timed out\n");
   }
+  const settled = await settle(clients);
+  const work = await statsEnd(clients, redisCpu0);
   const secs = (t1 - t0) / 1e6;
   const acq = st.acq.sorted();
   const cyc = st.cyc.sorted();
@@ -231,6 +299,12 @@ async function runOne(o, redlock, conc, runNo) {
     nerr += v;
   }
   const cps = st.cycles / secs;
+  const perCycle = (v) => (st.cyclesAll > 0 ? v / st.cyclesAll : -1);
+  const mix =
+    [...work.cmd.entries()]
+      .sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : 1))
+      .map(([k, v]) => `${k}:${perCycle(v).toFixed(2)}`)
+      .join(",") || "-";
   const mean = acq.length ? acq.reduce((a, b) => a + b, 0) / acq.length : -1;
   console.log(
     `\n== cycle ${o.impl}: ${conc} worker(s), ${o.redis.length} ioredis ` +
@@ -247,6 +321,11 @@ async function runOne(o, redlock, conc, runNo) {
   );
   console.log(`  errors          ${nerr ? errs.join(",") : "none"}`);
   console.log(
+    `  redis work      ${perCycle(work.calls).toFixed(2)} commands/cycle ` +
+      `(${mix}), ${perCycle(work.usec).toFixed(1)} us/cycle in commands, ` +
+      `${perCycle(work.cpuS * 1e6).toFixed(1)} us/cycle redis cpu`,
+  );
+  console.log(
     `  cpu %           node ${benchCpu.toFixed(0)}  redis(all) ` +
       `${redisCpu.toFixed(0)}  machine ${machineCpu.toFixed(0)} of ${ncpu}00`,
   );
@@ -258,7 +337,14 @@ async function runOne(o, redlock, conc, runNo) {
       `cyc_p99_us=${pct(cyc, 99)} cyc_p999_us=${pct(cyc, 99.9)} ` +
       `errors=${nerr} errs=${nerr ? errs.join(",") : "-"} daemon_cpu=-1.0 ` +
       `redis_cpu=${redisCpu.toFixed(1)} bench_cpu=${benchCpu.toFixed(1)} ` +
-      `machine_cpu=${machineCpu.toFixed(1)} rss_kb=-1 idle=0 held=0${o.tag ? " tag=" + o.tag : ""}`,
+      `machine_cpu=${machineCpu.toFixed(1)} rss_kb=-1 idle=0 held=0 ` +
+      `stat_nodes=${clients.length} redis_cmds=${work.calls} ` +
+      `redis_cmd_us=${work.usec} redis_cpu_us=${(work.cpuS * 1e6).toFixed(0)} ` +
+      `cmds_per_cycle=${perCycle(work.calls).toFixed(3)} ` +
+      `cmd_us_per_cycle=${perCycle(work.usec).toFixed(2)} ` +
+      `cpu_us_per_cycle=${perCycle(work.cpuS * 1e6).toFixed(2)} ` +
+      `cmd_mix=${mix} work_cycles=${st.cyclesAll} settled=${settled ? 1 : 0}` +
+      `${o.tag ? " tag=" + o.tag : ""}`,
   );
 }
 
@@ -271,15 +357,18 @@ async function main() {
     process.stderr.write("node_redlock_bench: hard time limit reached\n");
     process.exit(3);
   }, limitS * 1000).unref();
-  const clients = o.redis.map(
-    (p) =>
-      new Redis({
-        path: p.replace(/^unix:\/\//, ""),
-        enableAutoPipelining: o.autoPipelining,
-        maxRetriesPerRequest: 1,
-        enableOfflineQueue: true,
-      }),
-  );
+  const clients = o.redis.map((p) => {
+    const common = {
+      enableAutoPipelining: o.autoPipelining,
+      maxRetriesPerRequest: 1,
+      enableOfflineQueue: true,
+    };
+    const a = p.replace(/^(unix|redis):\/\//, "");
+    if (a.includes("/")) return new Redis({ path: a, ...common });
+    const i = a.lastIndexOf(":");
+    if (i <= 0) throw new Error(`bad node address ${p} (path or host:port)`);
+    return new Redis({ host: a.slice(0, i), port: Number(a.slice(i + 1)), ...common });
+  });
   await Promise.all(
     clients.map(
       (c) =>
@@ -300,7 +389,7 @@ async function main() {
   redlock.on("error", () => {});
   let runNo = 0;
   for (const conc of o.concurrency) {
-    await runOne(o, redlock, conc, ++runNo);
+    await runOne(o, redlock, clients, conc, ++runNo);
     await sleep(200);
   }
   await Promise.all(clients.map((c) => c.quit().catch(() => {})));

@@ -11,12 +11,16 @@
  *   connections  open many idle connections, report RSS per connection,
  *                then run the cycle through a few clients
  *
- * --inproc runs the same Redlock cycle inside this process: hiredis async
- * on libevent, one connection per node, EVALSHA of the daemon's own acquire
- * and release scripts (sidecar/scripts.c, linked in) to every node at
- * once, deciding at quorum
- * exactly as the daemon does. No socket to a daemon, no JSON: the limit a
- * daemon on this machine could reach.
+ * --inproc runs a Redlock cycle inside this process, on hiredis async and
+ * libevent with one connection per node, deciding with the daemon's own
+ * quorum and validity rules (sidecar/redlock.c, linked in). By default it is
+ * the cheapest correct cycle (SET NX PX to every node, then one
+ * compare-and-delete EVALSHA); --limit scripts runs the daemon's own acquire
+ * and release scripts (sidecar/scripts.c) instead. No socket to a daemon, no
+ * JSON: the limit a daemon on this machine could reach.
+ *
+ * With --redis, cycle runs also report the nodes' work per completed cycle
+ * from INFO commandstats and INFO cpu (see "Redis work" below).
  *
  * Every run is bounded: warmup + duration, then a drain of at most --drain
  * seconds in which in-flight cycles finish (acquired locks are released),
@@ -47,6 +51,7 @@
 #include <hiredis/hiredis.h>
 #include <uuid/uuid.h>
 
+#include "redlock.h" /* the daemon's quorum and validity rules */
 #include "scripts.h" /* the daemon's Lua scripts, not a copy */
 
 #define MAX_CONC 64
@@ -419,6 +424,7 @@ static const char *const err_codes[] = {
 #define ERR_BUSY_IDX 2
 #define ERR_NOT_HELD_IDX 1
 #define ERR_NO_QUORUM_IDX 6
+#define ERR_DONE_IDX 3
 
 static int err_index(const char *s, size_t n)
 {
@@ -485,6 +491,24 @@ struct conn {
     size_t next;  /* bulk phases: next index this connection sends */
 };
 
+/* The Redis work of one measured interval (filled by stats_end). */
+#define MAX_CMDS 64
+
+struct cmd_count {
+    char name[48];
+    long long calls;
+};
+
+struct rwork {
+    bool ok;               /* every node answered at both ends */
+    bool settled;          /* the nodes were idle when read (see
+                              stats_settle) */
+    long long calls, usec; /* commandstats sums over the nodes */
+    double cpu_s;          /* used_cpu_sys + used_cpu_user deltas, summed */
+    struct cmd_count cmd[MAX_CMDS]; /* calls by command, over the nodes */
+    int n_cmd;
+};
+
 struct run {
     enum phase phase;
     int conc;
@@ -495,11 +519,13 @@ struct run {
     int active; /* clients not stopped */
     uint64_t t_start, t_measure, t_end;
     struct samples acq, cyc;
-    uint64_t cycles;
+    uint64_t cycles;     /* completed in the measured interval */
+    uint64_t cycles_all; /* completed in the whole run (Redis work) */
     uint64_t acq_ok;
     uint64_t errs[N_ERR];
     uint64_t events;
     struct cpu_snap cpu0, cpu1;
+    struct rwork work; /* the nodes' work over the whole run */
     struct event *phase_ev;
     struct event *deadline_ev;
     unsigned run_no;
@@ -901,6 +927,7 @@ static void d_client_line(struct conn *c, const char *line, size_t len)
                 samples_add(&R.cyc, t - cl->t_cycle);
                 R.cycles++;
             }
+            R.cycles_all++;
         } else {
             run_record_err(r.err);
         }
@@ -917,17 +944,52 @@ static void d_client_line(struct conn *c, const char *line, size_t len)
 
 /* ---- in-process Redlock (the limit) ------------------------------------- */
 
+/* Two limits share this code:
+ *
+ *   minimal (impl "limit"): the cheapest correct Redlock cycle, as an expert
+ *     would write it with hiredis: SET key token NX PX ttl to every node,
+ *     decided at quorum by redlock.c (validity = ttl - elapsed - drift),
+ *     the nodes that may hold a lost attempt's key cleaned up, then one
+ *     compare-and-delete EVALSHA (MINIMAL_DEL below) to every node.
+ *   scripts (impl "limit-scripts", --limit scripts): the same round with the
+ *     daemon's own acquire and release scripts (sidecar/scripts.c), i.e.
+ *     the daemon's Redis work without its socket, JSON and bookkeeping.
+ *
+ * Both decide with the daemon's pure Redlock functions (sidecar/redlock.c,
+ * linked in), so quorum and validity cannot drift from the daemon's. */
+
+/* The textbook compare-and-delete of the Redlock description: delete the key
+ * only if it still holds our token. */
+static const char MINIMAL_DEL[] =
+    "if redis.call('get', KEYS[1]) == ARGV[1] then\n"
+    "  return redis.call('del', KEYS[1])\n"
+    "end\n"
+    "return 0\n";
+
+enum limit_kind {
+    LIMIT_MINIMAL, /* SET NX PX + compare-and-delete */
+    LIMIT_SCRIPTS, /* the daemon's acquire and release scripts */
+};
+
+static enum limit_kind limit_kind = LIMIT_MINIMAL;
+
+/* Arguments every round sends, formatted once. */
+static char fence_key[96];
+static size_t fence_key_len;
+static char ttl_str[16];
+static size_t ttl_len;
+
 struct rnode {
     int idx;
     redisAsyncContext *ac;
     bool up;
-    char sha_acq[41];
-    char sha_rel[41];
+    char sha_acq[41]; /* scripts: the daemon's acquire script */
+    char sha_rel[41]; /* scripts: the daemon's release script */
+    char sha_del[41]; /* minimal: MINIMAL_DEL */
 };
 
 static struct rnode nodes[MAX_NODES];
 static int n_nodes;
-static int quorum;
 static int nodes_connected;
 
 enum iop_kind {
@@ -935,19 +997,21 @@ enum iop_kind {
     IOP_RELEASE,
 };
 
-/* One Redlock round in flight; lives until every node answered. */
+/* One Redlock round in flight; lives until every node it was sent to has
+ * answered. For a release, RL_WON means a quorum deleted the key and
+ * RL_LOST_BUSY that too few still held our token. */
 struct iop {
     struct client *cl;
     enum iop_kind kind;
-    int ok, busy, failed, pending;
-    uint32_t busy_mask; /* nodes that said busy: nothing to roll back */
+    struct redlock_round round;
+    int outstanding; /* sent, not yet answered */
     bool decided;
-    uint64_t start;
     char token[TOKEN_LEN + 1];
     struct iop *next_free;
 };
 
 static struct iop *iop_free_list;
+static long inflight_cmds; /* commands sent to a node, not yet answered */
 
 static struct iop *iop_get(void)
 {
@@ -967,13 +1031,13 @@ static void iop_put(struct iop *op)
     iop_free_list = op;
 }
 
-/* RESP for EVALSHA sha numkeys keys... args... */
+/* One RESP command, formatted by hand (no printf: this is the limit). */
 struct rbuf {
     char b[1024];
     size_t n;
 };
 
-/* Appends kind, the decimal n and CRLF (no printf: this is the limit). */
+/* Appends kind, the decimal n and CRLF. */
 static void rb_header(struct rbuf *r, char kind, size_t n)
 {
     char tmp[24];
@@ -998,52 +1062,99 @@ static void rb_bulk(struct rbuf *r, const char *s, size_t n)
     r->b[r->n++] = '\n';
 }
 
-/* EVALSHA sha numkeys args...; the total must fit the 1 KiB buffer (keys
- * here are under 200 bytes). */
-static void rb_evalsha(struct rbuf *r, const char *sha, int numkeys, int argc,
-                       const char **argv, const size_t *lens)
+/* rb_command: argv[0..argc) as one RESP array; the total must fit the
+ * 1 KiB buffer (keys here are under 200 bytes). */
+static void rb_command(struct rbuf *r, int argc, const char **argv,
+                       const size_t *lens)
 {
-    char nk = (char)('0' + numkeys);
     r->n = 0;
-    rb_header(r, '*', (size_t)argc + 3);
-    rb_bulk(r, "EVALSHA", 7);
-    rb_bulk(r, sha, 40);
-    rb_bulk(r, &nk, 1);
+    rb_header(r, '*', (size_t)argc);
     for (int i = 0; i < argc; i++) {
         rb_bulk(r, argv[i], lens[i]);
     }
 }
 
+/* EVALSHA sha numkeys args... */
+static void rb_evalsha(struct rbuf *r, const char *sha, int numkeys, int argc,
+                       const char **argv, const size_t *lens)
+{
+    const char *all[8];
+    size_t all_lens[8];
+    char nk = (char)('0' + numkeys);
+    all[0] = "EVALSHA";
+    all_lens[0] = 7;
+    all[1] = sha;
+    all_lens[1] = 40;
+    all[2] = &nk;
+    all_lens[2] = 1;
+    for (int i = 0; i < argc && i < 5; i++) {
+        all[3 + i] = argv[i];
+        all_lens[3 + i] = lens[i];
+    }
+    rb_command(r, argc + 3, all, all_lens);
+}
+
 static void i_start_acquire(struct client *cl, bool new_cycle);
 static void i_start_release(struct client *cl);
 
-static int64_t validity_ms(uint32_t ttl, uint64_t elapsed_us)
+/* The compare-and-delete of one key on one node, for a release or a
+ * rollback; cb NULL: nobody waits for the answer. */
+static int i_send_delete(struct rnode *nd, struct client *cl, const char *token,
+                         bool publish, redisCallbackFn *cb, void *privdata)
 {
-    int64_t drift = (int64_t)ceil((double)ttl * opt.drift) + 2;
-    return (int64_t)ttl - (int64_t)((elapsed_us + 999) / 1000) - drift;
+    struct rbuf rb;
+    if (limit_kind == LIMIT_MINIMAL) {
+        const char *argv[2] = {cl->key, token};
+        size_t lens[2] = {cl->key_len, TOKEN_LEN};
+        rb_evalsha(&rb, nd->sha_del, 1, 2, argv, lens);
+    } else {
+        /* The daemon's release script; a rollback publishes nothing. */
+        const char *argv[3] = {cl->key, token, publish ? cl->chan : ""};
+        size_t lens[3] = {cl->key_len, TOKEN_LEN, publish ? cl->chan_len : 0};
+        rb_evalsha(&rb, nd->sha_rel, 1, 3, argv, lens);
+    }
+    return redisAsyncFormattedCommand(nd->ac, cb, privdata, rb.b, rb.n);
 }
 
-/* Removes a failed acquisition's key on the nodes that may hold it. */
+static void i_rollback_cb(redisAsyncContext *ac, void *r, void *privdata)
+{
+    (void)ac;
+    (void)r;
+    (void)privdata;
+    inflight_cmds--;
+}
+
+/* Removes a failed acquisition's key on the nodes that may hold it (those
+ * that did not answer busy or done, redlock.c's rollback set). */
 static void i_rollback(struct iop *op)
 {
-    struct client *cl = op->cl;
-    const char *argv[3] = {cl->key, op->token, ""};
-    size_t lens[3] = {cl->key_len, TOKEN_LEN, 0};
+    uint32_t set = redlock_rollback_set(&op->round);
     for (int i = 0; i < n_nodes; i++) {
-        if ((op->busy_mask & (1u << i)) || !nodes[i].up) {
-            continue;
+        if ((set & (1u << i)) && nodes[i].up &&
+            i_send_delete(&nodes[i], op->cl, op->token, false, i_rollback_cb,
+                          NULL) == REDIS_OK) {
+            inflight_cmds++;
         }
-        struct rbuf rb;
-        rb_evalsha(&rb, nodes[i].sha_rel, 1, 3, argv, lens);
-        redisAsyncFormattedCommand(nodes[i].ac, NULL, NULL, rb.b, rb.n);
     }
 }
 
-static void i_acquire_decided(struct iop *op, bool won, int err)
+static int outcome_err(enum redlock_outcome out, enum iop_kind kind)
+{
+    switch (out) {
+    case RL_LOST_BUSY:
+        return kind == IOP_ACQUIRE ? ERR_BUSY_IDX : ERR_NOT_HELD_IDX;
+    case RL_LOST_DONE:
+        return ERR_DONE_IDX;
+    default:
+        return ERR_NO_QUORUM_IDX;
+    }
+}
+
+static void i_acquire_decided(struct iop *op, enum redlock_outcome out)
 {
     struct client *cl = op->cl;
     uint64_t t = now_us();
-    if (won) {
+    if (out == RL_WON) {
         if (R.phase == PH_MEASURE) {
             samples_add(&R.acq, t - cl->t_req);
             R.acq_ok++;
@@ -1053,7 +1164,7 @@ static void i_acquire_decided(struct iop *op, bool won, int err)
         return;
     }
     i_rollback(op);
-    run_record_err(err);
+    run_record_err(outcome_err(out, IOP_ACQUIRE));
     if (run_loading()) {
         i_start_acquire(cl, true);
     } else {
@@ -1061,22 +1172,58 @@ static void i_acquire_decided(struct iop *op, bool won, int err)
     }
 }
 
-static void i_release_decided(struct iop *op, bool ok, int err)
+static void i_release_decided(struct iop *op, enum redlock_outcome out)
 {
     struct client *cl = op->cl;
     uint64_t t = now_us();
-    if (ok) {
+    if (out == RL_WON) {
         if (R.phase == PH_MEASURE) {
             samples_add(&R.cyc, t - cl->t_cycle);
             R.cycles++;
         }
+        R.cycles_all++;
     } else {
-        run_record_err(err);
+        run_record_err(outcome_err(out, IOP_RELEASE));
     }
     if (run_loading()) {
         i_start_acquire(cl, true);
     } else {
         client_stop(cl);
+    }
+}
+
+/* What one node's reply says, by the command that was sent. */
+static enum redlock_node_result i_classify(const struct iop *op,
+                                           const redisReply *reply)
+{
+    if (reply == NULL) {
+        return RL_FAILED;
+    }
+    if (op->kind == IOP_RELEASE) {
+        if (reply->type != REDIS_REPLY_INTEGER) {
+            return RL_FAILED;
+        }
+        return reply->integer == 1 ? RL_OK : RL_BUSY;
+    }
+    if (limit_kind == LIMIT_MINIMAL) {
+        /* SET NX: +OK set, nil held by someone else. */
+        if (reply->type == REDIS_REPLY_STATUS && reply->len == 2 &&
+            memcmp(reply->str, "OK", 2) == 0) {
+            return RL_OK;
+        }
+        return reply->type == REDIS_REPLY_NIL ? RL_BUSY : RL_FAILED;
+    }
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+        reply->element[0]->type != REDIS_REPLY_INTEGER) {
+        return RL_FAILED;
+    }
+    switch (reply->element[0]->integer) {
+    case 1:
+        return RL_OK;
+    case 2:
+        return RL_DONE;
+    default:
+        return RL_BUSY;
     }
 }
 
@@ -1084,108 +1231,88 @@ static void i_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
 {
     struct iop *op = privdata;
     struct rnode *nd = ac->data;
-    redisReply *reply = r;
-    op->pending--;
+    op->outstanding--;
+    inflight_cmds--;
     if (R.clients == NULL) {
         /* An answer after its run ended (drain timed out): just account. */
         op->decided = true;
-        if (op->pending == 0) {
-            iop_put(op);
-        }
-        return;
-    }
-    if (op->kind == IOP_ACQUIRE) {
-        if (reply != NULL && reply->type == REDIS_REPLY_ARRAY &&
-            reply->elements == 2 &&
-            reply->element[0]->type == REDIS_REPLY_INTEGER) {
-            if (reply->element[0]->integer == 1) {
-                op->ok++;
-            } else {
-                op->busy++;
-                op->busy_mask |= 1u << nd->idx;
-            }
-        } else {
-            op->failed++;
-        }
     } else {
-        if (reply != NULL && reply->type == REDIS_REPLY_INTEGER &&
-            reply->integer == 1) {
-            op->ok++;
-        } else if (reply != NULL && reply->type == REDIS_REPLY_INTEGER) {
-            op->busy++;
-        } else {
-            op->failed++;
-        }
-    }
-    if (!op->decided) {
-        if (op->ok >= quorum) {
+        enum redlock_outcome out = redlock_round_answer(
+            &op->round, nd->idx, i_classify(op, r), 0, -1, now_us);
+        if (out != RL_UNDECIDED && !op->decided) {
             op->decided = true;
             if (op->kind == IOP_ACQUIRE) {
-                bool valid = validity_ms((uint32_t)opt.ttl_ms,
-                                         now_us() - op->start) > 0;
-                i_acquire_decided(op, valid, ERR_NO_QUORUM_IDX);
+                i_acquire_decided(op, out);
             } else {
-                i_release_decided(op, true, -1);
-            }
-        } else if (op->ok + op->pending < quorum) {
-            op->decided = true;
-            int err = op->busy > 0 && op->ok + op->busy >= quorum
-                          ? (op->kind == IOP_ACQUIRE ? ERR_BUSY_IDX
-                                                     : ERR_NOT_HELD_IDX)
-                          : ERR_NO_QUORUM_IDX;
-            if (op->kind == IOP_ACQUIRE) {
-                i_acquire_decided(op, false, err);
-            } else {
-                i_release_decided(op, false, err);
+                i_release_decided(op, out);
             }
         }
     }
-    if (op->decided && op->pending == 0) {
+    if (op->decided && op->outstanding == 0) {
         iop_put(op);
     }
 }
 
-static void i_send_all(struct iop *op, const char *const *sha, int numkeys,
-                       int argc, const char **argv, const size_t *lens)
+/* Sends op's command to every connected node; a node that is down or
+ * refuses the command counts as failed. */
+static void i_send_all(struct iop *op)
 {
-    (void)sha;
-    struct rbuf rb;
+    struct client *cl = op->cl;
+    uint32_t down = 0;
     for (int i = 0; i < n_nodes; i++) {
         if (!nodes[i].up) {
-            op->failed++;
-            continue;
-        }
-        rb_evalsha(&rb,
-                   op->kind == IOP_ACQUIRE ? nodes[i].sha_acq
-                                           : nodes[i].sha_rel,
-                   numkeys, argc, argv, lens);
-        if (redisAsyncFormattedCommand(nodes[i].ac, i_reply_cb, op, rb.b,
-                                       rb.n) == REDIS_OK) {
-            op->pending++;
-        } else {
-            op->failed++;
+            down |= 1u << i;
         }
     }
-    if (op->ok + op->pending < quorum) {
+    redlock_round_start(&op->round, n_nodes, (uint32_t)opt.ttl_ms, opt.drift,
+                        cl->t_req, down);
+    for (int i = 0; i < n_nodes; i++) {
+        if (down & (1u << i)) {
+            continue;
+        }
+        int rc;
+        if (op->kind == IOP_RELEASE) {
+            rc = i_send_delete(&nodes[i], cl, op->token, true, i_reply_cb, op);
+        } else {
+            struct rbuf rb;
+            if (limit_kind == LIMIT_MINIMAL) {
+                const char *argv[6] = {"SET", cl->key, op->token,
+                                       "NX",  "PX",    ttl_str};
+                size_t lens[6] = {3, cl->key_len, TOKEN_LEN, 2, 2, ttl_len};
+                rb_command(&rb, 6, argv, lens);
+            } else {
+                const char *argv[5] = {cl->key, fence_key, op->token, ttl_str,
+                                       "0"};
+                size_t lens[5] = {cl->key_len, fence_key_len, TOKEN_LEN,
+                                  ttl_len, 1};
+                rb_evalsha(&rb, nodes[i].sha_acq, 2, 5, argv, lens);
+            }
+            rc = redisAsyncFormattedCommand(nodes[i].ac, i_reply_cb, op, rb.b,
+                                            rb.n);
+        }
+        if (rc == REDIS_OK) {
+            op->outstanding++;
+            inflight_cmds++;
+        } else {
+            redlock_round_answer(&op->round, i, RL_FAILED, 0, -1, now_us);
+        }
+    }
+    if (op->outstanding == 0 ||
+        op->round.n_ok + op->round.n_pending < op->round.quorum) {
         /* Not even a quorum could be asked: this client stops (retrying at
          * once would only recurse). */
         op->decided = true;
-        struct client *cl = op->cl;
         run_record_err(ERR_NO_QUORUM_IDX);
-        if (op->pending == 0) {
+        if (op->outstanding == 0) {
             iop_put(op);
         }
-        fprintf(stderr, "rlbench: client %d: fewer than a quorum of nodes "
-                        "connected; stopping it\n",
+        fprintf(stderr,
+                "rlbench: client %d: fewer than a quorum of nodes "
+                "connected; stopping it\n",
                 cl->idx);
         client_stop(cl);
     }
 }
-
-static char fence_key[96];
-static size_t fence_key_len;
-static char ttl_str[16];
-static size_t ttl_len;
 
 static void i_start_acquire(struct client *cl, bool new_cycle)
 {
@@ -1198,11 +1325,8 @@ static void i_start_acquire(struct client *cl, bool new_cycle)
     struct iop *op = iop_get();
     op->cl = cl;
     op->kind = IOP_ACQUIRE;
-    op->start = t;
     new_token(op->token);
-    const char *argv[5] = {cl->key, fence_key, op->token, ttl_str, "0"};
-    size_t lens[5] = {cl->key_len, fence_key_len, TOKEN_LEN, ttl_len, 1};
-    i_send_all(op, NULL, 2, 5, argv, lens);
+    i_send_all(op);
 }
 
 static void i_start_release(struct client *cl)
@@ -1212,11 +1336,8 @@ static void i_start_release(struct client *cl)
     struct iop *op = iop_get();
     op->cl = cl;
     op->kind = IOP_RELEASE;
-    op->start = cl->t_req;
     memcpy(op->token, cl->token, TOKEN_LEN + 1);
-    const char *argv[3] = {cl->key, op->token, cl->chan};
-    size_t lens[3] = {cl->key_len, TOKEN_LEN, cl->chan_len};
-    i_send_all(op, NULL, 1, 3, argv, lens);
+    i_send_all(op);
 }
 
 static void i_connect_cb(const redisAsyncContext *ac, int status)
@@ -1240,27 +1361,45 @@ static void i_disconnect_cb(const redisAsyncContext *ac, int status)
     nd->ac = NULL;
 }
 
-static redisContext *sync_connect(const char *addr)
+/* split_addr: a node address as a unix path (returns true, *path set) or
+ * host:port (false; host filled, *port set). unix:// and redis:// prefixes
+ * are accepted. */
+static bool split_addr(const char *addr, const char **path, char *host,
+                       size_t host_cap, int *port)
 {
-    struct timeval tv = {5, 0};
     if (strncmp(addr, "unix://", 7) == 0) {
         addr += 7;
+    } else if (strncmp(addr, "redis://", 8) == 0) {
+        addr += 8;
     }
     if (strchr(addr, '/') != NULL) {
-        return redisConnectUnixWithTimeout(addr, tv);
+        *path = addr;
+        return true;
     }
-    char host[256];
     const char *colon = strrchr(addr, ':');
-    if (colon == NULL || (size_t)(colon - addr) >= sizeof(host)) {
+    if (colon == NULL || (size_t)(colon - addr) >= host_cap ||
+        atoi(colon + 1) <= 0) {
         die("bad node address %s (unix path or host:port)", addr);
     }
     memcpy(host, addr, (size_t)(colon - addr));
     host[colon - addr] = '\0';
-    return redisConnectWithTimeout(host, atoi(colon + 1), tv);
+    *port = atoi(colon + 1);
+    return false;
 }
 
-static void script_load(redisContext *c, const char *src, char out[41],
-                        int idx)
+static redisContext *sync_connect(const char *addr)
+{
+    struct timeval tv = {5, 0};
+    const char *path;
+    char host[256];
+    int port;
+    if (split_addr(addr, &path, host, sizeof(host), &port)) {
+        return redisConnectUnixWithTimeout(path, tv);
+    }
+    return redisConnectWithTimeout(host, port, tv);
+}
+
+static void script_load(redisContext *c, const char *src, char out[41], int idx)
 {
     redisReply *r = redisCommand(c, "SCRIPT LOAD %s", src);
     if (r == NULL || r->type != REDIS_REPLY_STRING || r->len != 40) {
@@ -1275,12 +1414,14 @@ static void script_load(redisContext *c, const char *src, char out[41],
 static void inproc_setup(void)
 {
     if (opt.n_redis < 1) {
-        die("--inproc needs --redis PATH[,PATH...]");
+        die("--inproc needs --redis ADDR[,ADDR...]");
+    }
+    if (opt.n_redis > REDLOCK_MAX_NODES) {
+        die("at most %d nodes", REDLOCK_MAX_NODES);
     }
     n_nodes = opt.n_redis;
-    quorum = n_nodes / 2 + 1;
-    fence_key_len = (size_t)snprintf(fence_key, sizeof(fence_key), "%sfence",
-                                     opt.prefix);
+    fence_key_len =
+        (size_t)snprintf(fence_key, sizeof(fence_key), "%sfence", opt.prefix);
     ttl_len = (size_t)snprintf(ttl_str, sizeof(ttl_str), "%d", opt.ttl_ms);
     for (int i = 0; i < n_nodes; i++) {
         struct rnode *nd = &nodes[i];
@@ -1292,20 +1433,16 @@ static void inproc_setup(void)
         }
         script_load(c, script_source[SCRIPT_ACQUIRE], nd->sha_acq, i);
         script_load(c, script_source[SCRIPT_RELEASE], nd->sha_rel, i);
+        script_load(c, MINIMAL_DEL, nd->sha_del, i);
         redisFree(c);
-        const char *a = opt.redis[i];
-        if (strncmp(a, "unix://", 7) == 0) {
-            a += 7;
-        }
+        const char *path;
+        char host[256];
+        int port;
         redisAsyncContext *ac;
-        if (strchr(a, '/') != NULL) {
-            ac = redisAsyncConnectUnix(a);
+        if (split_addr(opt.redis[i], &path, host, sizeof(host), &port)) {
+            ac = redisAsyncConnectUnix(path);
         } else {
-            char host[256];
-            const char *colon = strrchr(a, ':');
-            memcpy(host, a, (size_t)(colon - a));
-            host[colon - a] = '\0';
-            ac = redisAsyncConnect(host, atoi(colon + 1));
+            ac = redisAsyncConnect(host, port);
         }
         if (ac == NULL || ac->err) {
             die("node %d: %s", i + 1, ac ? ac->errstr : "out of memory");
@@ -1334,6 +1471,295 @@ static void inproc_teardown(void)
     }
 }
 
+/* ---- Redis work per cycle, from the nodes' INFO ------------------------- */
+
+/* Each run's Redis work is counted whole, from idle nodes to idle nodes:
+ * CONFIG RESETSTAT and INFO cpu on every node before the run's first
+ * request, INFO cpu and INFO commandstats after its last cycle finished and
+ * the nodes went idle again (stats_settle), divided by every cycle the run
+ * completed (warmup, measured interval and drain). Reading at the edges of
+ * the measured interval instead would miss work: a round is answered at
+ * quorum, so the slowest nodes may still have a backlog of the cycles
+ * already counted (seen here: 3.9 SETs per cycle on five nodes instead of
+ * 5). The readings use blocking connections of our own.
+ *
+ * Commandstats count every command a node ran, the calls a script makes
+ * inside it too (and a script's usec includes theirs); the bench's own
+ * CONFIG and INFO are left out of the sums. used_cpu_sys + used_cpu_user is
+ * the whole redis-server process, so it is the fairer price of the Redis
+ * work. */
+
+static redisContext *stat_ctx[MAX_NODES];
+static int n_stat;
+static bool stats_off; /* --no-redis-stats */
+static double stat_cpu0[MAX_NODES];
+static bool stat_begun;
+static bool stat_settled;
+
+/* stats_open: one blocking connection per --redis node; dies when one
+ * cannot be made (the numbers would be wrong without it). */
+static void stats_open(void)
+{
+    if (stats_off) {
+        return;
+    }
+    for (int i = 0; i < opt.n_redis; i++) {
+        redisContext *c = sync_connect(opt.redis[i]);
+        if (c == NULL || c->err) {
+            die("node %d (%s): %s (--no-redis-stats runs without INFO)", i + 1,
+                opt.redis[i], c ? c->errstr : "out of memory");
+        }
+        stat_ctx[n_stat++] = c;
+    }
+}
+
+static void stats_close(void)
+{
+    for (int i = 0; i < n_stat; i++) {
+        redisFree(stat_ctx[i]);
+    }
+    n_stat = 0;
+}
+
+/* info_field: the number after "name:" in an INFO reply, or -1. */
+static double info_field(const char *info, const char *name)
+{
+    size_t nl = strlen(name);
+    for (const char *p = info; p != NULL && *p != '\0';) {
+        if (strncmp(p, name, nl) == 0 && p[nl] == ':') {
+            return strtod(p + nl + 1, NULL);
+        }
+        p = strchr(p, '\n');
+        if (p != NULL) {
+            p++;
+        }
+    }
+    return -1;
+}
+
+/* node_cpu_s: used_cpu_sys + used_cpu_user of node i, or -1. */
+static double node_cpu_s(int i)
+{
+    redisReply *r = redisCommand(stat_ctx[i], "INFO cpu");
+    double v = -1;
+    if (r != NULL && r->type == REDIS_REPLY_STRING) {
+        double sys = info_field(r->str, "used_cpu_sys");
+        double user = info_field(r->str, "used_cpu_user");
+        if (sys >= 0 && user >= 0) {
+            v = sys + user;
+        }
+    }
+    if (r != NULL) {
+        freeReplyObject(r);
+    }
+    return v;
+}
+
+/* stats_begin: zeroes the nodes' commandstats and reads their CPU. */
+static void stats_begin(void)
+{
+    stat_begun = n_stat > 0;
+    for (int i = 0; i < n_stat; i++) {
+        redisReply *r = redisCommand(stat_ctx[i], "CONFIG RESETSTAT");
+        if (r == NULL || r->type != REDIS_REPLY_STATUS) {
+            fprintf(stderr, "rlbench: node %d: CONFIG RESETSTAT failed: %s\n",
+                    i + 1,
+                    r != NULL && r->type == REDIS_REPLY_ERROR
+                        ? r->str
+                        : stat_ctx[i]->errstr);
+            stat_begun = false;
+        }
+        if (r != NULL) {
+            freeReplyObject(r);
+        }
+        stat_cpu0[i] = node_cpu_s(i);
+        if (stat_cpu0[i] < 0) {
+            stat_begun = false;
+        }
+    }
+}
+
+static void work_add_cmd(struct rwork *w, const char *name, size_t len,
+                         long long calls)
+{
+    for (int i = 0; i < w->n_cmd; i++) {
+        if (strlen(w->cmd[i].name) == len &&
+            memcmp(w->cmd[i].name, name, len) == 0) {
+            w->cmd[i].calls += calls;
+            return;
+        }
+    }
+    if (w->n_cmd < MAX_CMDS && len < sizeof(w->cmd[0].name)) {
+        memcpy(w->cmd[w->n_cmd].name, name, len);
+        w->cmd[w->n_cmd].name[len] = '\0';
+        w->cmd[w->n_cmd].calls = calls;
+        w->n_cmd++;
+    }
+}
+
+/* Adds the cmdstat_* lines of one INFO commandstats reply to w. */
+static void work_parse(struct rwork *w, const char *info)
+{
+    for (const char *p = info; p != NULL && *p != '\0';) {
+        if (strncmp(p, "cmdstat_", 8) == 0) {
+            const char *name = p + 8;
+            const char *colon = strchr(name, ':');
+            const char *calls = colon ? strstr(colon, "calls=") : NULL;
+            const char *usec = colon ? strstr(colon, "usec=") : NULL;
+            size_t len = colon ? (size_t)(colon - name) : 0;
+            bool ours = (len >= 6 && strncmp(name, "config", 6) == 0) ||
+                        (len == 4 && strncmp(name, "info", 4) == 0);
+            if (calls != NULL && usec != NULL && !ours) {
+                long long n = strtoll(calls + 6, NULL, 10);
+                w->calls += n;
+                w->usec += strtoll(usec + 5, NULL, 10);
+                work_add_cmd(w, name, len, n);
+            }
+        }
+        p = strchr(p, '\n');
+        if (p != NULL) {
+            p++;
+        }
+    }
+}
+
+/* stats_end: the Redis work since stats_begin, summed over the nodes. */
+static void stats_end(struct rwork *w)
+{
+    memset(w, 0, sizeof(*w));
+    w->ok = stat_begun;
+    w->settled = stat_settled;
+    stat_settled = false;
+    for (int i = 0; i < n_stat && w->ok; i++) {
+        double cpu1 = node_cpu_s(i);
+        redisReply *r = redisCommand(stat_ctx[i], "INFO commandstats");
+        if (cpu1 < 0 || r == NULL || r->type != REDIS_REPLY_STRING) {
+            fprintf(stderr, "rlbench: node %d: INFO failed\n", i + 1);
+            w->ok = false;
+        } else {
+            w->cpu_s += cpu1 - stat_cpu0[i];
+            work_parse(w, r->str);
+        }
+        if (r != NULL) {
+            freeReplyObject(r);
+        }
+    }
+    stat_begun = false;
+}
+
+/* Total calls of node i (the bench's CONFIG and INFO left out), or -1. */
+static long long node_calls(int i)
+{
+    redisReply *r = redisCommand(stat_ctx[i], "INFO commandstats");
+    long long n = -1;
+    if (r != NULL && r->type == REDIS_REPLY_STRING) {
+        struct rwork w;
+        memset(&w, 0, sizeof(w));
+        work_parse(&w, r->str);
+        n = w.calls;
+    }
+    if (r != NULL) {
+        freeReplyObject(r);
+    }
+    return n;
+}
+
+#define SETTLE_STABLE 3 /* equal readings in a row */
+#define SETTLE_TICK_US 50000
+#define SETTLE_MAX_S 10
+
+static struct {
+    struct event *ev;
+    long long last;
+    int stable;
+    uint64_t until;
+    bool settled;
+} settle;
+
+static void settle_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    long long sum = 0;
+    for (int i = 0; i < n_stat; i++) {
+        long long n = node_calls(i);
+        if (n < 0) {
+            sum = -1;
+            break;
+        }
+        sum += n;
+    }
+    if (sum >= 0 && sum == settle.last && inflight_cmds == 0) {
+        settle.stable++;
+    } else {
+        settle.stable = 0;
+    }
+    settle.last = sum;
+    if (settle.stable >= SETTLE_STABLE - 1) {
+        settle.settled = true;
+        event_base_loopbreak(base);
+        return;
+    }
+    if (now_us() >= settle.until) {
+        fprintf(stderr,
+                "rlbench: the nodes were still busy %d s after the "
+                "run; reading their work anyway\n",
+                SETTLE_MAX_S);
+        event_base_loopbreak(base);
+        return;
+    }
+    struct timeval tv = {0, SETTLE_TICK_US};
+    evtimer_add(settle.ev, &tv);
+}
+
+/* stats_settle: runs the event loop (so that queued commands still go out)
+ * until the in-process limit has no command unanswered and the nodes' call
+ * counts stayed the same over SETTLE_STABLE readings SETTLE_TICK_US apart,
+ * or SETTLE_MAX_S passed; the daemon's backlog to its nodes shows only in
+ * those counts. */
+static void stats_settle(void)
+{
+    if (!stat_begun) {
+        return;
+    }
+    memset(&settle, 0, sizeof(settle));
+    settle.last = -2;
+    settle.until = now_us() + SETTLE_MAX_S * 1000000u;
+    settle.ev = evtimer_new(base, settle_cb, NULL);
+    struct timeval tv = {0, 0};
+    evtimer_add(settle.ev, &tv);
+    event_base_dispatch(base);
+    event_free(settle.ev);
+    stat_settled = settle.settled;
+}
+
+static int cmd_cmp(const void *a, const void *b)
+{
+    const struct cmd_count *x = a, *y = b;
+    if (x->calls != y->calls) {
+        return x->calls > y->calls ? -1 : 1;
+    }
+    return strcmp(x->name, y->name);
+}
+
+/* work_mix: "set:5.00,evalsha:5.00,..." calls per cycle by command, most
+ * first; "-" when nothing was counted. */
+static void work_mix(struct rwork *w, uint64_t cycles, char *out, size_t cap)
+{
+    size_t n = 0;
+    out[0] = '\0';
+    qsort(w->cmd, (size_t)w->n_cmd, sizeof(w->cmd[0]), cmd_cmp);
+    for (int i = 0; i < w->n_cmd && cycles > 0 && n + 64 < cap; i++) {
+        n += (size_t)snprintf(out + n, cap - n, "%s%s:%.2f", n ? "," : "",
+                              w->cmd[i].name,
+                              (double)w->cmd[i].calls / (double)cycles);
+    }
+    if (n == 0) {
+        snprintf(out, cap, "-");
+    }
+}
+
 /* ---- one load run --------------------------------------------------------- */
 
 static const char *mode_name(void)
@@ -1356,7 +1782,10 @@ static const char *impl_name(void)
     if (opt.impl != NULL) {
         return opt.impl;
     }
-    return opt.inproc ? "limit" : "daemon";
+    if (!opt.inproc) {
+        return "daemon";
+    }
+    return limit_kind == LIMIT_SCRIPTS ? "limit-scripts" : "limit";
 }
 
 static void run_end(void)
@@ -1457,17 +1886,37 @@ static void print_result(int idle)
     if (rss >= 0) {
         printf("  daemon rss      %ld kB\n", rss);
     }
+    /* Redis work per completed cycle of the whole run, summed over the
+     * nodes; -1 unknown. */
+    double cyc = (double)R.cycles_all;
+    double w_cmds = R.work.ok && cyc > 0 ? (double)R.work.calls / cyc : -1;
+    double w_cmd_us = R.work.ok && cyc > 0 ? (double)R.work.usec / cyc : -1;
+    double w_cpu_us = R.work.ok && cyc > 0 ? R.work.cpu_s * 1e6 / cyc : -1;
+    char mix[1024];
+    work_mix(&R.work, R.work.ok ? R.cycles_all : 0, mix, sizeof(mix));
+    if (R.work.ok) {
+        printf("  redis work      %.2f commands/cycle over %d node(s) (%s), "
+               "%.1f us/cycle in commands, %.1f us/cycle redis cpu\n",
+               w_cmds, n_stat, mix, w_cmd_us, w_cpu_us);
+    }
     printf("RESULT mode=%s impl=%s conc=%d conns=%d nodes=%d secs=%.2f "
            "cycles=%" PRIu64 " cps=%.0f p50_us=%ld p99_us=%ld p999_us=%ld "
            "cyc_p50_us=%ld cyc_p99_us=%ld cyc_p999_us=%ld errors=%" PRIu64
            " errs=%s daemon_cpu=%.1f redis_cpu=%.1f bench_cpu=%.1f "
-           "machine_cpu=%.1f rss_kb=%ld idle=%d held=%d%s%s\n",
+           "machine_cpu=%.1f rss_kb=%ld idle=%d held=%d stat_nodes=%d "
+           "redis_cmds=%lld redis_cmd_us=%lld redis_cpu_us=%.0f "
+           "cmds_per_cycle=%.3f cmd_us_per_cycle=%.2f cpu_us_per_cycle=%.2f "
+           "cmd_mix=%s work_cycles=%" PRIu64 " settled=%d%s%s\n",
            mode_name(), impl_name(), R.conc, opt.inproc ? 0 : R.n_conns,
            opt.inproc ? n_nodes : opt.n_redis, secs, R.cycles, cps,
            pct(&R.acq, 50), pct(&R.acq, 99), pct(&R.acq, 99.9),
            pct(&R.cyc, 50), pct(&R.cyc, 99), pct(&R.cyc, 99.9), nerr,
            nerr ? errs : "-", dcpu, rcpu, bcpu, mcpu, rss, idle, opt.held,
-           opt.tag ? " tag=" : "", opt.tag ? opt.tag : "");
+           R.work.ok ? n_stat : 0, R.work.ok ? R.work.calls : -1,
+           R.work.ok ? R.work.usec : -1, R.work.ok ? R.work.cpu_s * 1e6 : -1,
+           w_cmds, w_cmd_us, w_cpu_us, mix, R.cycles_all, R.work.settled,
+           opt.tag ? " tag=" : "",
+           opt.tag ? opt.tag : "");
     fflush(stdout);
 }
 
@@ -1517,6 +1966,7 @@ static void run_load(int conc, int idle)
         }
     }
 
+    stats_begin();
     R.t_start = now_us();
     if (opt.warmup > 0) {
         R.phase = PH_WARMUP;
@@ -1541,6 +1991,11 @@ static void run_load(int conc, int idle)
         conn_flush(R.conns[i]);
     }
     event_base_dispatch(base);
+    /* No phase or drain deadline may fire while the nodes settle. */
+    event_del(R.phase_ev);
+    event_del(R.deadline_ev);
+    stats_settle();
+    stats_end(&R.work);
 
     print_result(idle);
 
@@ -2149,8 +2604,9 @@ static void usage(void)
         "  --daemon-pid PID     sample the daemon's CPU and RSS\n"
         "  --redis-pids LIST    sample these redis-servers' CPU (summed)\n"
         "  --inproc             the in-process limit (no daemon)\n"
-        "  --redis LIST         node addresses for --inproc: unix paths or\n"
-        "                       host:port, comma separated or repeated\n"
+        "  --redis LIST         node addresses: unix paths or host:port,\n"
+        "                       comma separated or repeated; --inproc runs\n"
+        "                       on them, every cycle run reads their INFO\n"
         "  --conns N            share N connections among the clients\n"
         "                       (pipelined); default one per client\n"
         "  --resources R        contended: resources shared (4)\n"
@@ -2167,6 +2623,12 @@ static void usage(void)
         "  --tag TEXT           extra tag in RESULT lines\n"
         "  --prefix STR         key prefix of the daemon (redlock:)\n"
         "  --token getrandom|uuid  --inproc token source (getrandom)\n"
+        "  --limit minimal|scripts  --inproc: the cheapest correct cycle\n"
+        "                       (SET NX PX, compare-and-delete; default) or\n"
+        "                       the daemon's own Lua scripts\n"
+        "  --no-redis-stats     no CONFIG RESETSTAT / INFO on the --redis\n"
+        "                       nodes (by default, cycle and contended runs\n"
+        "                       report Redis commands and CPU per cycle)\n"
         "  --wait-ready S       poll health until a quorum is up (exit 0),\n"
         "                       or give up after S seconds (exit 1)\n",
         stderr);
@@ -2300,6 +2762,17 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--token") == 0) {
             NEEDV();
             token_uuid = strcmp(v, "uuid") == 0;
+        } else if (strcmp(a, "--limit") == 0) {
+            NEEDV();
+            if (strcmp(v, "minimal") == 0) {
+                limit_kind = LIMIT_MINIMAL;
+            } else if (strcmp(v, "scripts") == 0) {
+                limit_kind = LIMIT_SCRIPTS;
+            } else {
+                die("--limit minimal|scripts, not %s", v);
+            }
+        } else if (strcmp(a, "--no-redis-stats") == 0) {
+            stats_off = true;
         } else if (strcmp(a, "--prefix") == 0) {
             NEEDV();
             opt.prefix = v;
@@ -2353,6 +2826,10 @@ int main(int argc, char **argv)
     if (opt.inproc) {
         inproc_setup();
     }
+    if (opt.mode == MODE_CYCLE || opt.mode == MODE_CONTENDED ||
+        opt.mode == MODE_CONNECTIONS) {
+        stats_open();
+    }
     if (opt.mode == MODE_RENEW) {
         mode_renew();
     } else {
@@ -2372,6 +2849,7 @@ int main(int argc, char **argv)
             idle_close();
         }
     }
+    stats_close();
     if (opt.inproc) {
         inproc_teardown();
     }

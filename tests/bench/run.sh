@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # tests/bench/run.sh: redlockd benchmarks, one command.
 #
-# Starts throw-away redis-server nodes on unix sockets under mktemp -d
-# (--save '' --appendonly no) and an optimized redlockd against five of
-# them, then runs interleaved repetitions (daemon, in-process limit,
-# node-redlock, node-redlock with auto-pipelining; A B C D B A C D ...) of
-# the acquire/release cycle at each concurrency, the renew run (100,000
-# renewing locks by default), and writes BENCHMARKS.md plus a PNG.
+# Starts throw-away redis-server nodes under mktemp -d (--save ''
+# --appendonly no), each listening on TCP loopback (127.0.0.1, a random free
+# port) and on a unix socket, and an optimized redlockd against five of
+# them over TCP, then runs interleaved repetitions of the acquire/release
+# cycle at each concurrency: the daemon, the minimal in-process limit (the
+# cheapest correct Redlock cycle: SET NX PX, then one compare-and-delete),
+# the in-process limit on the daemon's own scripts, and node-redlock; the
+# daemon and the limits swap order every repetition. Each run reports
+# cycles/s, latency, and the nodes' Redis commands and CPU per cycle (INFO
+# commandstats and INFO cpu). Then the renew run (100,000 renewing locks by
+# default); writes BENCHMARKS.md plus a PNG.
 #
-#   tests/bench/run.sh              the comparison + renew (about 25 min)
+#   tests/bench/run.sh              the comparison + renew (about 9 min)
+#   tests/bench/run.sh --unix       ... and the comparison again with the
+#                                   nodes on unix sockets (about 16 min)
 #   tests/bench/run.sh --quick      a smoke run, about 2 minutes; writes its
 #                                   report under tests/bench/out/quick/ only
 #   tests/bench/run.sh --scaling    "How cost grows": node count, client
@@ -17,14 +24,19 @@
 #                                   daemon under the cycle load
 #   tests/bench/run.sh --renew      only the renewing-locks run
 #   tests/bench/run.sh --all        everything above but --quick
-#   options: --no-node (skip node-redlock), --no-build, --reps N,
-#            --report-only (regenerate BENCHMARKS.md from tests/bench/out)
+#   options: --no-node (skip node-redlock), --node-ap (add node-redlock
+#            with auto-pipelining), --uuid (add the limit with the daemon's
+#            libuuid tokens), --no-build, --reps N,
+#            --report-only (regenerate BENCHMARKS.md from tests/bench/out),
+#            --pin TITLE (instead of regenerating BENCHMARKS.md, add this
+#            run's Redis-work tables to its top as a section TITLE that
+#            later regenerations keep; the full report goes to the out dir)
 #
 # Environment (defaults in brackets, --quick ones after the slash):
-#   BENCH_DURATION [10/3] measured seconds per run
-#   BENCH_WARMUP [2/1]    unmeasured seconds before each run
+#   BENCH_DURATION [5/2]  measured seconds per run
+#   BENCH_WARMUP [1/0.5]  unmeasured seconds before each run
 #   BENCH_REPS [5/1]      repetitions; tables show medians
-#   BENCH_CONC [1,16,64,256]
+#   BENCH_CONC [1,64,256]
 #   BENCH_RENEW_LOCKS [100000/10000]  BENCH_RENEW_TTL [30000]
 #   BENCH_RENEW_DURATION [45/10]      BENCH_RENEW_RAMP [10/2] (seconds over
 #                         which the renewing locks are taken, so that their
@@ -36,15 +48,17 @@
 #   BENCH_OUT [tests/bench/out]  where raw results and logs go
 #
 # Every load loop is bounded (rlbench and node_redlock_bench.mjs stop by
-# themselves; each is also run under `timeout`), everything listens on unix
-# sockets only, and every process this script starts is stopped on exit.
+# themselves; each is also run under `timeout`), everything listens on
+# 127.0.0.1 or unix sockets only, and every process this script starts is
+# stopped on exit.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 
 QUICK=0 SCALING=0 PROFILE=0 COMPARE=1 RENEW=1 NODE=1 BUILD=1 REPORT_ONLY=0
-REPS_ARG=
+UNIX=0 NODE_AP=0 UUID=0
+REPS_ARG= PIN=
 while [ $# -gt 0 ]; do
     case "$1" in
     --quick) QUICK=1 ;;
@@ -53,10 +67,14 @@ while [ $# -gt 0 ]; do
     --renew) RENEW=1 COMPARE=0 ;;
     --all) SCALING=1 PROFILE=1 COMPARE=1 RENEW=1 ;;
     --no-node) NODE=0 ;;
+    --node-ap) NODE_AP=1 ;;
+    --uuid) UUID=1 ;;
+    --unix) UNIX=1 ;;
+    --pin) PIN=$2; shift ;;
     --no-build) BUILD=0 ;;
     --reps) REPS_ARG=$2; shift ;;
     --report-only) REPORT_ONLY=1 COMPARE=0 RENEW=0 ;;
-    -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,55p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -68,16 +86,16 @@ fi
 OUT=${BENCH_OUT:-$HERE/out}
 if [ "$QUICK" = 1 ]; then
     OUT=$OUT/quick
-    DUR=${BENCH_DURATION:-3} WARM=${BENCH_WARMUP:-1} REPS=${BENCH_REPS:-1}
+    DUR=${BENCH_DURATION:-2} WARM=${BENCH_WARMUP:-0.5} REPS=${BENCH_REPS:-1}
     RENEW_LOCKS=${BENCH_RENEW_LOCKS:-10000}
     RENEW_DUR=${BENCH_RENEW_DURATION:-10} RENEW_RAMP=${BENCH_RENEW_RAMP:-2}
 else
-    DUR=${BENCH_DURATION:-10} WARM=${BENCH_WARMUP:-2} REPS=${BENCH_REPS:-5}
+    DUR=${BENCH_DURATION:-5} WARM=${BENCH_WARMUP:-1} REPS=${BENCH_REPS:-5}
     RENEW_LOCKS=${BENCH_RENEW_LOCKS:-100000}
     RENEW_DUR=${BENCH_RENEW_DURATION:-45} RENEW_RAMP=${BENCH_RENEW_RAMP:-10}
 fi
 [ -n "$REPS_ARG" ] && REPS=$REPS_ARG
-CONC=${BENCH_CONC:-1,16,64,256}
+CONC=${BENCH_CONC:-1,64,256}
 RENEW_TTL=${BENCH_RENEW_TTL:-30000}
 SC_DUR=${BENCH_SCALING_DURATION:-5}
 SC_NODES=${BENCH_SCALING_NODES:-1,3,5,7}
@@ -96,15 +114,29 @@ BUILD_COMMIT=$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo none
 if [ -n "$(cd "$ROOT" && git status --porcelain -- sidecar 2>/dev/null)" ]; then
     BUILD_COMMIT="$BUILD_COMMIT+dirty"
 fi
+# The third word is the last commit that changed the daemon's sources
+# (sidecar/), which names the daemon measured even when HEAD only changed
+# the bench.
+SIDECAR_COMMIT=$(cd "$ROOT" && git log -1 --format=%h -- sidecar 2>/dev/null ||
+    echo none)
 stamp() {
-    printf '%s %s\n' "$BUILD_COMMIT" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
-        >"$OUT/commit-$1.txt"
+    printf '%s %s %s\n' "$BUILD_COMMIT" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+        "${SIDECAR_COMMIT:-none}" >"$OUT/commit-$1.txt"
 }
 
 report() {
     local md=$ROOT/BENCHMARKS.md png=$HERE/throughput_p99.png
     if [ "$QUICK" = 1 ]; then
         md=$OUT/BENCHMARKS.md png=$OUT/throughput_p99.png
+    fi
+    if [ -n "$PIN" ] && [ "$QUICK" != 1 ]; then
+        # The full report to the out dir; only the pinned section to
+        # BENCHMARKS.md.
+        "$PY" "$HERE/report.py" --out-dir "$OUT" --md "$OUT/BENCHMARKS.md" \
+            --png "$OUT/throughput_p99.png" --root "$ROOT"
+        "$PY" "$HERE/report.py" --out-dir "$OUT" --md "$md" --png "$png" \
+            --root "$ROOT" --pin "$PIN"
+        return
     fi
     "$PY" "$HERE/report.py" --out-dir "$OUT" --md "$md" --png "$png" \
         --root "$ROOT"
@@ -141,7 +173,8 @@ if [ "$BUILD" = 1 ]; then
     fi
     if [ -z "$RLBENCH" ]; then
         gcc $CFLAGS_BENCH -Wall -Wextra -I"$ROOT/sidecar" "$HERE/rlbench.c" \
-            "$ROOT/sidecar/scripts.c" -lhiredis -levent -luuid -lm \
+            "$ROOT/sidecar/scripts.c" "$ROOT/sidecar/redlock.c" \
+            -lhiredis -levent -luuid -lm \
             -o "$BIN/rlbench"
         RLBENCH=$BIN/rlbench
     fi
@@ -196,28 +229,66 @@ trap 'exit 130' INT TERM
 
 MAXN=5
 [ "$SCALING" = 1 ] && MAXN=7
-for i in $(seq 1 $MAXN); do
-    redis-server --port 0 --unixsocket "$TMP/r$i.sock" --unixsocketperm 700 \
-        --save '' --appendonly no --dir "$TMP" --daemonize no \
-        --maxclients 20000 --logfile "$TMP/r$i.log" &
-    REDIS_PIDS+=($!)
-done
-for i in $(seq 1 $MAXN); do
-    for _ in $(seq 1 100); do
-        [ -S "$TMP/r$i.sock" ] && break
-        sleep 0.05
+# Free TCP ports on 127.0.0.1, chosen by the kernel; a port taken by someone
+# else before redis binds it makes that node fail to start, and the node is
+# retried on a new port.
+free_port() {
+    "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+REDIS_PORTS=()
+start_redis() { # index
+    local i=$1 try port
+    for try in 1 2 3 4 5; do
+        port=$(free_port)
+        rm -f "$TMP/r$i.sock"
+        redis-server --port "$port" --bind 127.0.0.1 \
+            --unixsocket "$TMP/r$i.sock" --unixsocketperm 700 \
+            --save '' --appendonly no --dir "$TMP" --daemonize no \
+            --maxclients 20000 --logfile "$TMP/r$i.log" &
+        REDIS_PIDS[$i]=$!
+        REDIS_PORTS[$i]=$port
+        for _ in $(seq 1 100); do
+            if [ -S "$TMP/r$i.sock" ] &&
+                redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1; then
+                return 0
+            fi
+            kill -0 "${REDIS_PIDS[$i]}" 2>/dev/null || break
+            sleep 0.05
+        done
+        kill -TERM "${REDIS_PIDS[$i]}" 2>/dev/null || true
+        wait "${REDIS_PIDS[$i]}" 2>/dev/null || true
     done
-    [ -S "$TMP/r$i.sock" ] || { echo "run.sh: redis $i did not start" >&2; exit 1; }
+    echo "run.sh: redis $i did not start (see $TMP/r$i.log)" >&2
+    exit 1
+}
+for i in $(seq 1 $MAXN); do
+    start_redis "$i"
 done
 redis_pids() { # first N redis pids, comma separated
-    local n=$1
-    local IFS=,
-    echo "${REDIS_PIDS[*]:0:$n}"
-}
-redis_socks() { # first N sockets, comma separated
     local n=$1 s= i
-    for i in $(seq 1 "$n"); do s="$s${s:+,}$TMP/r$i.sock"; done
+    for i in $(seq 1 "$n"); do s="$s${s:+,}${REDIS_PIDS[$i]}"; done
     echo "$s"
+}
+# TRANSPORT says how the daemon, the limits and node-redlock reach the
+# nodes: tcp (127.0.0.1, the default, as in production) or unix.
+TRANSPORT=tcp
+redis_addrs() { # first N node addresses, comma separated
+    local n=$1 s= i
+    for i in $(seq 1 "$n"); do
+        if [ "$TRANSPORT" = unix ]; then
+            s="$s${s:+,}$TMP/r$i.sock"
+        else
+            s="$s${s:+,}127.0.0.1:${REDIS_PORTS[$i]}"
+        fi
+    done
+    echo "$s"
+}
+redis_uri() { # the daemon's --node of node i
+    if [ "$TRANSPORT" = unix ]; then
+        echo "unix://$TMP/r$1.sock"
+    else
+        echo "redis://127.0.0.1:${REDIS_PORTS[$1]}"
+    fi
 }
 SOCK=$TMP/rl.sock
 DAEMON_LOG=$OUT/daemon.log
@@ -227,7 +298,7 @@ start_daemon() { # start_daemon N_NODES [extra flags...]
     shift
     stop_daemon
     local args=() i
-    for i in $(seq 1 "$n"); do args+=(--node "unix://$TMP/r$i.sock"); done
+    for i in $(seq 1 "$n"); do args+=(--node "$(redis_uri "$i")"); done
     "$DAEMON" "${args[@]}" --socket "$SOCK" --log-level warn \
         --max-connections 20000 "$@" >>"$DAEMON_LOG" 2>&1 &
     DAEMON_PID=$!
@@ -289,34 +360,33 @@ machine_info() {
 }
 
 # ---- the comparison -------------------------------------------------------------
-if [ "$COMPARE" = 1 ]; then
-    stamp compare
-    machine_info
-    RES=$OUT/results.txt
-    : >"$RES"
-    rm -f "$OUT/notes.txt"
-    : >"$OUT/rlbench.log"
-    : >"$OUT/node.log"
-    : >"$OUT/daemon.log"
+# compare FILE: every repetition, every concurrency: the daemon, the minimal
+# limit and the scripts limit (odd repetitions in that order, even ones
+# reversed, so that neither always meets the machine in the same state),
+# then node-redlock. Each RESULT line is tagged with its repetition.
+compare() {
+    local res=$1 rep c
+    : >"$res"
     start_daemon 5
     RP=$(redis_pids 5)
-    log "comparison: $REPS rep(s) x concurrency $CONC, ${DUR}s each (+${WARM}s warmup)"
+    log "comparison over $TRANSPORT: $REPS rep(s) x concurrency $CONC, ${DUR}s each (+${WARM}s warmup)"
     run_daemon() { # rep concurrency
-        log "rep $1, $2 client(s): daemon"
-        rl "$RES" "r$1" --socket "$SOCK" --mode cycle --concurrency "$2" \
+        log "rep $1, $2 client(s): daemon ($TRANSPORT)"
+        rl "$res" "r$1" --socket "$SOCK" --mode cycle --concurrency "$2" \
             --duration "$DUR" --warmup "$WARM" --daemon-pid "$DAEMON_PID" \
-            --redis-pids "$RP" --redis "$(redis_socks 5)"
+            --redis-pids "$RP" --redis "$(redis_addrs 5)"
     }
-    run_limit() { # rep concurrency
-        log "rep $1, $2 client(s): in-process limit"
-        rl "$RES" "r$1" --inproc --redis "$(redis_socks 5)" --mode cycle \
-            --concurrency "$2" --duration "$DUR" --warmup "$WARM" \
-            --redis-pids "$RP"
-        if [ "$2" = 1 ] || [ "$2" = 64 ]; then
+    run_limit() { # rep concurrency minimal|scripts
+        log "rep $1, $2 client(s): in-process limit, $3 ($TRANSPORT)"
+        rl "$res" "r$1" --inproc --limit "$3" --redis "$(redis_addrs 5)" \
+            --mode cycle --concurrency "$2" --duration "$DUR" \
+            --warmup "$WARM" --redis-pids "$RP"
+        if [ "$3" = minimal ] && [ "$UUID" = 1 ] &&
+            { [ "$2" = 1 ] || [ "$2" = 64 ]; }; then
             # The price of the daemon's token source (libuuid), right
             # after the plain limit so that both see the same machine.
             log "rep $1, $2 client(s): in-process limit, libuuid tokens"
-            rl "$RES" "r$1" --inproc --redis "$(redis_socks 5)" \
+            rl "$res" "r$1" --inproc --redis "$(redis_addrs 5)" \
                 --mode cycle --concurrency "$2" --duration "$DUR" \
                 --warmup "$WARM" --redis-pids "$RP" --token uuid \
                 --impl limit-uuid
@@ -324,35 +394,55 @@ if [ "$COMPARE" = 1 ]; then
     }
     for rep in $(seq 1 "$REPS"); do
         for c in ${CONC//,/ }; do
-            # Odd repetitions run the daemon first, even ones the limit, so
-            # that neither always meets the machine in the same state.
             if [ $((rep % 2)) = 1 ]; then
                 run_daemon "$rep" "$c"
-                run_limit "$rep" "$c"
+                run_limit "$rep" "$c" minimal
+                run_limit "$rep" "$c" scripts
             else
-                run_limit "$rep" "$c"
+                run_limit "$rep" "$c" scripts
+                run_limit "$rep" "$c" minimal
                 run_daemon "$rep" "$c"
             fi
             if [ "$NODE" = 1 ]; then
-                log "rep $rep, $c client(s): node-redlock"
-                nodejs "$RES" "r$rep" --redis "$(redis_socks 5)" \
+                log "rep $rep, $c client(s): node-redlock ($TRANSPORT)"
+                nodejs "$res" "r$rep" --redis "$(redis_addrs 5)" \
                     --concurrency "$c" --duration "$DUR" --warmup "$WARM" \
                     --redis-pids "$RP"
-                log "rep $rep, $c client(s): node-redlock, auto-pipelining"
-                nodejs "$RES" "r$rep" --redis "$(redis_socks 5)" \
-                    --concurrency "$c" --duration "$DUR" --warmup "$WARM" \
-                    --redis-pids "$RP" --auto-pipelining
+                if [ "$NODE_AP" = 1 ]; then
+                    log "rep $rep, $c client(s): node-redlock, auto-pipelining"
+                    nodejs "$res" "r$rep" --redis "$(redis_addrs 5)" \
+                        --concurrency "$c" --duration "$DUR" \
+                        --warmup "$WARM" --redis-pids "$RP" --auto-pipelining
+                fi
             fi
         done
     done
+}
+
+if [ "$COMPARE" = 1 ]; then
+    stamp compare
+    machine_info
+    rm -f "$OUT/notes.txt" "$OUT/results-unix.txt"
+    : >"$OUT/rlbench.log"
+    : >"$OUT/node.log"
+    : >"$OUT/daemon.log"
+    TRANSPORT=tcp
+    compare "$OUT/results.txt"
 
     # Contention: the daemon's FIFO wait queues (no comparison).
     log "contended: 64 clients on 4 resources, wait_ms 1000"
-    rl "$RES" "contended" --socket "$SOCK" --mode contended --concurrency 64 \
-        --resources 4 --wait-ms 1000 --duration "$DUR" --warmup "$WARM" \
-        --daemon-pid "$DAEMON_PID" --redis-pids "$RP" --redis "$(redis_socks 5)"
-
+    rl "$OUT/results.txt" "contended" --socket "$SOCK" --mode contended \
+        --concurrency 64 --resources 4 --wait-ms 1000 --duration "$DUR" \
+        --warmup "$WARM" --daemon-pid "$DAEMON_PID" --redis-pids "$RP" \
+        --redis "$(redis_addrs 5)"
     stop_daemon
+
+    if [ "$UNIX" = 1 ]; then
+        TRANSPORT=unix
+        compare "$OUT/results-unix.txt"
+        stop_daemon
+        TRANSPORT=tcp
+    fi
 fi
 
 # ---- renewing locks -------------------------------------------------------------
@@ -385,8 +475,8 @@ if [ "$SCALING" = 1 ]; then
         start_daemon "$n"
         rl "$SC" "nodes$n" --socket "$SOCK" --mode cycle --concurrency 64 \
             --duration "$DUR" --warmup 1 --daemon-pid "$DAEMON_PID" \
-            --redis-pids "$(redis_pids "$n")" --redis "$(redis_socks "$n")"
-        rl "$SC" "nodes$n" --inproc --redis "$(redis_socks "$n")" --mode cycle \
+            --redis-pids "$(redis_pids "$n")" --redis "$(redis_addrs "$n")"
+        rl "$SC" "nodes$n" --inproc --redis "$(redis_addrs "$n")" --mode cycle \
             --concurrency 64 --duration "$DUR" --warmup 1 \
             --redis-pids "$(redis_pids "$n")"
     done
@@ -396,7 +486,7 @@ if [ "$SCALING" = 1 ]; then
         log "scaling: $c client connection(s), one request in flight each"
         rl "$SC" "conns$c" --socket "$SOCK" --mode cycle --concurrency "$c" \
             --duration "$DUR" --warmup 1 --drain 20 --daemon-pid "$DAEMON_PID" \
-            --redis-pids "$RP" --redis "$(redis_socks 5)"
+            --redis-pids "$RP" --redis "$(redis_addrs 5)"
     done
     for c in ${SC_CONNS//,/ }; do
         log "scaling: $c idle connection(s) + 16 active clients"
@@ -404,7 +494,7 @@ if [ "$SCALING" = 1 ]; then
         rl "$SC" "idle$c" --socket "$SOCK" --mode connections --idle "$c" \
             --concurrency 16 --duration "$DUR" --warmup 1 \
             --daemon-pid "$DAEMON_PID" --redis-pids "$RP" \
-            --redis "$(redis_socks 5)"
+            --redis "$(redis_addrs 5)"
     done
     for h in ${SC_HELD//,/ }; do
         log "scaling: $h held lock(s) + 64 active clients"
@@ -412,7 +502,7 @@ if [ "$SCALING" = 1 ]; then
         rl "$SC" "held$h" --socket "$SOCK" --mode cycle --held "$h" \
             --concurrency 64 --duration "$DUR" --warmup 1 \
             --daemon-pid "$DAEMON_PID" --redis-pids "$RP" \
-            --redis "$(redis_socks 5)"
+            --redis "$(redis_addrs 5)"
     done
     stop_daemon
     DUR=$SAVE_DUR
@@ -445,7 +535,7 @@ if [ "$PROFILE" = 1 ]; then
     if command -v valgrind >/dev/null; then
         log "profile: callgrind, 64 clients, ${PROF_DUR}s (the daemon runs ~50x slower)"
         args=()
-        for i in 1 2 3 4 5; do args+=(--node "unix://$TMP/r$i.sock"); done
+        for i in 1 2 3 4 5; do args+=(--node "$(redis_uri "$i")"); done
         valgrind --tool=callgrind --callgrind-out-file="$PROF/callgrind.out" \
             "$DAEMON" "${args[@]}" --socket "$SOCK" --log-level warn \
             --node-timeout-ms 2000 >"$PROF/callgrind.log" 2>&1 &

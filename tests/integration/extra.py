@@ -31,8 +31,8 @@ import uuid
 from pathlib import Path
 
 import rl
-from rl import (LIVE_DAEMONS, REDIS_SERVER, SLOW, Closed, Daemon, Resp,
-                RespError, poll_until, pytest)
+from rl import (LIVE_DAEMONS, REDIS_SERVER, SLOW, Client, Closed, Daemon,
+                Resp, RespError, poll_until, pytest)
 
 CURL = shutil.which("curl")
 
@@ -264,6 +264,17 @@ _SAMPLE_RE = re.compile(
     r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*")*,?)?)\})?'
     r' ([-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|Inf|NaN))$')
 _LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"')
+
+
+def dev_health(sock):
+    """The health answer of the daemon on sock when it has a quorum, else
+    None (not listening yet, or no quorum)."""
+    try:
+        with Client(sock, timeout=1.0) as c:
+            h = c.call("health")
+            return h if h.get("ok") else None
+    except OSError:
+        return None
 
 
 def parse_metrics(text):

@@ -10,6 +10,7 @@ import subprocess
 import tempfile
 import time
 
+from extra import dev_health
 from rl import BIN, SLOW, Client, assert_ok, err_code, lock_key, \
     poll_until, pytest, resp_cmd, rname
 
@@ -35,14 +36,8 @@ def test_dev_runs_five_nodes_and_cleans_up(work):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env=dict(os.environ, TMPDIR=tempfile.gettempdir()))
     try:
-        def up():
-            try:
-                with Client(sock, timeout=1.0) as c:
-                    h = c.call("health")
-                    return h if h.get("ok") else None
-            except OSError:
-                return None
-        h, secs = poll_until(up, 20.0, 0.05, what="--dev healthy")
+        h, secs = poll_until(lambda: dev_health(sock), 20.0, 0.05,
+                             what="--dev healthy")
         assert h, "--dev never became healthy"
         print("--dev healthy after %.2f s" % secs)
         assert len(h["nodes"]) == 5 and h["quorum"] == 3, h

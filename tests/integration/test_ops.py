@@ -7,7 +7,8 @@ import time
 import uuid
 
 from rl import (PREFIX, TOKEN_RE, Cluster, Daemon, RedisNode, assert_error,
-                assert_ok, free_tcp_port, lock_key, pytest, rname)
+                assert_ok, free_tcp_port, lock_key, poll_until, pytest,
+                rname)
 
 
 def _acquire(c, resource, ttl_ms=30000, **kw):
@@ -222,15 +223,22 @@ def test_prefix(cluster, daemon_factory):
     res = rname("pfx")
     with d.client() as c:
         r = _acquire(c, res, fence=True)
-        vals = cluster.get_all(b"myapp:lock:" + res.encode())
-        assert vals == [r["lock"].encode()] * 5, vals
+        # The answer comes at quorum; the last nodes' SETs may still be on
+        # their way, so wait for all five (bounded) before reading keys.
+        key = b"myapp:lock:" + res.encode()
+        want = [r["lock"].encode()] * 5
+        vals, _ = poll_until(lambda: cluster.get_all(key) == want and want,
+                             5.0, what="the key on all five nodes")
+        assert vals == want, cluster.get_all(key)
         for keys in cluster.keys_all("redlock:*"):
             assert keys == [], "default prefix used despite --prefix: %r" % (
                 keys,)
         fences = cluster.each("GET", "myapp:fence")
         assert sum(1 for v in fences if v is not None) >= 3, fences
         assert_ok(c.call("release", lock=r["lock"]))
-        assert cluster.get_all(b"myapp:lock:" + res.encode()) == [None] * 5
+        gone, _ = poll_until(lambda: cluster.get_all(key) == [None] * 5,
+                             5.0, what="the key gone from all five nodes")
+        assert gone, cluster.get_all(key)
 
 
 def test_password_node_hidden_in_health_and_logs():

@@ -163,12 +163,196 @@ static void test_done_needs_marks_beyond_a_minority(void **state)
     answer_at(&r, 0, RL_DONE, 0, -1, 1);
     assert_int_equal(answer_at(&r, 1, RL_DONE, 0, -1, 1), RL_LOST_NOQUORUM);
 
-    /* Marks never hold an acquisition back once a quorum is free. */
+    /* One mark (a complete that reached one node) does not hold an
+     * acquisition back once a quorum is free, but the answer still due
+     * is awaited first: it could be a second mark. */
     redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
     answer_at(&r, 0, RL_DONE, 0, -1, 1);
     answer_at(&r, 1, RL_OK, 0, -1, 1);
     answer_at(&r, 2, RL_OK, 0, -1, 1);
-    assert_int_equal(answer_at(&r, 3, RL_OK, 0, -1, 1), RL_WON);
+    assert_int_equal(answer_at(&r, 3, RL_OK, 0, -1, 1), RL_UNDECIDED);
+    assert_int_equal(answer_at(&r, 4, RL_OK, 0, -1, 1), RL_WON);
+}
+
+/* Issue 14 item 2: marks on exactly a quorum, one node restarted and lost
+ * its mark. Its ok, with two others, must not win on the third ok while
+ * the nodes still due may hold the marks. */
+static void test_done_mark_blocks_early_grant(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    /* Third ok with one mark seen and one answer due: wait; the second
+     * mark makes it done, and every ok node is rolled back. */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    answer_at(&r, 0, RL_OK, 0, -1, 1);
+    answer_at(&r, 1, RL_DONE, 0, -1, 1);
+    answer_at(&r, 3, RL_OK, 0, -1, 1);
+    assert_int_equal(answer_at(&r, 4, RL_OK, 0, -1, 1), RL_UNDECIDED);
+    assert_int_equal(answer_at(&r, 2, RL_DONE, 0, -1, 1), RL_LOST_DONE);
+    assert_int_equal(redlock_rollback_set(&r),
+                     (1u << 0) | (1u << 3) | (1u << 4));
+
+    /* Two marks before the third ok: done at once. */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    answer_at(&r, 1, RL_DONE, 0, -1, 1);
+    answer_at(&r, 2, RL_DONE, 0, -1, 1);
+    answer_at(&r, 0, RL_OK, 0, -1, 1);
+    answer_at(&r, 3, RL_OK, 0, -1, 1);
+    assert_int_equal(answer_at(&r, 4, RL_OK, 0, -1, 1), RL_LOST_DONE);
+
+    /* The answer due times out: granted then, with validity measured at
+     * that moment, not at the third ok. */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    answer_at(&r, 0, RL_OK, 0, -1, 1 * MS);
+    answer_at(&r, 1, RL_DONE, 0, -1, 1 * MS);
+    answer_at(&r, 2, RL_OK, 0, -1, 1 * MS);
+    assert_int_equal(answer_at(&r, 3, RL_OK, 0, -1, 2 * MS), RL_UNDECIDED);
+    assert_int_equal(answer_at(&r, 4, RL_FAILED, 0, -1, 250 * MS), RL_WON);
+    assert_int_equal(r.validity_ms, 1000 - 250 - 12);
+
+    /* No mark: the third ok still decides at once. */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    answer_at(&r, 0, RL_OK, 0, -1, 1);
+    answer_at(&r, 1, RL_OK, 0, -1, 1);
+    assert_int_equal(answer_at(&r, 2, RL_OK, 0, -1, 1), RL_WON);
+}
+
+static void test_free_quorum_verdict(void **state)
+{
+    (void)state;
+    /* 5 nodes: two marks are what a quorum of marks leaves after one
+     * node lost its own. */
+    assert_int_equal(redlock_free_quorum(5, 0, 2), RL_FREE_GRANT);
+    assert_int_equal(redlock_free_quorum(5, 1, 1), RL_FREE_WAIT);
+    assert_int_equal(redlock_free_quorum(5, 1, 0), RL_FREE_GRANT);
+    assert_int_equal(redlock_free_quorum(5, 2, 0), RL_FREE_DONE);
+    assert_int_equal(redlock_free_quorum(5, 2, 1), RL_FREE_DONE);
+    /* 7 nodes: three. */
+    assert_int_equal(redlock_free_quorum(7, 1, 2), RL_FREE_WAIT);
+    assert_int_equal(redlock_free_quorum(7, 1, 1), RL_FREE_GRANT);
+    assert_int_equal(redlock_free_quorum(7, 2, 1), RL_FREE_WAIT);
+    assert_int_equal(redlock_free_quorum(7, 3, 0), RL_FREE_DONE);
+    /* 3 nodes: any mark. */
+    assert_int_equal(redlock_free_quorum(3, 1, 0), RL_FREE_DONE);
+    assert_int_equal(redlock_free_quorum(3, 0, 1), RL_FREE_GRANT);
+}
+
+/* Issue 14 item 1: 5 nodes, node 0 restarted; nodes 1 and 2 are down but
+ * never restarted. A read of nodes 3 and 4 alone may miss every fence
+ * written back to {0, 1, 2}: wait, do not fall back. */
+static void test_repair_plan(void **state)
+{
+    (void)state;
+    uint32_t read;
+    int need;
+    assert_int_equal(redlock_repair_plan(5, 0, 0x1u, 0x19u, &read, &need),
+                     RL_REPAIR_WAIT);
+    assert_int_equal(read, 0);
+    assert_int_equal(need, 0);
+    /* One of them back: a sound read of three. */
+    assert_int_equal(redlock_repair_plan(5, 0, 0x1u, 0x1bu, &read, &need),
+                     RL_REPAIR_SOUND);
+    assert_int_equal(read, 0x1au);
+    assert_int_equal(need, 3);
+    /* Every node up: read the four others, three answers suffice. */
+    assert_int_equal(redlock_repair_plan(5, 0, 0x1u, 0x1fu, &read, &need),
+                     RL_REPAIR_SOUND);
+    assert_int_equal(read, 0x1eu);
+    assert_int_equal(need, 3);
+    /* Nodes 1 and 2 restarted too (quarantined): only 3 and 4 kept their
+     * counters, no sound read exists: best effort over every node up. */
+    assert_int_equal(redlock_repair_plan(5, 0, 0x7u, 0x1fu, &read, &need),
+                     RL_REPAIR_BEST_EFFORT);
+    assert_int_equal(read, 0x1eu);
+    assert_int_equal(need, 4);
+    /* ... and with no other node up there is nothing to read yet. */
+    assert_int_equal(redlock_repair_plan(5, 0, 0x7u, 0x1u, &read, &need),
+                     RL_REPAIR_WAIT);
+    /* Two restarted, the rest sound and up: a sound read of the three. */
+    assert_int_equal(redlock_repair_plan(5, 2, 0x6u, 0x1fu, &read, &need),
+                     RL_REPAIR_SOUND);
+    assert_int_equal(read, 0x19u);
+    assert_int_equal(need, 3);
+    /* One node: nothing to read, nothing to wait for. */
+    assert_int_equal(redlock_repair_plan(1, 0, 0x1u, 0x1u, &read, &need),
+                     RL_REPAIR_BEST_EFFORT);
+    assert_int_equal(read, 0);
+    assert_int_equal(need, 0);
+    /* 32 nodes: no shift by the width. */
+    assert_int_equal(
+        redlock_repair_plan(32, 31, 1u << 31, UINT32_MAX, &read, &need),
+        RL_REPAIR_SOUND);
+    assert_int_equal(read, 0x7fffffffu);
+    assert_int_equal(need, 16);
+}
+
+/* Issue 14 item 6: only grants count, and they age out. */
+static void test_grants_age_out(void **state)
+{
+    (void)state;
+    struct redlock_grants g = {0};
+    assert_int_equal(redlock_grants_max_ttl(&g, 0), 0);
+    assert_int_equal(redlock_quarantine_ms(&g, 0, 0, 30000), 30000);
+    assert_int_equal(redlock_quarantine_ms(&g, 0, 200, 30000), 200);
+    /* a day granted at t=1 s: a day of quarantine until it has expired */
+    redlock_grants_add(&g, 86400000, 1000 * MS, 1000 * MS);
+    redlock_grants_add(&g, 45000, 2000 * MS, 2000 * MS);
+    assert_int_equal(redlock_quarantine_ms(&g, 3000 * MS, 0, 30000), 86400000);
+    assert_int_equal(redlock_grants_max_ttl(&g, 86400999ULL * MS), 86400000);
+    /* the day is over at 86401 s; the 45 s grant long before */
+    assert_int_equal(redlock_grants_max_ttl(&g, 86401000ULL * MS), 0);
+    assert_int_equal(redlock_quarantine_ms(&g, 86401000ULL * MS, 0, 30000),
+                     30000);
+    assert_int_equal(redlock_grants_max_ttl(&g, 46000 * MS), 86400000);
+
+    /* the same ttl again and again: one entry, the latest */
+    struct redlock_grants h = {0};
+    for (int i = 0; i < 1000; i++) {
+        redlock_grants_add(&h, 5000, (uint64_t)i * MS, (uint64_t)i * MS);
+    }
+    assert_int_equal(h.n, 1);
+    assert_int_equal(redlock_grants_max_ttl(&h, 5998 * MS), 5000);
+    assert_int_equal(redlock_grants_max_ttl(&h, 5999 * MS), 0);
+
+    /* a shorter grant that ends sooner adds nothing */
+    redlock_grants_add(&h, 100, 999 * MS, 999 * MS);
+    assert_int_equal(h.n, 1);
+    /* a grant already over by now adds nothing either */
+    redlock_grants_add(&h, 100, 0, 999 * MS);
+    assert_int_equal(h.n, 1);
+}
+
+/* Past REDLOCK_GRANTS_MAX steps the answer may be larger than the truth
+ * for a while, never smaller. */
+static void test_grants_bounded_and_conservative(void **state)
+{
+    (void)state;
+    struct redlock_grants g = {0};
+    uint32_t ttl[40];
+    uint64_t sent[40];
+    /* longer TTLs sent earlier, so that none covers another */
+    for (int i = 0; i < 40; i++) {
+        ttl[i] = (uint32_t)(100000 - i * 1000);
+        sent[i] = (uint64_t)i * 2000 * MS;
+        redlock_grants_add(&g, ttl[i], sent[i], sent[i]);
+        assert_true(g.n <= REDLOCK_GRANTS_MAX);
+    }
+    assert_int_equal(g.n, REDLOCK_GRANTS_MAX);
+    for (uint64_t t = 78000; t < 200000; t += 500) {
+        uint32_t truth = 0;
+        for (int i = 0; i < 40; i++) {
+            if (sent[i] + (uint64_t)ttl[i] * MS > t * MS && ttl[i] > truth) {
+                truth = ttl[i];
+            }
+        }
+        uint32_t got = redlock_grants_max_ttl(&g, t * MS);
+        assert_true(got >= truth);
+        /* merging took the shortest: the longest stays exact, and once
+         * every grant is over nothing is left */
+        if (truth == 100000 || truth == 0) {
+            assert_int_equal(got, truth);
+        }
+    }
 }
 
 static void test_busy_needs_reachable_quorum(void **state)
@@ -448,6 +632,97 @@ static void test_holder_pttl(void **state)
     assert_int_equal(r.pttl_min, 0);
 }
 
+/* Issue 14 item 3: a short ttl or a large drift factor leaves less validity
+ * than ttl / 3; the next renewal must still come before the give-up. */
+static void test_renew_schedule(void **state)
+{
+    (void)state;
+    /* ttl 1000, drift 0.45: validity 548 ms, give-up 250 ms before it */
+    uint64_t valid = 548 * MS;
+    uint64_t give_up = redlock_renew_give_up_us(valid, 1000, 250);
+    assert_int_equal(give_up, 298 * MS);
+    uint64_t next = redlock_renew_next_us(0, give_up, 1000, 0.0);
+    assert_int_equal(next, 149 * MS); /* half the time to give-up */
+    assert_true(next < give_up);
+    /* a long lock: ttl / 3, less the jitter */
+    give_up = redlock_renew_give_up_us(29000 * MS, 30000, 250);
+    assert_int_equal(give_up, 29000 * MS - 270 * MS);
+    assert_int_equal(redlock_renew_next_us(0, give_up, 30000, 0.0), 10000 * MS);
+    uint64_t j = redlock_renew_next_us(0, give_up, 30000, 0.999999);
+    assert_true(j > 9000 * MS && j <= 10000 * MS);
+    /* ttl 10: validity 7 ms, give-up a quarter ttl before, renewal first */
+    give_up = redlock_renew_give_up_us(7 * MS, 10, 250);
+    assert_int_equal(give_up, 4500);
+    assert_int_equal(redlock_renew_next_us(0, give_up, 10, 0.0), 2250);
+    /* past the give-up: due now */
+    assert_int_equal(redlock_renew_next_us(5000, give_up, 10, 0.5), 5000);
+    /* the last moment: a tenth of the ttl, at most 20 ms */
+    assert_int_equal(redlock_renew_last_us(7 * MS, 10), 6 * MS);
+    assert_int_equal(redlock_renew_last_us(29000 * MS, 30000),
+                     29000 * MS - 20 * MS);
+    assert_int_equal(redlock_renew_last_us(500, 10), 0);
+}
+
+static void test_renew_decide(void **state)
+{
+    (void)state;
+    uint64_t wake = 0;
+    /* ttl 10: valid until 7 ms, give-up 4.5 ms, last 6 ms */
+    struct redlock_renew_state s = {.valid_until_us = 7 * MS,
+                                    .ttl_ms = 10,
+                                    .node_timeout_ms = 250,
+                                    .next_renew_us = 2250};
+    assert_int_equal(redlock_renew_decide(&s, 1000, &wake), RL_RENEW_WAIT);
+    assert_int_equal(wake, 2250);
+    /* a node timeout (250 ms) is longer than the validity: the renewal is
+     * waited for until the last moment */
+    assert_int_equal(redlock_renew_decide(&s, 2300, &wake), RL_RENEW_SEND);
+    assert_int_equal(wake, 6 * MS);
+    /* a timer firing late, past the give-up: the overdue renewal is sent
+     * while the lock is valid, and waited for until the last moment */
+    assert_int_equal(redlock_renew_decide(&s, 5000, &wake), RL_RENEW_SEND);
+    assert_int_equal(wake, 6 * MS);
+    assert_int_equal(redlock_renew_decide(&s, 6 * MS, &wake), RL_RENEW_GIVE_UP);
+    /* in flight: waited for until the last moment */
+    s.sent_us = 2300;
+    assert_int_equal(redlock_renew_decide(&s, 4500, &wake), RL_RENEW_WAIT);
+    assert_int_equal(wake, 6 * MS);
+    assert_int_equal(redlock_renew_decide(&s, 6 * MS, &wake), RL_RENEW_GIVE_UP);
+    /* sent late, just before the give-up: the same */
+    s.sent_us = 4400;
+    assert_int_equal(redlock_renew_decide(&s, 5500, &wake), RL_RENEW_WAIT);
+    assert_int_equal(wake, 6 * MS);
+    assert_int_equal(redlock_renew_decide(&s, 6 * MS, &wake), RL_RENEW_GIVE_UP);
+    /* a long lock: a renewal sent on time is given up at the give-up time
+     * (a node timeout before it, the owner has time to act) ... */
+    struct redlock_renew_state l = {.valid_until_us = 20000 * MS,
+                                    .ttl_ms = 30000,
+                                    .node_timeout_ms = 250,
+                                    .next_renew_us = 10000 * MS,
+                                    .sent_us = 10000 * MS};
+    assert_int_equal(redlock_renew_decide(&l, 10100 * MS, &wake),
+                     RL_RENEW_WAIT);
+    assert_int_equal(wake, 19730 * MS);
+    assert_int_equal(redlock_renew_decide(&l, 19730 * MS, &wake),
+                     RL_RENEW_GIVE_UP);
+    /* ... one sent late gets a node timeout, up to the last moment */
+    l.sent_us = 19700 * MS;
+    assert_int_equal(redlock_renew_decide(&l, 19730 * MS, &wake),
+                     RL_RENEW_WAIT);
+    assert_int_equal(wake, 19950 * MS);
+    l.sent_us = 19900 * MS;
+    assert_int_equal(redlock_renew_decide(&l, 19930 * MS, &wake),
+                     RL_RENEW_WAIT);
+    assert_int_equal(wake, 19980 * MS);
+    /* Issue 14 item 9: a complete in flight pauses renewal, never the
+     * give-up */
+    s.sent_us = 0;
+    s.paused = true;
+    assert_int_equal(redlock_renew_decide(&s, 2300, &wake), RL_RENEW_WAIT);
+    assert_int_equal(wake, 4500);
+    assert_int_equal(redlock_renew_decide(&s, 4500, &wake), RL_RENEW_GIVE_UP);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -457,6 +732,11 @@ int main(void)
         cmocka_unit_test(test_lose_early_busy),
         cmocka_unit_test(test_lose_noquorum_on_timeouts),
         cmocka_unit_test(test_done_needs_marks_beyond_a_minority),
+        cmocka_unit_test(test_done_mark_blocks_early_grant),
+        cmocka_unit_test(test_free_quorum_verdict),
+        cmocka_unit_test(test_repair_plan),
+        cmocka_unit_test(test_grants_age_out),
+        cmocka_unit_test(test_grants_bounded_and_conservative),
         cmocka_unit_test(test_busy_needs_reachable_quorum),
         cmocka_unit_test(test_all_skipped_decides_at_start),
         cmocka_unit_test(test_quorum_too_late),
@@ -471,6 +751,8 @@ int main(void)
         cmocka_unit_test(test_classify_script),
         cmocka_unit_test(test_classify_flag),
         cmocka_unit_test(test_holder_pttl),
+        cmocka_unit_test(test_renew_schedule),
+        cmocka_unit_test(test_renew_decide),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,6 +16,7 @@ import {
   TooLargeError,
   errorFromCode,
 } from './errors.js';
+import { campaign, runAsLeader } from './leader.js';
 
 const DEFAULT_TIMEOUT_MS = 10_000;
 const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
@@ -35,7 +36,9 @@ const kClient = Symbol('redlock.client');
  * daemon reports the lock lost or the connection it was taken on closes.
  */
 export class Lock {
-  constructor(client, conn, msg, renew) {
+  /** sentAt: Date.now() before the acquire was sent (the validity counts
+   * from a moment after it, so expiresAt errs early, never late). */
+  constructor(client, conn, msg, renew, sentAt = Date.now()) {
     /** 32 lowercase hex characters, unique per acquisition. */
     this.token = msg.lock;
     this.resource = msg.resource;
@@ -44,8 +47,9 @@ export class Lock {
     /** Fencing token (bigint) when acquired with `fence: true`. */
     this.fence = msg.fence;
     this.renew = renew;
-    /** Date.now() by which the lock expires unless extended or renewed. */
-    this.expiresAt = Date.now() + (msg.validity_ms ?? 0);
+    /** Date.now() by which the lock expires unless extended or renewed:
+     * the validity counted from when the request was sent. */
+    this.expiresAt = sentAt + (msg.validity_ms ?? 0);
     const controller = new AbortController();
     this.signal = controller.signal;
     Object.defineProperty(this, kController, { value: controller });
@@ -544,6 +548,7 @@ export class RedlockClient extends EventEmitter {
     // The client-wide timeout is for the answer after the wait; an explicit
     // per-call timeoutMs is the whole time allowed.
     const wait = typeof waitMs === 'number' && waitMs > 0 ? waitMs : 0;
+    const sentAt = Date.now();
     return this.#call(
       payload,
       {
@@ -557,7 +562,7 @@ export class RedlockClient extends EventEmitter {
         },
       },
       (msg, conn) => {
-        const lock = new Lock(this, conn, msg, renew === true);
+        const lock = new Lock(this, conn, msg, renew === true, sentAt);
         if (conn.open) conn.locks.set(lock.token, lock);
         else lock._lose(new LostError(`lock on '${lock.resource}' lost: connection closed`, lock));
         return lock;
@@ -592,6 +597,7 @@ export class RedlockClient extends EventEmitter {
     const payload = { op: 'extend', lock: ref.token, resource: ref.resource };
     if (ttlMs !== undefined && ttlMs !== null) payload.ttl_ms = ttlMs;
     let msg;
+    const sentAt = Date.now();
     try {
       msg = await this.#call(payload, options, (m) => m);
     } catch (e) {
@@ -603,7 +609,7 @@ export class RedlockClient extends EventEmitter {
     }
     if (lock instanceof Lock) {
       lock.validityMs = msg.validity_ms;
-      lock.expiresAt = Date.now() + msg.validity_ms;
+      lock.expiresAt = sentAt + msg.validity_ms;
       return lock;
     }
     return { token: ref.token, resource: ref.resource, validityMs: msg.validity_ms };
@@ -675,6 +681,20 @@ export class RedlockClient extends EventEmitter {
       }
     }
     return result;
+  }
+
+  /**
+   * Leader election: wait (in the daemon's FIFO, in bounded rounds) until
+   * this client leads `resource`; resolves with a Leadership (`signal`,
+   * `fence`, `resign()`). See lib/leader.js.
+   */
+  campaign(resource, options = {}) {
+    return campaign(this, resource, options);
+  }
+
+  /** Wait for leadership, run `fn(signal, leadership)`, resign. */
+  runAsLeader(resource, options, fn) {
+    return runAsLeader(this, resource, options, fn);
   }
 
   /**

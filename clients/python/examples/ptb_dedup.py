@@ -44,7 +44,7 @@ from telegram.ext import (Application, ApplicationHandlerStop, CommandHandler,
                           ContextTypes, TypeHandler)
 
 from redlockd import AsyncRedlockClient, RedlockError
-from redlockd import dedup
+from redlockd import dedup, scope
 
 log = logging.getLogger("ptb_dedup")
 
@@ -53,16 +53,19 @@ LAST_GROUP = 1_000_000  # after every group the bot uses
 
 def install_dedup(application: Any, client: AsyncRedlockClient, *,
                   ttl_ms: int = dedup.DEFAULT_TTL_MS,
-                  keep_ms: int = dedup.DEFAULT_KEEP_MS) -> Dict[int, Any]:
+                  keep_ms: int = dedup.DEFAULT_KEEP_MS,
+                  renew: bool = False) -> Dict[int, Any]:
     """Add the gate (group -1), the completion (last group) and the error
-    handler to ``application``.  Returns the map of updates in progress."""
+    handler to ``application``.  Returns the map of updates in progress
+    (update_id -> lock); :func:`under_lock` wraps a handler with it.
+    ``renew=True`` keeps the lock while long handlers run."""
     held: Dict[int, Any] = {}  # update_id -> lock, while being handled
 
     async def gate(update: Update, context: Any) -> None:
         update_id = update.update_id
         try:
             lock = await dedup.abegin(client, dedup.update_key(update_id),
-                                      ttl_ms)
+                                      ttl_ms, renew=renew)
         except RedlockError as e:
             # Fail closed: without the lock a duplicate cannot be told from
             # a first delivery, so no other group may see this update.
@@ -74,6 +77,16 @@ def install_dedup(application: Any, client: AsyncRedlockClient, *,
                      lock.reason)
             raise ApplicationHandlerStop
         held[update_id] = lock
+        # The lock in the handlers' hands: PTB passes one CallbackContext to
+        # every group of an update (its __dict__ takes attributes), so later
+        # handlers read context.redlock (token, fence, lost).  PTB runs the
+        # groups in its own task (the fetcher's, without concurrent_updates),
+        # which must not be cancelled: wrap a handler in under_lock() to
+        # have its work cancelled when the lock is lost.
+        try:
+            context.redlock = lock
+        except AttributeError:  # a context type without attributes
+            pass
 
     async def done(update: Update, context: Any) -> None:
         lock = held.pop(update.update_id, None)
@@ -98,6 +111,19 @@ def install_dedup(application: Any, client: AsyncRedlockClient, *,
     return held
 
 
+def under_lock(held: Dict[int, Any], handler: Any) -> Any:
+    """Wrap a PTB handler callback: it runs in a task of its own, which is
+    cancelled if the update's lock is lost (LockLostError then goes to the
+    error handler, which stops the update: nothing is completed, so a
+    redelivery runs it again)."""
+    async def guarded(update: Any, context: Any) -> Any:
+        lock = held.get(getattr(update, "update_id", None))
+        if lock is None:
+            return await handler(update, context)
+        return await scope.run_until_lost(lock, handler(update, context))
+    return guarded
+
+
 async def start(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
     await update.message.reply_text("hello, once")
 
@@ -113,8 +139,8 @@ def main() -> None:
                    .token(os.environ["TELEGRAM_TOKEN"])
                    .post_shutdown(post_shutdown)
                    .build())
-    install_dedup(application, client)
-    application.add_handler(CommandHandler("start", start))
+    held = install_dedup(application, client, renew=True)
+    application.add_handler(CommandHandler("start", under_lock(held, start)))
     application.run_polling(allowed_updates=Update.ALL_TYPES)
 
 

@@ -8,7 +8,8 @@ Standard library only.  :class:`RedlockClient` is the synchronous client
 from .aio import AsyncLock, AsyncRedlockClient
 from .client import Lock, RedlockClient
 from .errors import (ERRORS, BadRequestError, BusyError, ConnectionLostError,
-                     DoneError, InternalError, LimitError, NoQuorumError,
+                     DoneError, InternalError, LimitError, LockLostError,
+                     NoQuorumError,
                      NotHeldError, ProtocolError, RedlockError,
                      RequestTimeoutError, ShuttingDownError, TooLargeError,
                      error_from_response)
@@ -21,6 +22,7 @@ __all__ = [
     "Lock",
     "AsyncLock",
     "RedlockError",
+    "LockLostError",
     "BadRequestError",
     "NotHeldError",
     "BusyError",

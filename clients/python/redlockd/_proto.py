@@ -104,7 +104,10 @@ class BaseLock:
 
     ``token`` (32 hex chars), ``resource``, ``validity_ms`` (as answered by
     the last acquire or extend), ``fence`` (an int when asked for, else
-    None), ``ttl_ms``, ``renew``, ``acquired_at`` (time.monotonic()),
+    None), ``ttl_ms``, ``renew``, ``acquired_at`` (time.monotonic() when
+    the acquire was sent: the validity counts from there, never from the
+    answer, which may come late), ``valid_until`` (``acquired_at`` plus
+    the validity),
     ``lost`` (an Event, set when the daemon reports the lock lost or the
     connection that holds it closes), ``lost_reason`` and ``on_lost`` (a
     callback, called with the lock once when it is lost).
@@ -143,10 +146,11 @@ class BaseLock:
                           + self.ttl_ms / 1000.0)
         return now > self.valid_until
 
-    def _extended(self, validity_ms: Any) -> None:
+    def _extended(self, validity_ms: Any, sent_at: float) -> None:
+        """sent_at: time.monotonic() before the extend was sent."""
         if isinstance(validity_ms, int):
             self.validity_ms = validity_ms
-            self.valid_until = time.monotonic() + validity_ms / 1000.0
+            self.valid_until = sent_at + validity_ms / 1000.0
 
     def __repr__(self) -> str:
         state = ("lost" if self.lost_reason else
@@ -158,11 +162,18 @@ class BaseLock:
 
 def lock_from_response(cls: Any, client: Any, msg: Dict[str, Any],
                        req: Dict[str, Any],
-                       on_lost: Optional[Callable[[Any], Any]]) -> Any:
+                       on_lost: Optional[Callable[[Any], Any]],
+                       sent_at: float) -> Any:
+    """sent_at: time.monotonic() before the acquire was sent; the
+    validity the daemon answers counts from a moment after it, so the
+    lock's deadline errs early, never late (as in the Go client)."""
     fence = msg.get("fence")
     validity = msg.get("validity_ms")
-    return cls(client, msg["lock"], msg.get("resource", req.get("resource")),
+    lock = cls(client, msg["lock"], msg.get("resource", req.get("resource")),
                validity if isinstance(validity, int) else 0,
                fence if isinstance(fence, int) else None,
                req.get("ttl_ms", 30000), req.get("renew") is True,
                req.get("renew_max_ms"), on_lost)
+    lock.acquired_at = sent_at
+    lock.valid_until = sent_at + lock.validity_ms / 1000.0
+    return lock

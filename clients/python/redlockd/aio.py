@@ -53,13 +53,15 @@ class AsyncLock(BaseLock):
 
 
 class _Pending:
-    __slots__ = ("future", "req", "on_lost")
+    __slots__ = ("future", "req", "on_lost", "sent_at")
 
     def __init__(self, future: "asyncio.Future[Any]", req: Dict[str, Any],
                  on_lost: Optional[Callable[[Any], Any]]) -> None:
         self.future = future
         self.req = req
         self.on_lost = on_lost
+        # Before the request is written: the lock's validity counts from it.
+        self.sent_at = time.monotonic()
 
 
 class _AConn:
@@ -151,7 +153,7 @@ class _AConn:
             result: Any = msg
             if p.req["op"] == "acquire" and got_lock:
                 lock = _proto.lock_from_response(AsyncLock, self.client, msg,
-                                                 p.req, p.on_lost)
+                                                 p.req, p.on_lost, p.sent_at)
                 lock._conn = self
                 self.locks[lock.token] = lock
                 self._prune()
@@ -438,6 +440,7 @@ class AsyncRedlockClient:
                      resource: Optional[str] = None, *,
                      timeout: Optional[float] = None) -> Any:
         req = _proto.lock_request("extend", lock, resource, ttl_ms=ttl_ms)
+        sent_at = time.monotonic()
         try:
             res = await self._call(req, _proto.request_timeout(
                 self.timeout, 0, timeout))
@@ -446,7 +449,7 @@ class AsyncRedlockClient:
                 lock._conn.forget(lock)
             raise
         if isinstance(lock, BaseLock):
-            lock._extended(res.get("validity_ms"))
+            lock._extended(res.get("validity_ms"), sent_at)
             return lock
         return res
 

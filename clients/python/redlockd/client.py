@@ -69,7 +69,7 @@ class Lock(BaseLock):
 
 
 class _Pending:
-    __slots__ = ("future", "req", "on_lost")
+    __slots__ = ("future", "req", "on_lost", "sent_at")
 
     def __init__(self, req: Dict[str, Any],
                  on_lost: Optional[Callable[[Any], Any]]) -> None:
@@ -77,6 +77,8 @@ class _Pending:
             concurrent.futures.Future()
         self.req = req
         self.on_lost = on_lost
+        # Before the request is written: the lock's validity counts from it.
+        self.sent_at = time.monotonic()
 
 
 class _Conn:
@@ -202,7 +204,7 @@ class _Conn:
             if p is not None and p.req["op"] == "acquire" and \
                     msg.get("ok") is True and isinstance(msg.get("lock"), str):
                 lock = _proto.lock_from_response(Lock, self.client, msg,
-                                                 p.req, p.on_lost)
+                                                 p.req, p.on_lost, p.sent_at)
                 lock._conn = self
                 self.locks[lock.token] = lock
                 self._prune_locked()
@@ -493,6 +495,7 @@ class RedlockClient:
         ttl).  Returns the lock with a new ``validity_ms`` (for a token:
         the response object)."""
         req = _proto.lock_request("extend", lock, resource, ttl_ms=ttl_ms)
+        sent_at = time.monotonic()
         try:
             res = self._call(req, _proto.request_timeout(self.timeout, 0,
                                                          timeout))
@@ -501,7 +504,7 @@ class RedlockClient:
                 self._forget_conn(lock)
             raise
         if isinstance(lock, BaseLock):
-            lock._extended(res.get("validity_ms"))
+            lock._extended(res.get("validity_ms"), sent_at)
             return lock
         return res
 

@@ -15,16 +15,19 @@ Framework glue (``redlockd.aiogram``, ``examples/ptb_dedup.py``) calls
 
 from __future__ import annotations
 
+import inspect
 import logging
 from typing import Any, Awaitable, Callable, Union
 
 from .errors import BusyError, DoneError, RedlockError
+from .scope import cancel_on_lost
 
 __all__ = [
     "Skipped",
     "BUSY",
     "DONE",
     "update_key",
+    "wants_lock",
     "process_once",
     "aprocess_once",
     "begin",
@@ -66,6 +69,21 @@ BUSY = Skipped("busy")
 DONE = Skipped("done")
 
 
+def wants_lock(handler: Callable[..., Any]) -> bool:
+    """True when ``handler`` has a required positional parameter: it is
+    then called with the lock (``token``, ``fence``, ``lost``)."""
+    try:
+        sig = inspect.signature(handler)
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+               and p.default is p.empty for p in sig.parameters.values())
+
+
+def _call(handler: Callable[..., Any], lock: Any) -> Any:
+    return handler(lock) if wants_lock(handler) else handler()
+
+
 def update_key(update_id: Any, prefix: str = "tg:update:") -> str:
     """The resource for one Telegram update: ``tg:update:<update_id>``."""
     return "%s%s" % (prefix, update_id)
@@ -101,16 +119,19 @@ def finish(client: Any, lock: Any, ok: bool,
         _log_finish_error(lock, ok, e)
 
 
-def process_once(client: Any, key: str, handler: Callable[[], Any],
+def process_once(client: Any, key: str, handler: Callable[..., Any],
                  ttl_ms: int = DEFAULT_TTL_MS,
                  keep_ms: int = DEFAULT_KEEP_MS, *,
                  renew: bool = False) -> Any:
-    """Run ``handler()`` at most once (successfully) per ``key``.
+    """Run ``handler()`` (or ``handler(lock)``, see :func:`wants_lock`) at
+    most once (successfully) per ``key``.
 
     Returns the handler's result, or BUSY / DONE (falsy :class:`Skipped`)
     for a duplicate.  When the handler raises, the lock is released and the
     exception propagates, so a redelivery can try again.  ``renew=True``
-    keeps the lock alive for handlers that may outlast ``ttl_ms``.
+    keeps the lock alive for handlers that may outlast ``ttl_ms``; a
+    handler that takes the lock can watch ``lock.lost`` (the async version
+    cancels it on loss and raises LockLostError).
 
     With an :class:`~redlockd.AsyncRedlockClient` this returns the
     coroutine of :func:`aprocess_once` (``handler`` may then be async).
@@ -122,7 +143,7 @@ def process_once(client: Any, key: str, handler: Callable[[], Any],
     if isinstance(lock, Skipped):
         return lock
     try:
-        result = handler()
+        result = _call(handler, lock)
     except BaseException:
         finish(client, lock, False)
         raise
@@ -156,19 +177,23 @@ async def afinish(client: Any, lock: Any, ok: bool,
 
 
 async def aprocess_once(client: Any, key: str,
-                        handler: Callable[[], Union[Any, Awaitable[Any]]],
+                        handler: Callable[..., Union[Any, Awaitable[Any]]],
                         ttl_ms: int = DEFAULT_TTL_MS,
                         keep_ms: int = DEFAULT_KEEP_MS, *,
                         renew: bool = False) -> Any:
-    """:func:`process_once` for an AsyncRedlockClient; ``handler()`` may
-    return an awaitable (an ``async def`` handler), which is awaited."""
+    """:func:`process_once` for an AsyncRedlockClient; ``handler()`` (or
+    ``handler(lock)``) may return an awaitable (an ``async def`` handler),
+    which is awaited.  If the lock is lost meanwhile (with ``renew``: the
+    daemon could not keep it), the handler is cancelled and LockLostError
+    raised; nothing is marked done, so a redelivery runs it again."""
     lock = await abegin(client, key, ttl_ms, renew=renew)
     if isinstance(lock, Skipped):
         return lock
     try:
-        result = handler()
-        if hasattr(result, "__await__"):
-            result = await result
+        async with cancel_on_lost(lock):
+            result = _call(handler, lock)
+            if hasattr(result, "__await__"):
+                result = await result
     except BaseException:
         # Also on cancellation: a cancelled handler did not finish its work.
         await afinish(client, lock, False)

@@ -11,6 +11,7 @@ from typing import Any, Dict, Mapping, Optional, Type
 
 __all__ = [
     "RedlockError",
+    "LockLostError",
     "BadRequestError",
     "NotHeldError",
     "BusyError",
@@ -122,6 +123,23 @@ class RequestTimeoutError(RedlockError, TimeoutError):
 
 class ProtocolError(RedlockError):
     """The daemon sent something that is not valid NDJSON."""
+
+
+class LockLostError(RedlockError):
+    """A lock (or a leadership) was lost while work ran under it.
+
+    Raised by the helpers that run work under a lock (``redlockd.leader``,
+    ``redlockd.scope``, the framework integrations) when the daemon reported
+    the lock lost or its connection closed: asyncio work was cancelled, sync
+    work was told through ``lock.lost``.  ``lock`` is the lost lock.
+    """
+
+    code = "lost"
+
+    def __init__(self, message: str = "lock lost",
+                 lock: Any = None) -> None:
+        super().__init__(message)
+        self.lock = lock
 
 
 ERRORS: Dict[str, Type[RedlockError]] = {

@@ -285,6 +285,7 @@ def test_ptb_example(sock, monkeypatch):
             fail_once = {"n": 0}
 
             async def business(update, context):
+                assert context.redlock is held[update.update_id]
                 if update.update_id % 2 and fail_once["n"] == 0:
                     fail_once["n"] += 1
                     raise RuntimeError("first try fails")
@@ -515,3 +516,47 @@ def test_busy_is_not_an_error_class_leak():
     # process_once turns busy/done into the Skipped sentinels only.
     assert issubclass(BusyError, Exception)
     assert isinstance(dedup.BUSY, dedup.Skipped) and not dedup.BUSY
+
+
+def test_ptb_example_cancels_a_guarded_handler_on_lost(spawn, monkeypatch):
+    """under_lock(): a handler whose update lock is lost (renewal loses the
+    quorum) is cancelled in its own task; the error handler stops the
+    update, so the completion group does not run; PTB's task lives on."""
+    tg, ext = _fake_telegram(monkeypatch)
+    example = _load_example()
+    cluster = spawn.cluster()
+    d = spawn.daemon(nodes=cluster.uris)
+    seen = []
+
+    async def main():
+        async with AsyncRedlockClient(d.path) as c:
+            app = ext.Application()
+            failures = []
+
+            async def record(update, context):
+                failures.append(context.error)
+            app.add_error_handler(record)   # before install_dedup's
+            held = example.install_dedup(app, c, ttl_ms=1000, renew=True)
+
+            async def business(update, context):
+                seen.append(context.redlock.resource)
+                cluster.pause(0, 1, 2)
+                try:
+                    await asyncio.sleep(30)
+                except asyncio.CancelledError:
+                    seen.append("cancelled")
+                    raise
+
+            app.add_handler(ext.TypeHandler(
+                tg.Update, example.under_lock(held, business)), group=0)
+            u = tg.Update(int(time.time() * 1000) % 10**9 * 2 + 1)
+            try:
+                await asyncio.wait_for(app.process_update(u), 15)
+            finally:
+                cluster.resume_all()
+            assert held == {}
+            assert [type(e).__name__ for e in failures] == ["LockLostError"]
+            seen.append([type(e).__name__ for e in app.error_handler_errors])
+    asyncio.run(main())
+    assert seen[1:] == ["cancelled", []]
+    assert seen[0].startswith("tg:update:")

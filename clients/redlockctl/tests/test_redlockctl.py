@@ -478,6 +478,40 @@ def test_lock_busy_and_done(shared, tmp_path):
     assert not marker.exists()
 
 
+def test_lock_waits_in_rounds(shared, tmp_path):
+    """lock --wait has no 300000 cap: it waits in rounds (each a fresh
+    acquire with wait_ms <= 300000, here shortened by the test knob
+    REDLOCKCTL_WAIT_ROUND_MS) until the lock is free or the wait is over."""
+    r = rname("rounds")
+    code, held = acquire(shared, r, "--ttl", "20000")
+    assert code == 0
+    marker = tmp_path / "ran"
+    rounds = {"REDLOCKCTL_WAIT_ROUND_MS": "150"}
+    t0 = time.monotonic()
+    res = ctl(shared, "lock", "--wait", "700", r, "--", "touch", marker,
+              env=rounds)
+    assert res.returncode == RC_FAIL, res.stderr
+    assert time.monotonic() - t0 >= 0.65        # every round was waited
+    assert res.stderr == "redlockctl: %s is busy\n" % r
+    # A standby far past the old cap, in 150 ms rounds: it takes the lock
+    # when the holder lets go, a few rounds in.
+    p = ctl_bg(shared, "lock", "--wait", "3600000", r, "--", "touch", marker,
+               env=rounds)
+    try:
+        time.sleep(0.8)
+        assert p.poll() is None and not marker.exists()
+        assert ctl(shared, "release", held["lock"], r).returncode == 0
+        out, err = p.communicate(timeout=10)
+    finally:
+        stop_proc(p)
+    assert p.returncode == 0, err
+    assert marker.exists()
+    # Without the knob, a wait above 300000 is accepted (one 300000 round
+    # first): the lock is free, so it runs at once.
+    res = ctl(shared, "lock", "--wait", "600000", r, "--", "true")
+    assert res.returncode == 0, res.stderr
+
+
 def test_lock_cannot_run(shared, tmp_path):
     r = rname("exec")
     res = ctl(shared, "lock", r, "--", str(tmp_path / "no-such-cmd"))
@@ -751,6 +785,50 @@ def test_lost_escalates_to_sigkill(own, tmp_path):
     assert 0.6 < took < 6
 
 
+def test_lock_standby_on_another_daemon_takes_over(own, tmp_path):
+    """Leader election with lock: a standby waiting (in rounds, past the
+    old 300000 cap) through a second daemon over the same nodes runs its
+    command once the leader's redlockctl is killed, well within the ttl
+    (its session closes, the release wakes the other daemon's waiter)."""
+    r = rname("standby")
+    sock2 = own.dir / "d2.sock"
+    argv = [str(DAEMON), "--socket", str(sock2)]
+    for n in own.nodes:
+        argv += ["--node", "unix://%s" % n.path]
+    with open(own.dir / "d2.stderr", "wb") as err:
+        d2 = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=err)
+    marker = tmp_path / "standby-ran"
+    leader = ctl_bg(own, "lock", "--ttl", "3000", r, "--", "sleep", "30")
+    standby = None
+    try:
+        assert wait_for(lambda: sock2.exists(), 10)
+        assert wait_for(lambda: children_of(leader.pid), 5)
+        cmd_pid = children_of(leader.pid)[0]
+        standby = subprocess.Popen(
+            [str(CTL), "--socket", str(sock2), "lock", "--ttl", "3000",
+             "--wait", "3600000", r, "--", "touch", str(marker)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True,
+            env=ctl_env({"REDLOCKCTL_WAIT_ROUND_MS": "200"}))
+        time.sleep(0.7)
+        assert standby.poll() is None and not marker.exists()
+        t0 = time.monotonic()
+        leader.kill()
+        os.kill(cmd_pid, signal.SIGKILL)
+        assert wait_for(marker.exists, 10)
+        took = time.monotonic() - t0
+        _, err = standby.communicate(timeout=10)
+    finally:
+        stop_proc(leader)
+        if standby is not None:
+            stop_proc(standby)
+        code = stop_proc(d2)
+    assert standby.returncode == 0, err
+    assert took < 3.0, took
+    assert code == 0
+
+
 def test_connection_drop_is_lost(own, tmp_path):
     """The daemon dies (SIGKILL): the session is gone, so is the lock."""
     r = rname("drop")
@@ -952,7 +1030,8 @@ USAGE_CASES = [
     ["lock", "--ttl", "5", "r", "--", "true"],
     ["lock", "--ttl", "abc", "r", "--", "true"],
     ["lock", "--ttl", "-100", "r", "--", "true"],
-    ["lock", "--wait", "300001", "r", "--", "true"],
+    ["lock", "--wait", "9007199254740992", "r", "--", "true"],
+    ["acquire", "--wait", "300001", "r"],
     ["lock", "--kill-after", "x", "r", "--", "true"],
     ["lock", "--keep", "10", "r", "--", "true"],
     ["--ttl", "100", "acquire", "r"],

@@ -12,8 +12,8 @@ import {
   createDedup,
   errorFromCode,
 } from 'redlockd-client';
-import { dedupMiddleware as grammyDedup } from 'redlockd-client/grammy';
-import { dedupMiddleware as telegrafDedup } from 'redlockd-client/telegraf';
+import { type LockFlavor, dedupMiddleware as grammyDedup, sequentialize as grammySeq } from 'redlockd-client/grammy';
+import { dedupMiddleware as telegrafDedup, sequentialize as telegrafSeq } from 'redlockd-client/telegraf';
 import { Bot, type Context } from 'grammy';
 import { Telegraf } from 'telegraf';
 
@@ -51,19 +51,36 @@ async function main(): Promise<void> {
     await using held = await client.acquire('scoped');
     void held;
   }
+  const term = await client.campaign('tg:poller', { ttlMs: 5000, roundMs: 60_000 });
+  const tf: bigint = term.fence;
+  term.signal.throwIfAborted();
+  await term.resign();
+  const led: number = await client.runAsLeader('tg:poller', async (signal, t) => {
+    signal.throwIfAborted();
+    return Number(t.fence);
+  });
   await client.close();
-  void [fence, validity, rtt, up, n, s];
+  void [fence, validity, rtt, up, n, s, tf, led];
 
   // grammY
   const bot = new Bot<Context>('1:x', { botInfo: undefined });
   bot.use(grammyDedup(client, { ttlMs: 60_000, keepMs: 86_400_000 }));
   bot.use(grammyDedup(client, { key: (ctx: Context) => `tg:${ctx.me.id}:${ctx.update.update_id}` }));
   bot.use(createDedup(client));
+  bot.use(grammySeq(client, { key: (ctx: Context) => ctx.chat && `chat:${ctx.chat.id}`, waitMs: 5000 }));
+  const flavored = new Bot<Context & LockFlavor>('1:x');
+  flavored.use(grammySeq(client));
+  flavored.on('message', (ctx) => {
+    const f: bigint | undefined = ctx.lock.fence;
+    ctx.lock.signal.throwIfAborted();
+    void f;
+  });
 
   // Telegraf
   const tg = new Telegraf('1:x');
   tg.use(telegrafDedup(client, { ttlMs: 60_000, key: (ctx) => 'tg:update:' + ctx.update.update_id }));
   tg.use(createDedup(client, { onDuplicate: (_ctx, e) => console.log(e.code) }));
+  tg.use(telegrafSeq(client));
 }
 
 void main;
