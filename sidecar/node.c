@@ -954,7 +954,9 @@ static int node_send_plain(struct node *node, const struct node_prep *p,
             return -1;
         }
     }
-    if (out_append(node, p->buf, p->len) != 0) {
+    /* As node_write: held behind a NOSCRIPT recovery like any command. */
+    if ((node->rec_active ? hold_append(node, p->buf, p->len)
+                          : out_append(node, p->buf, p->len)) != 0) {
         for (int k = 0; k < p->n_cmds; k++) {
             cmd_put(node, cmds[k]);
         }
@@ -962,15 +964,23 @@ static int node_send_plain(struct node *node, const struct node_prep *p,
     }
     node->last_send_us = now;
     for (int k = 0; k < p->n_cmds; k++) {
+        struct node_cmd *cmd = cmds[k];
         /* Only the last reply is the caller's: the others (MULTI's OK,
          * QUEUED) are read and dropped in order. */
         if (k == p->n_cmds - 1) {
-            cmds[k]->cb = cb;
-            cmds[k]->privdata = privdata;
+            cmd->cb = cb;
+            cmd->privdata = privdata;
         }
-        cmds[k]->sent_us = now;
-        cmds[k]->deadline_us = now + (uint64_t)node->opts.timeout_ms * 1000u;
-        fifo_push(node, cmds[k]);
+        cmd->sent_us = now;
+        cmd->deadline_us = now + (uint64_t)node->opts.timeout_ms * 1000u;
+        if (node->held != NULL && !node->rec_active &&
+            node->held->deadline_us < cmd->deadline_us) {
+            cmd->deadline_us = node->held->deadline_us;
+        }
+        fifo_insert_before(node, cmd, node->rec_active ? NULL : node->held);
+        if (node->rec_active && node->held == NULL) {
+            node->held = cmd;
+        }
     }
     cmd_timer_arm(node);
     return 0;
