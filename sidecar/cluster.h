@@ -1,7 +1,8 @@
 /* cluster.h: Redlock operations across all nodes.
  *
  * Glue between redlock.c (decisions) and node.c (I/O): each operation sends
- * one script to every up node at once, feeds the answers to a redlock_round
+ * its command to every up node at once (release, extend and complete batched
+ * per node and loop turn), feeds the answers to a redlock_round
  * and calls back once, as soon as the outcome is certain. The operation
  * object lives on until every node has answered or timed out, so that a
  * failed acquisition can queue its rollback behind each SET. */
@@ -54,14 +55,17 @@ struct cluster *cluster_create(struct event_base *base,
  * callback may start new operations: they are answered at once. */
 void cluster_destroy(struct cluster *c);
 
-/* cluster_acquire: SET NX PX token on every node (through the acquire
- * script, which also reports done marks, the holder's PTTL and, when fence
- * is set, the node's incremented fence counter; with fence the quorum's
- * maximum is written back to a quorum before the callback). Returns 0 or
- * -1 (out of memory; cb does not run). */
+/* cluster_acquire: SET NX PX token on every node: `SET .. NX PX .. GET`
+ * on Redis 7.0 and later (the old value tells a done mark from a holder),
+ * inside MULTI with INCR of the node's fence counter when fence is set;
+ * the acquire script on older servers. With fence the quorum's maximum is
+ * written back to a quorum before the callback. want_pttl: the caller
+ * backs off on the holder's PTTL when busy (res->pttl_min), so a busy
+ * answer to SET is followed by PTTL on that node (the script reports it
+ * anyway). Returns 0 or -1 (out of memory; cb does not run). */
 int cluster_acquire(struct cluster *c, const char *resource, size_t len,
                     const char *token, uint32_t ttl_ms, bool fence,
-                    cluster_done_fn *cb, void *priv);
+                    bool want_pttl, cluster_done_fn *cb, void *priv);
 
 /* cluster_extend: compare-and-pexpire on every node; success when a quorum
  * extended within the validity accounting of an acquisition. For release,

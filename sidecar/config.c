@@ -198,6 +198,10 @@ static const struct option_def options[] = {
      FIELD(unsafe_no_fence_repair, bool), NULL, 0, 0, NULL, NULL, NULL,
      "testing only: do not repair a restarted node's fence counter and "
      "done marks"},
+    {"acquire-script", 0, "acquire_script", NULL, OPT_BOOL,
+     FIELD(acquire_script, bool), NULL, 0, 0, NULL, NULL, NULL,
+     "testing: acquire through the Lua script, as for Redis older than "
+     "7.0, even where SET NX GET is there (the tests run both paths)"},
     {"help", 'h', NULL, NULL, OPT_HELP, 0, NULL, 0, 0, NULL, NULL, NULL,
      "print this help and exit"},
     {"version", 'V', NULL, NULL, OPT_VERSION, 0, NULL, 0, 0, NULL, NULL, NULL,

@@ -68,6 +68,7 @@ struct config {
                                     at least the default TTL */
     bool unsafe_no_quarantine;   /* testing only: count restarted nodes */
     bool unsafe_no_fence_repair; /* testing only: no counter repair */
+    bool acquire_script;         /* testing: the script path on any Redis */
 };
 
 enum config_result {

@@ -137,6 +137,7 @@ struct node {
      * server, or a restarted node would skip its quarantine. */
     char up_run_id[48];
     char prev_up_run_id[48];
+    uint32_t version;    /* INFO redis_version, see node_version() */
     uint64_t started_us; /* server start, monotonic estimate from
                             INFO uptime (1 s resolution), 0 unknown */
     char subject[48];    /* "node 2" for log lines */
@@ -844,15 +845,34 @@ static bool node_accepts(const struct node *node)
 int node_prepare(struct node_prep *p, enum node_script script, int argc,
                  const char **argv, const size_t *argvlen)
 {
-    static const char numkeys[] = "0123456789";
+    return node_prepare_keys(p, script, script_numkeys[script], argc, argv,
+                             argvlen);
+}
+
+int node_prepare_keys(struct node_prep *p, enum node_script script,
+                      int numkeys, int argc, const char **argv,
+                      const size_t *argvlen)
+{
+    char nk[24];
+    size_t nkl = 0;
+    for (unsigned v = (unsigned)numkeys; nkl == 0 || v > 0; v /= 10) {
+        nk[nkl++] = (char)('0' + v % 10);
+    }
+    for (size_t i = 0; i < nkl / 2; i++) {
+        char t = nk[i];
+        nk[i] = nk[nkl - 1 - i];
+        nk[nkl - 1 - i] = t;
+    }
     p->script = script;
+    p->plain = false;
+    p->n_cmds = 1;
     p->argc = argc;
     p->buf = NULL;
     if (known_sha[script][0] == '\0') {
         return -1; /* no node has loaded the scripts yet */
     }
     size_t len = 3 + resp_digits((size_t)argc + 3) + resp_bulk_len(7) +
-                 resp_bulk_len(SHA_LEN) + resp_bulk_len(1);
+                 resp_bulk_len(SHA_LEN) + resp_bulk_len(nkl);
     for (int i = 0; i < argc; i++) {
         len += resp_bulk_len(argvlen[i]);
     }
@@ -864,12 +884,46 @@ int node_prepare(struct node_prep *p, enum node_script script, int argc,
     q = resp_put_bulk(q, "EVALSHA", 7);
     q = resp_put_bulk(q, known_sha[script], SHA_LEN);
     p->rest_off = (size_t)(q - buf);
-    q = resp_put_bulk(q, &numkeys[script_numkeys[script]], 1);
+    q = resp_put_bulk(q, nk, nkl);
     for (int i = 0; i < argc; i++) {
         q = resp_put_bulk(q, argv[i], argvlen[i]);
     }
     p->buf = buf;
     p->len = (size_t)(q - buf);
+    return 0;
+}
+
+int node_prepare_commands(struct node_prep *p, int n_cmds, const int *argcs,
+                          const char **argv, const size_t *argvlen)
+{
+    p->script = SCRIPT_ACQUIRE; /* unused: plain */
+    p->plain = true;
+    p->n_cmds = n_cmds;
+    p->argc = 0;
+    p->buf = NULL;
+    size_t len = 0;
+    int a = 0;
+    for (int k = 0; k < n_cmds; k++) {
+        len += 3 + resp_digits((size_t)argcs[k]);
+        for (int i = 0; i < argcs[k]; i++, a++) {
+            len += resp_bulk_len(argvlen[a]);
+        }
+    }
+    char *buf = len <= sizeof(p->inline_buf) ? p->inline_buf : malloc(len);
+    if (buf == NULL) {
+        return -1;
+    }
+    char *q = buf;
+    a = 0;
+    for (int k = 0; k < n_cmds; k++) {
+        q = resp_put_header(q, '*', (size_t)argcs[k]);
+        for (int i = 0; i < argcs[k]; i++, a++) {
+            q = resp_put_bulk(q, argv[a], argvlen[a]);
+        }
+    }
+    p->buf = buf;
+    p->len = (size_t)(q - buf);
+    p->rest_off = 0;
     return 0;
 }
 
@@ -881,10 +935,66 @@ void node_prep_free(struct node_prep *p)
     p->buf = NULL;
 }
 
+/* Plain prepared commands: every command of p or none. */
+static int node_send_plain(struct node *node, const struct node_prep *p,
+                           uint64_t now, node_reply_fn *cb, void *privdata)
+{
+    struct node_cmd *cmds[8];
+    if (p->n_cmds < 1 || p->n_cmds > 8 ||
+        node->pending + p->n_cmds > node->opts.max_pending) {
+        return -1;
+    }
+    for (int k = 0; k < p->n_cmds; k++) {
+        cmds[k] = cmd_get(node);
+        if (cmds[k] == NULL) {
+            while (k-- > 0) {
+                cmd_put(node, cmds[k]);
+            }
+            return -1;
+        }
+    }
+    /* As node_write: held behind a NOSCRIPT recovery like any command. */
+    if ((node->rec_active ? hold_append(node, p->buf, p->len)
+                          : out_append(node, p->buf, p->len)) != 0) {
+        for (int k = 0; k < p->n_cmds; k++) {
+            cmd_put(node, cmds[k]);
+        }
+        return -1;
+    }
+    node->last_send_us = now;
+    for (int k = 0; k < p->n_cmds; k++) {
+        struct node_cmd *cmd = cmds[k];
+        /* Only the last reply is the caller's: the others (MULTI's OK,
+         * QUEUED) are read and dropped in order. */
+        if (k == p->n_cmds - 1) {
+            cmd->cb = cb;
+            cmd->privdata = privdata;
+        }
+        cmd->sent_us = now;
+        cmd->deadline_us = now + (uint64_t)node->opts.timeout_ms * 1000u;
+        if (node->held != NULL && !node->rec_active &&
+            node->held->deadline_us < cmd->deadline_us) {
+            cmd->deadline_us = node->held->deadline_us;
+        }
+        fifo_insert_before(node, cmd, node->rec_active ? NULL : node->held);
+        if (node->rec_active && node->held == NULL) {
+            node->held = cmd;
+        }
+    }
+    cmd_timer_arm(node);
+    return 0;
+}
+
 int node_send_prepared(struct node *node, const struct node_prep *p,
                        uint64_t now, node_reply_fn *cb, void *privdata)
 {
-    if (!node_accepts(node) || p->buf == NULL || !node->sha_ok[p->script]) {
+    if (!node_accepts(node) || p->buf == NULL) {
+        return -1;
+    }
+    if (p->plain) {
+        return node_send_plain(node, p, now, cb, privdata);
+    }
+    if (!node->sha_ok[p->script]) {
         return -1;
     }
     struct node_cmd *cmd = cmd_get(node);
@@ -1009,6 +1119,30 @@ static void node_schedule_reconnect(struct node *node)
     evtimer_add(node->conn_timer, &tv);
 }
 
+/* INFO's "redis_version:7.0.15" as 70015; 0 when absent or malformed. */
+static uint32_t node_parse_version(const char *info)
+{
+    const char *p = strstr(info, "redis_version:");
+    if (p == NULL) {
+        return 0;
+    }
+    p += 14;
+    unsigned long part[3] = {0, 0, 0};
+    for (int i = 0; i < 3; i++) {
+        char *end;
+        part[i] = strtoul(p, &end, 10);
+        if (end == p || part[i] > 99) {
+            return i == 0 ? 0 : (uint32_t)(part[0] * 10000 + part[1] * 100);
+        }
+        p = end;
+        if (*p != '.') {
+            break;
+        }
+        p++;
+    }
+    return (uint32_t)(part[0] * 10000 + part[1] * 100 + part[2]);
+}
+
 /* Handshake replies: any error fails the connection. */
 static void handshake_cb(struct node *node, struct redisReply *reply,
                          enum node_status status, void *privdata)
@@ -1046,6 +1180,9 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
             memcpy(node->run_id, p, n);
             node->run_id[n] = '\0';
         }
+        node->version = reply->type == REDIS_REPLY_STRING
+                            ? node_parse_version(reply->str)
+                            : 0;
         const char *up = reply->type == REDIS_REPLY_STRING
                              ? strstr(reply->str, "uptime_in_seconds:")
                              : NULL;
@@ -1490,6 +1627,11 @@ void node_destroy(struct node *node)
         free(c);
     }
     free(node);
+}
+
+uint32_t node_version(const struct node *node)
+{
+    return node->version;
 }
 
 bool node_is_up(const struct node *node)

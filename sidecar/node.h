@@ -79,7 +79,10 @@ int node_script(struct node *node, enum node_script script, int argc,
  * text is the same for all: a script's SHA1 does not depend on the node).
  * Owned by the caller; it must outlive the callbacks of every send. */
 struct node_prep {
-    enum node_script script;
+    enum node_script script; /* unless plain */
+    bool plain;              /* plain commands, no script (no EVAL retry) */
+    int n_cmds;              /* commands in buf (plain: a transaction may
+                                take several; a script: 1) */
     int argc;
     char *buf; /* the whole EVALSHA command (inline_buf or heap) */
     size_t len;
@@ -94,6 +97,20 @@ int node_prepare(struct node_prep *p, enum node_script script, int argc,
                  const char **argv, const size_t *argvlen);
 void node_prep_free(struct node_prep *p);
 
+/* node_prepare_keys: node_prepare with numkeys given, for the scripts
+ * that take any number of keys (argv: the keys, then the arguments). */
+int node_prepare_keys(struct node_prep *p, enum node_script script,
+                      int numkeys, int argc, const char **argv,
+                      const size_t *argvlen);
+
+/* node_prepare_commands: formats n_cmds plain commands into p, back to
+ * back: command k has argcs[k] arguments, taken in turn from argv and
+ * argvlen. Sent with node_send_prepared, they go out together or not at
+ * all (a MULTI is never left open on the connection), and the callback
+ * runs once, with the last command's reply. Returns 0 or -1 (no memory). */
+int node_prepare_commands(struct node_prep *p, int n_cmds, const int *argcs,
+                          const char **argv, const size_t *argvlen);
+
 /* node_send_prepared: node_script for a prepared command; p is borrowed
  * until cb has run. now_us is the caller's util_now_us() reading in
  * microseconds (cluster_now_us()), taken before the call and shared by the
@@ -106,6 +123,10 @@ int node_send_prepared(struct node *node, const struct node_prep *p,
 /* node_command: any other command; same contract as node_script. */
 int node_command(struct node *node, int argc, const char **argv,
                  const size_t *argvlen, node_reply_fn *cb, void *privdata);
+
+/* node_version: the server's INFO redis_version at the last handshake as
+ * major * 10000 + minor * 100 + patch (7.0.15 is 70015); 0 unknown. */
+uint32_t node_version(const struct node *node);
 
 bool node_is_up(const struct node *node);
 enum node_state node_get_state(const struct node *node);

@@ -464,7 +464,7 @@ static void acquire_start(struct ops *o, struct call *call)
     call->round_start_us = cluster_now_us();
     if (cluster_acquire(o->cluster, call->req.resource, call->req.resource_len,
                         call->token, call->req.ttl_ms, call->req.fence,
-                        acquire_done_cb, call) != 0) {
+                        call->waitq != NULL, acquire_done_cb, call) != 0) {
         log_error(NULL, "acquire: out of memory");
         if (call->waitq != NULL) {
             call->waitq->head_trying = false;

@@ -19,6 +19,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <string.h>
 
 int redlock_quorum(int n_nodes)
 {
@@ -272,6 +273,75 @@ void redlock_inspect_decide(int n_nodes, const enum redlock_peek *peek,
             out->pttl_min = out->state != RL_STATE_NO_QUORUM ? pmin[p] : -1;
         }
     }
+}
+
+void redlock_round_holder_pttl(struct redlock_round *r, int64_t pttl)
+{
+    if (pttl >= 0 && (r->pttl_min < 0 || pttl < r->pttl_min)) {
+        r->pttl_min = pttl;
+    }
+}
+
+/* The value a SET ... GET found: a done mark, or another holder's token. */
+static enum redlock_node_result classify_old_value(const struct redlock_reply *v)
+{
+    if (v->kind == RLR_NIL) {
+        return RL_OK;
+    }
+    if (v->kind != RLR_STRING) {
+        return RL_FAILED;
+    }
+    return v->len >= 5 && memcmp(v->str, "done:", 5) == 0 ? RL_DONE : RL_BUSY;
+}
+
+enum redlock_node_result redlock_classify_acquire(enum redlock_acquire_form form,
+                                                  const struct redlock_reply *r,
+                                                  int64_t *fence, int64_t *pttl)
+{
+    switch (form) {
+    case RL_FORM_SCRIPT:
+        if (r->kind != RLR_ARRAY || r->n_elem != 2 ||
+            r->elem[0].kind != RLR_INTEGER || r->elem[1].kind != RLR_INTEGER) {
+            return RL_FAILED;
+        }
+        switch (r->elem[0].integer) {
+        case 1:
+            *fence = r->elem[1].integer;
+            return RL_OK;
+        case 0:
+            *pttl = r->elem[1].integer;
+            return RL_BUSY;
+        case 2:
+            *pttl = r->elem[1].integer;
+            return RL_DONE;
+        default:
+            return RL_FAILED;
+        }
+    case RL_FORM_SET_GET:
+        return classify_old_value(r);
+    case RL_FORM_SET_GET_INCR: {
+        /* EXEC answers nil when the transaction was aborted (WATCH: never
+         * used here) and an error when it could not run at all. */
+        if (r->kind != RLR_ARRAY || r->n_elem != 2 ||
+            r->elem[1].kind != RLR_INTEGER) {
+            return RL_FAILED;
+        }
+        enum redlock_node_result res = classify_old_value(&r->elem[0]);
+        if (res == RL_OK) {
+            *fence = r->elem[1].integer;
+        }
+        return res;
+    }
+    }
+    return RL_FAILED;
+}
+
+enum redlock_node_result redlock_classify_flag(const struct redlock_reply *r)
+{
+    if (r->kind != RLR_INTEGER) {
+        return RL_FAILED;
+    }
+    return r->integer == 1 ? RL_OK : r->integer == 0 ? RL_BUSY : RL_FAILED;
 }
 
 enum redlock_free_verdict redlock_free_quorum(int n_nodes, int n_done,

@@ -9,6 +9,7 @@
 #define REDLOCKD_REDLOCK_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define REDLOCK_MAX_NODES 32
@@ -22,6 +23,52 @@ enum redlock_node_result {
     RL_FAILED,      /* timeout, disconnect, error: unknown whether applied */
     RL_SKIPPED,     /* never sent: node down or quarantined */
 };
+
+/* A node's reply as the classifiers below see it: cluster.c fills it from
+ * the parsed RESP reply, so that this file needs no Redis client. */
+enum redlock_reply_kind {
+    RLR_NIL = 0, /* null bulk or null array */
+    RLR_STRING,  /* bulk or status string: str, len */
+    RLR_INTEGER, /* integer */
+    RLR_ERROR,   /* error reply: str, len */
+    RLR_ARRAY,   /* elem[0..n_elem) */
+    RLR_OTHER,   /* anything else: never expected */
+};
+
+struct redlock_reply {
+    enum redlock_reply_kind kind;
+    const char *str; /* borrowed: STRING, ERROR; not NUL-terminated */
+    size_t len;
+    long long integer;
+    const struct redlock_reply *elem; /* borrowed: ARRAY elements */
+    size_t n_elem;
+};
+
+/* The forms an acquire takes on a node (cluster.c picks one per node from
+ * its server version and the configuration). */
+enum redlock_acquire_form {
+    RL_FORM_SCRIPT = 0,   /* the acquire script: {1, fence} set, {0, pttl}
+                             held, {2, pttl} done mark */
+    RL_FORM_SET_GET,      /* SET key token NX PX ttl GET (Redis >= 7.0):
+                             nil set, "done:..." done mark, else held */
+    RL_FORM_SET_GET_INCR, /* MULTI, that SET, INCR fence, EXEC: an array
+                             of the SET's reply and the counter */
+};
+
+/* redlock_classify_acquire: what node's reply r to an acquire sent in
+ * form means: RL_OK (set; *fence = the node's counter when the form
+ * carries one), RL_BUSY (held by another token; *pttl = its PTTL when the
+ * form carries one, else left alone), RL_DONE (a done mark: kept apart
+ * from busy, since done is decided differently), or RL_FAILED (an error
+ * or a reply of the wrong shape: unknown whether the SET applied, so the
+ * node is rolled back). fence and pttl must not be NULL. */
+enum redlock_node_result redlock_classify_acquire(enum redlock_acquire_form form,
+                                                  const struct redlock_reply *r,
+                                                  int64_t *fence, int64_t *pttl);
+
+/* redlock_classify_flag: a compare-and-act script's reply: 1 RL_OK
+ * (applied), 0 RL_BUSY (not held), anything else RL_FAILED. */
+enum redlock_node_result redlock_classify_flag(const struct redlock_reply *r);
 
 /* The outcome of a round, once certain. */
 enum redlock_outcome {
@@ -81,6 +128,11 @@ enum redlock_outcome redlock_round_answer(struct redlock_round *r, int node,
                                           enum redlock_node_result res,
                                           int64_t fence, int64_t pttl,
                                           redlock_clock_fn *clock);
+
+/* redlock_round_holder_pttl: records a holder's PTTL learnt after its busy
+ * answer (a second command), so that the retry delay can use it; pttl < 0
+ * (no key or no expiry any more) is ignored. */
+void redlock_round_holder_pttl(struct redlock_round *r, int64_t pttl);
 
 /* redlock_round_outcome: the current outcome without a new answer. */
 enum redlock_outcome redlock_round_outcome(const struct redlock_round *r);

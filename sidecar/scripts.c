@@ -48,6 +48,41 @@ const char *const script_source[SCRIPT__COUNT] = {
         "local t = tonumber(ARGV[1])\n"
         "if c < t then redis.call('SET', KEYS[1], ARGV[1]) return t end\n"
         "return c\n",
+    /* redis.pcall: an error on one key (a key of another type) is that
+     * key's answer, as its text, and the loop goes on. */
+    [SCRIPT_BATCH] =
+        "local r = {}\n"
+        "for i = 1, #KEYS do\n"
+        "  local a = 4 * (i - 1)\n"
+        "  local op, t, n, ch = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3],\n"
+        "                       ARGV[a + 4]\n"
+        "  local v = redis.pcall('GET', KEYS[i])\n"
+        "  if type(v) == 'table' then\n"
+        "    r[i] = v.err\n"
+        "  elseif v ~= t then\n"
+        "    r[i] = 0\n"
+        "  else\n"
+        "    local e\n"
+        "    if op == 'r' then\n"
+        "      e = redis.pcall('DEL', KEYS[i])\n"
+        "    elseif op == 'e' then\n"
+        "      e = redis.pcall('PEXPIRE', KEYS[i], n)\n"
+        "    else\n"
+        "      e = redis.pcall('SET', KEYS[i], 'done:' .. t, 'PX', n)\n"
+        "    end\n"
+        "    if type(e) == 'table' and e.err then\n"
+        "      r[i] = e.err\n"
+        "    elseif op == 'e' then\n"
+        "      r[i] = e\n"
+        "    else\n"
+        "      if ch ~= '' then\n"
+        "        redis.pcall('PUBLISH', ch, op == 'r' and 'r' or 'd')\n"
+        "      end\n"
+        "      r[i] = 1\n"
+        "    end\n"
+        "  end\n"
+        "end\n"
+        "return r\n",
     [SCRIPT_DONE_SCAN] =
         "local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', "
         "ARGV[3])\n"
@@ -83,4 +118,5 @@ const int script_numkeys[SCRIPT__COUNT] = {
     [SCRIPT_ACQUIRE] = 2,   [SCRIPT_RELEASE] = 1,     [SCRIPT_EXTEND] = 1,
     [SCRIPT_COMPLETE] = 1,  [SCRIPT_FENCE_RAISE] = 2, [SCRIPT_FENCE_REPAIR] = 1,
     [SCRIPT_DONE_SCAN] = 0, [SCRIPT_DONE_COPY] = 0,
+    [SCRIPT_BATCH] = 0,
 };

@@ -23,13 +23,23 @@ enum node_script {
     SCRIPT_COMPLETE,     /* KEYS lock; ARGV token, keep_ms, channel -> 1/0 */
     SCRIPT_FENCE_RAISE,  /* KEYS lock, fence; ARGV token, value -> 1/0 */
     SCRIPT_FENCE_REPAIR, /* KEYS fence; ARGV value -> counter after */
+    /* The compare-and-acts above over n keys in one call (the per-call
+     * cost of a script is most of a single-key one's): KEYS k1..kn; ARGV
+     * per key, in key order: action ("r" release, "e" extend, "c"
+     * complete), token, number (ttl for e, keep_ms for c), channel ("":
+     * no publish). Answers an array of n replies, each 1 or 0 as the
+     * single-key script would, or the text of the error that key met
+     * (the other keys are unaffected). */
+    SCRIPT_BATCH,
     SCRIPT_DONE_SCAN,    /* ARGV cursor, match, count -> {cursor,
                             key, mark, pttl, key, mark, pttl, ...} */
     SCRIPT_DONE_COPY,    /* ARGV key, mark, pttl, ... -> marks set */
     SCRIPT__COUNT
 };
 
-/* Indexed by enum node_script; static storage, never freed. */
+/* Indexed by enum node_script; static storage, never freed. SCRIPT_BATCH
+ * takes any number of keys: its script_numkeys is 0 and the caller gives
+ * the count (node_prepare_keys). */
 extern const char *const script_source[SCRIPT__COUNT];
 extern const int script_numkeys[SCRIPT__COUNT];
 

@@ -61,7 +61,10 @@ class NodeProxy:
                 if not data:
                     break
                 if upstream:
-                    if self.armed and b"EVALSHA" in data:
+                    # the acquire: MULTI (SET NX GET, INCR) on Redis
+                    # 7, the script before
+                    if self.armed and (b"EVALSHA" in data or
+                                       b"MULTI" in data):
                         state["eval"] = True
                     dst.sendall(data)
                     continue

@@ -194,8 +194,11 @@ def test_rollback_after_noscript_removes_the_key(cluster, daemon_factory):
         nodes += ["--node", g4.uri, "--node", g5.uri]
         # A node timeout far above the time the gates stay shut: a command
         # that timed out is never re-sent, which would hide the bug.
+        # The acquire as a script (Redis < 7.0), which can meet NOSCRIPT;
+        # on 7.0 it is a SET, and only the rollback is a script.
         d = daemon_factory.start(cluster, name="dns", node_args=nodes,
-                                 extra=["--node-timeout-ms", "8000"])
+                                 extra=["--node-timeout-ms", "8000",
+                                        "--acquire-script"])
         r1, r2 = rname("first"), rname("undone")
         k2 = lock_key(r2)
         # R2 is held by someone else on nodes 1, 2 and 4: the acquire of R2
@@ -274,8 +277,11 @@ def test_acquire_not_resent_after_a_later_command_ran(cluster,
         for nd in cluster.nodes[:4]:
             nodes += ["--node", nd.uri]
         nodes += ["--node", g5.uri]
+        # The acquire as a script (Redis < 7.0), which can meet NOSCRIPT;
+        # on 7.0 it is a SET, and only the rollback is a script.
         d = daemon_factory.start(cluster, name="dg", node_args=nodes,
-                                 extra=["--node-timeout-ms", "8000"])
+                                 extra=["--node-timeout-ms", "8000",
+                                        "--acquire-script"])
         r1 = rname("late")
         assert resp_cmd(n5.path, "SCRIPT", "FLUSH") == "OK"
         g5.shut()

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -520,6 +521,168 @@ static void test_inspect_decide(void **state)
 #undef D
 }
 
+/* Reply views for the classifiers. */
+static struct redlock_reply rv_nil(void)
+{
+    struct redlock_reply r = {.kind = RLR_NIL};
+    return r;
+}
+
+static struct redlock_reply rv_str(const char *s)
+{
+    struct redlock_reply r = {.kind = RLR_STRING, .str = s, .len = strlen(s)};
+    return r;
+}
+
+static struct redlock_reply rv_int(long long v)
+{
+    struct redlock_reply r = {.kind = RLR_INTEGER, .integer = v};
+    return r;
+}
+
+static struct redlock_reply rv_err(const char *s)
+{
+    struct redlock_reply r = {.kind = RLR_ERROR, .str = s, .len = strlen(s)};
+    return r;
+}
+
+static struct redlock_reply rv_arr(const struct redlock_reply *e, size_t n)
+{
+    struct redlock_reply r = {.kind = RLR_ARRAY, .elem = e, .n_elem = n};
+    return r;
+}
+
+static enum redlock_node_result classify(enum redlock_acquire_form form,
+                                         struct redlock_reply r,
+                                         int64_t *fence, int64_t *pttl)
+{
+    *fence = 0;
+    *pttl = -1;
+    return redlock_classify_acquire(form, &r, fence, pttl);
+}
+
+static void test_classify_set_get(void **state)
+{
+    (void)state;
+    int64_t f, t;
+    /* nil: the key was absent and is set now */
+    assert_int_equal(classify(RL_FORM_SET_GET, rv_nil(), &f, &t), RL_OK);
+    assert_int_equal(f, 0);
+    /* another holder's token, or ours from an earlier attempt: busy, and
+     * no PTTL in this form (asked separately) */
+    assert_int_equal(
+        classify(RL_FORM_SET_GET, rv_str("0123456789abcdef0123456789abcdef"),
+                 &f, &t),
+        RL_BUSY);
+    assert_int_equal(t, -1);
+    /* a done mark is told apart from busy */
+    assert_int_equal(classify(RL_FORM_SET_GET,
+                              rv_str("done:0123456789abcdef0123456789abcdef"),
+                              &f, &t),
+                     RL_DONE);
+    assert_int_equal(classify(RL_FORM_SET_GET, rv_str("done:"), &f, &t),
+                     RL_DONE);
+    /* a prefix of the mark is not a mark */
+    assert_int_equal(classify(RL_FORM_SET_GET, rv_str("done"), &f, &t),
+                     RL_BUSY);
+    assert_int_equal(classify(RL_FORM_SET_GET, rv_str(""), &f, &t), RL_BUSY);
+    /* errors and odd shapes: unknown whether it applied */
+    assert_int_equal(
+        classify(RL_FORM_SET_GET, rv_err("WRONGTYPE Operation"), &f, &t),
+        RL_FAILED);
+    assert_int_equal(classify(RL_FORM_SET_GET, rv_int(1), &f, &t), RL_FAILED);
+    struct redlock_reply e[1] = {rv_nil()};
+    assert_int_equal(classify(RL_FORM_SET_GET, rv_arr(e, 1), &f, &t),
+                     RL_FAILED);
+}
+
+static void test_classify_set_get_incr(void **state)
+{
+    (void)state;
+    int64_t f, t;
+    struct redlock_reply won[2] = {rv_nil(), rv_int(42)};
+    assert_int_equal(classify(RL_FORM_SET_GET_INCR, rv_arr(won, 2), &f, &t),
+                     RL_OK);
+    assert_int_equal(f, 42);
+    struct redlock_reply busy[2] = {rv_str("abc"), rv_int(43)};
+    assert_int_equal(classify(RL_FORM_SET_GET_INCR, rv_arr(busy, 2), &f, &t),
+                     RL_BUSY);
+    assert_int_equal(f, 0); /* the counter only counts for a win */
+    struct redlock_reply done[2] = {rv_str("done:abc"), rv_int(44)};
+    assert_int_equal(classify(RL_FORM_SET_GET_INCR, rv_arr(done, 2), &f, &t),
+                     RL_DONE);
+    /* an error inside the transaction, EXEC refused, or a nil EXEC */
+    struct redlock_reply bad[2] = {rv_err("WRONGTYPE"), rv_int(45)};
+    assert_int_equal(classify(RL_FORM_SET_GET_INCR, rv_arr(bad, 2), &f, &t),
+                     RL_FAILED);
+    struct redlock_reply badinc[2] = {rv_nil(), rv_err("ERR not an integer")};
+    assert_int_equal(classify(RL_FORM_SET_GET_INCR, rv_arr(badinc, 2), &f, &t),
+                     RL_FAILED);
+    assert_int_equal(classify(RL_FORM_SET_GET_INCR,
+                              rv_err("EXECABORT Transaction discarded"), &f,
+                              &t),
+                     RL_FAILED);
+    assert_int_equal(classify(RL_FORM_SET_GET_INCR, rv_nil(), &f, &t),
+                     RL_FAILED);
+    assert_int_equal(classify(RL_FORM_SET_GET_INCR, rv_arr(won, 1), &f, &t),
+                     RL_FAILED);
+}
+
+static void test_classify_script(void **state)
+{
+    (void)state;
+    int64_t f, t;
+    struct redlock_reply set[2] = {rv_int(1), rv_int(7)};
+    assert_int_equal(classify(RL_FORM_SCRIPT, rv_arr(set, 2), &f, &t), RL_OK);
+    assert_int_equal(f, 7);
+    struct redlock_reply held[2] = {rv_int(0), rv_int(1500)};
+    assert_int_equal(classify(RL_FORM_SCRIPT, rv_arr(held, 2), &f, &t),
+                     RL_BUSY);
+    assert_int_equal(t, 1500);
+    struct redlock_reply done[2] = {rv_int(2), rv_int(900)};
+    assert_int_equal(classify(RL_FORM_SCRIPT, rv_arr(done, 2), &f, &t),
+                     RL_DONE);
+    struct redlock_reply odd[2] = {rv_int(3), rv_int(0)};
+    assert_int_equal(classify(RL_FORM_SCRIPT, rv_arr(odd, 2), &f, &t),
+                     RL_FAILED);
+    struct redlock_reply strs[2] = {rv_str("1"), rv_int(0)};
+    assert_int_equal(classify(RL_FORM_SCRIPT, rv_arr(strs, 2), &f, &t),
+                     RL_FAILED);
+    assert_int_equal(classify(RL_FORM_SCRIPT, rv_err("NOSCRIPT"), &f, &t),
+                     RL_FAILED);
+    assert_int_equal(classify(RL_FORM_SCRIPT, rv_nil(), &f, &t), RL_FAILED);
+}
+
+static void test_classify_flag(void **state)
+{
+    (void)state;
+    struct redlock_reply r = rv_int(1);
+    assert_int_equal(redlock_classify_flag(&r), RL_OK);
+    r = rv_int(0);
+    assert_int_equal(redlock_classify_flag(&r), RL_BUSY);
+    r = rv_int(2);
+    assert_int_equal(redlock_classify_flag(&r), RL_FAILED);
+    r = rv_err("BUSY Redis is busy running a script");
+    assert_int_equal(redlock_classify_flag(&r), RL_FAILED);
+    r = rv_str("1");
+    assert_int_equal(redlock_classify_flag(&r), RL_FAILED);
+}
+
+static void test_holder_pttl(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    redlock_round_start(&r, 5, 30000, 0.01, 0, 0);
+    assert_int_equal(r.pttl_min, -1);
+    redlock_round_holder_pttl(&r, -2); /* key gone meanwhile */
+    assert_int_equal(r.pttl_min, -1);
+    redlock_round_holder_pttl(&r, 800);
+    redlock_round_holder_pttl(&r, 1200);
+    assert_int_equal(r.pttl_min, 800);
+    redlock_round_holder_pttl(&r, 0);
+    assert_int_equal(r.pttl_min, 0);
+}
+
 /* Issue 14 item 3: a short ttl or a large drift factor leaves less validity
  * than ttl / 3; the next renewal must still come before the give-up. */
 static void test_renew_schedule(void **state)
@@ -635,6 +798,11 @@ int main(void)
         cmocka_unit_test(test_backoff),
         cmocka_unit_test(test_retry_delay),
         cmocka_unit_test(test_inspect_decide),
+        cmocka_unit_test(test_classify_set_get),
+        cmocka_unit_test(test_classify_set_get_incr),
+        cmocka_unit_test(test_classify_script),
+        cmocka_unit_test(test_classify_flag),
+        cmocka_unit_test(test_holder_pttl),
         cmocka_unit_test(test_renew_schedule),
         cmocka_unit_test(test_renew_decide),
     };
