@@ -22,6 +22,7 @@
 #include "metrics.h"
 #include "node.h"
 #include "redlock.h"
+#include "tls.h"
 
 #define KEY_INLINE 600 /* prefix (<= 64) + "lock:" + resource (<= 512) */
 
@@ -102,6 +103,7 @@ struct cluster {
     struct event_base *base;               /* borrowed */
     const struct config *cfg;              /* borrowed */
     struct node *nodes[REDLOCK_MAX_NODES]; /* owned */
+    struct tls_ctx *tls;                   /* owned: for rediss:// nodes */
     int n;
     int quorum;
     char fence_key[80];
@@ -1322,6 +1324,16 @@ struct cluster *cluster_create(struct event_base *base,
         .backoff_cap_ms = 5000,
         .max_pending = 1 << 20,
     };
+    for (int i = 0; i < c->n && c->tls == NULL; i++) {
+        char err[256];
+        if (cfg->nodes[i].tls &&
+            (c->tls = tls_ctx_create(cfg, err, sizeof(err))) == NULL) {
+            log_error(NULL, "%s", err);
+            cluster_destroy(c);
+            return NULL;
+        }
+    }
+    opts.tls = c->tls;
     for (int i = 0; i < c->n; i++) {
         c->nodes[i] = node_create(base, i, &cfg->nodes[i], &opts,
                                   cluster_node_state_cb, c);
@@ -1368,6 +1380,7 @@ void cluster_destroy(struct cluster *c)
         event_free(op->deadline_ev);
         free(op);
     }
+    tls_ctx_destroy(c->tls); /* after every node's session */
     free(c);
 }
 

@@ -1232,6 +1232,7 @@ char *ops_health_json(struct ops *o, const char *id, size_t id_len,
         nodes[i].last_error = e[0] ? e : NULL;
         nodes[i].rtt_ms = node_rtt_ms(nd);
         nodes[i].quarantined = cluster_node_quarantined(o->cluster, i);
+        nodes[i].tls = node_tls_mode(nd);
     }
     int usable = 0;
     for (int i = 0; i < n; i++) {

@@ -5,7 +5,10 @@
  * publishes from each node that held the lock, so any one node suffices to
  * hear of it, and a node that is down costs nothing but its announcement.
  * A connection that drops is re-established with back-off and subscribes
- * to the whole watched set again. */
+ * to the whole watched set again. rediss:// nodes get no subscriber (the
+ * hiredis 0.14 async client here speaks no TLS, and a plain connection to
+ * a TLS port must never be tried): waiters then hear only from plain nodes,
+ * or fall back to their retry polling. */
 #include "wake.h"
 
 #include <stdbool.h>
@@ -235,6 +238,9 @@ static void connect_timeout_cb(evutil_socket_t fd, short what, void *arg)
 static void wake_node_connect(struct wake_node *wn)
 {
     const struct node_addr *a = wn->addr;
+    if (a->tls) {
+        return; /* hiredis 0.14 has no TLS: never subscribe in plain text */
+    }
     redisAsyncContext *ac = a->kind == NODE_ADDR_UNIX
                                 ? redisAsyncConnectUnix(a->path)
                                 : redisAsyncConnect(a->host, a->port);
@@ -368,6 +374,12 @@ struct wake *wake_create(struct event_base *base, const struct config *cfg,
         wn->index = i;
         wn->addr = &cfg->nodes[i];
         snprintf(wn->subject, sizeof(wn->subject), "node %d sub", i + 1);
+        if (wn->addr->tls) {
+            log_warn(wn->subject,
+                     "%s: rediss:// node: no cross-daemon wake-ups from it "
+                     "(pub/sub is not over TLS yet); waiters poll",
+                     wn->addr->display);
+        }
         wn->retry_ev = evtimer_new(base, retry_cb, wn);
         wn->connect_ev = evtimer_new(base, connect_timeout_cb, wn);
         if (wn->retry_ev == NULL || wn->connect_ev == NULL) {
