@@ -560,11 +560,13 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
         }
         uint64_t left = wait_left_ms(call, now);
         /* Right after subscribing, a release may have slipped by before
-         * the subscription: retry once on the plain back-off. */
+         * the subscription: retry once on the plain back-off. So does
+         * every retry when no wake-up can come (rediss:// nodes only). */
+        bool polls = fresh || !wake_possible(o->wake);
         uint32_t delay =
             q->woken ? 0
                      : redlock_retry_delay_ms(call->attempt,
-                                              fresh ? -1 : res->pttl_min, left,
+                                              polls ? -1 : res->pttl_min, left,
                                               (double)random() / RAND_MAX);
         q->woken = false;
         if (left > 0) {

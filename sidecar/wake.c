@@ -349,6 +349,16 @@ size_t wake_watching(const struct wake *w)
     return w->count;
 }
 
+bool wake_possible(const struct wake *w)
+{
+    for (int i = 0; i < w->n; i++) {
+        if (!w->nodes[i].addr->tls) {
+            return true;
+        }
+    }
+    return false;
+}
+
 struct wake *wake_create(struct event_base *base, const struct config *cfg,
                          wake_fn *cb, void *priv)
 {

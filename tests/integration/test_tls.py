@@ -359,3 +359,28 @@ def test_tls_config_refusals(certs, tmp_path):
     print(err)
     assert p.returncode != 0, err
     assert str(bogus) in err and "--tls-ca-file" in err
+
+
+def test_tls_waiter_on_another_daemon_polls(env):
+    """No pub/sub over TLS: a waiter on daemon B hears of daemon A's
+    release by polling on its back-off, not at the end of A's TTL."""
+    c = env.cluster()
+    a = env.daemon(c, name="a")
+    b = env.daemon(c, name="b")
+    assert "no cross-daemon wake-ups" in b.stderr_text()
+    res = rname("tlswait")
+    with a.client() as ca, b.client(timeout=20.0) as cb:
+        r = ca.call("acquire", resource=res, ttl_ms=60000)
+        assert_ok(r)
+        cb.send({"op": "acquire", "id": "w", "resource": res,
+                 "wait_ms": 15000, "ttl_ms": 5000})
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        assert_ok(ca.call("release", lock=r["lock"]))
+        w = cb.response("w", timeout=20.0)
+        took = time.monotonic() - t0
+        print("waiter on the other daemon got it %.0f ms after the "
+              "release" % (took * 1000))
+        assert_ok(w, "the waiter on the other daemon")
+        assert took < 5.0 * SLOW, took  # not the 60 s TTL, nor wait_ms
+        assert_ok(cb.call("release", lock=w["lock"]))
