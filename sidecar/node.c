@@ -176,17 +176,20 @@ static void node_set_state(struct node *node, enum node_state state)
         return;
     }
     node->state = state;
+    bool counted = node->opts.push_cb == NULL; /* not a subscriber */
     if (state == NODE_UP) {
         node->attempt = 0;
         if (node->was_up) {
             node->reconnects++;
-            METRIC_INC(node_reconnects);
+            if (counted) {
+                METRIC_INC(node_reconnects);
+            }
         }
         node->was_up = true;
-        METRIC_ADD(nodes_up, 1);
+        METRIC_ADD(nodes_up, counted ? 1 : 0);
         log_info(node->subject, "%s: up", node->addr->display);
     } else if (old == NODE_UP) {
-        METRIC_ADD(nodes_up, -1);
+        METRIC_ADD(nodes_up, counted ? -1 : 0);
         log_warn(node->subject, "%s: down: %s", node->addr->display,
                  node->last_error[0] ? node->last_error : "closed");
     }
@@ -651,7 +654,9 @@ static void node_handle_reply(struct node *node, redisReply *reply,
     fifo_unlink(node, cmd);
     node->rtt_ms = (double)(now - cmd->sent_us) / 1000.0;
     node->last_reply_us = now;
-    metrics_observe_node(node->index, now - cmd->sent_us);
+    if (node->opts.push_cb == NULL) {
+        metrics_observe_node(node->index, now - cmd->sent_us);
+    }
     if (!cmd->done) {
         cmd->done = true;
         if (cmd->cb != NULL) {
@@ -659,6 +664,22 @@ static void node_handle_reply(struct node *node, redisReply *reply,
         }
     }
     cmd_put(node, cmd);
+}
+
+/* A subscriber's pub/sub message, ["message", channel, payload]: goes to
+ * push_cb, not to the FIFO. Returns true when r was one. */
+static bool node_push(struct node *node, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_STRING || r->element[0]->len != 7 ||
+        memcmp(r->element[0]->str, "message", 7)) {
+        return false;
+    }
+    node->last_reply_us = now_us();
+    node->opts.push_cb(node, r->element[1]->str, r->element[1]->len,
+                       node->state_priv);
+    return true;
 }
 
 /* Reads what the socket has and runs a callback per complete reply. */
@@ -710,6 +731,14 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
                                          &used, &r, why, sizeof(why));
         if (rc == RESP_INCOMPLETE) {
             break;
+        }
+        if (rc == RESP_OK && node->opts.push_cb != NULL && node_push(node, r)) {
+            off += used;
+            resp_reply_free(r);
+            if (node->conn_gen != gen) {
+                return;
+            }
+            continue;
         }
         if (rc == RESP_OK && node->head == NULL) {
             resp_reply_free(r);
@@ -1087,6 +1116,11 @@ static void handshake_start(struct node *node)
         argv[argc++] = node->addr->password;
         handshake_send(node, argc, argv, lens, -1);
     }
+    if (node->opts.push_cb != NULL) {
+        argv[0] = "PING"; /* pub/sub needs no db, INFO or scripts */
+        handshake_send(node, 1, argv, lens, -1);
+        return;
+    }
     if (node->addr->db > 0) {
         char db[16];
         snprintf(db, sizeof(db), "%d", node->addr->db);
@@ -1354,7 +1388,8 @@ struct node *node_create(struct event_base *base, int index,
     node->state_priv = state_priv;
     node->rtt_ms = -1;
     node->fd = -1;
-    snprintf(node->subject, sizeof(node->subject), "node %d", index + 1);
+    snprintf(node->subject, sizeof(node->subject), "node %d%s", index + 1,
+             opts->push_cb != NULL ? " sub" : "");
     node->conn_timer = evtimer_new(base, conn_timer_cb, node);
     node->cmd_timer = evtimer_new(base, cmd_timer_cb, node);
     node->ping_timer = event_new(base, -1, EV_PERSIST, ping_timer_cb, node);
@@ -1380,7 +1415,7 @@ void node_destroy(struct node *node)
     if (node == NULL) {
         return;
     }
-    if (node->state == NODE_UP) {
+    if (node->state == NODE_UP && node->opts.push_cb == NULL) {
         METRIC_ADD(nodes_up, -1);
     }
     node->state = NODE_CLOSED;

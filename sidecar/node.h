@@ -46,6 +46,11 @@ typedef void node_reply_fn(struct node *node, struct redisReply *reply,
 typedef void node_state_fn(struct node *node, enum node_state state,
                            void *privdata);
 
+/* A pub/sub message on a subscriber node: the channel (valid only inside
+ * the call); the payload is not passed on. */
+typedef void node_push_fn(struct node *node, const char *channel, size_t len,
+                          void *privdata);
+
 struct node_options {
     int timeout_ms;         /* per-command deadline */
     int connect_timeout_ms; /* connect + handshake deadline */
@@ -54,6 +59,11 @@ struct node_options {
     int backoff_cap_ms;     /* largest reconnect delay */
     int max_pending;        /* commands in flight before sends fail */
     struct tls_ctx *tls;    /* borrowed: for rediss:// nodes, else NULL */
+    /* Set for a pub/sub subscriber connection (wake.c): its handshake is
+     * AUTH and PING only, "message" pushes go to push_cb instead of the
+     * command FIFO (with node_create's state_priv), and it counts in no
+     * node metric. */
+    node_push_fn *push_cb;
 };
 
 /* node_create: a node for addr (borrowed: owned by the config, must outlive

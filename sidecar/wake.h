@@ -33,8 +33,9 @@ void wake_unwatch(struct wake *w, const char *resource, size_t len);
 /* wake_watching: resources watched now (for tests and metrics). */
 size_t wake_watching(const struct wake *w);
 
-/* wake_possible: some node can carry wake-ups (not every node is
- * rediss://, which gets no subscriber); when false, a waiter must poll. */
+/* wake_possible: some node can carry wake-ups (false only when every
+ * node is rediss:// and no TLS context could be made for the
+ * subscribers); when false, a waiter must poll. */
 bool wake_possible(const struct wake *w);
 
 #endif

@@ -201,9 +201,10 @@ def test_tls_bad_certificate_refused(env, cert, host, want):
     # Still down a while later: retried with back-off, never plain text.
     time.sleep(0.5)
     assert not any(n["up"] for n in d.health()["nodes"])
-    for nd in c.nodes:
-        clients = nd.cmd("CLIENT", "LIST").decode()
-        assert "addr=127.0.0.1" not in clients, clients
+    for nd in c.nodes:  # no handshake command ever ran (nor in plain)
+        stats = nd.cmd("INFO", "commandstats")
+        assert b"cmdstat_script" not in stats, stats
+        assert b"cmdstat_info" not in stats, stats
 
 
 def test_tls_server_name_override(env):
@@ -361,20 +362,28 @@ def test_tls_config_refusals(certs, tmp_path):
     assert str(bogus) in err and "--tls-ca-file" in err
 
 
-def test_tls_waiter_on_another_daemon_polls(env):
-    """No pub/sub over TLS: a waiter on daemon B hears of daemon A's
-    release by polling on its back-off, not at the end of A's TTL."""
+def test_tls_wake_across_daemons(env):
+    """Pub/sub wake-ups ride node.c's TLS connections too: a waiter on
+    daemon B subscribes on every node over TLS and wakes at daemon A's
+    release, long before A's TTL."""
     c = env.cluster()
     a = env.daemon(c, name="a")
     b = env.daemon(c, name="b")
-    assert "no cross-daemon wake-ups" in b.stderr_text()
     res = rname("tlswait")
+    chan = "redlock:wake:" + res
     with a.client() as ca, b.client(timeout=20.0) as cb:
         r = ca.call("acquire", resource=res, ttl_ms=60000)
         assert_ok(r)
         cb.send({"op": "acquire", "id": "w", "resource": res,
                  "wait_ms": 15000, "ttl_ms": 5000})
-        time.sleep(1.0)
+        subs, _ = poll_until(lambda: all(
+            nd.cmd("PUBSUB", "NUMSUB", chan)[1] == 1 for nd in c.nodes),
+            5.0 * SLOW)
+        assert subs, [nd.cmd("PUBSUB", "NUMSUB", chan) for nd in c.nodes]
+        for nd in c.nodes:  # the subscriber is a TLS client, TCP is off
+            ln = [x for x in nd.cmd("CLIENT", "LIST").decode().splitlines()
+                  if "sub=1" in x]
+            assert len(ln) == 1 and "addr=127.0.0.1" in ln[0], ln
         t0 = time.monotonic()
         assert_ok(ca.call("release", lock=r["lock"]))
         w = cb.response("w", timeout=20.0)
@@ -382,5 +391,10 @@ def test_tls_waiter_on_another_daemon_polls(env):
         print("waiter on the other daemon got it %.0f ms after the "
               "release" % (took * 1000))
         assert_ok(w, "the waiter on the other daemon")
-        assert took < 5.0 * SLOW, took  # not the 60 s TTL, nor wait_ms
+        assert took < 1.0 * SLOW, took  # woken, not its 500 ms polling
         assert_ok(cb.call("release", lock=w["lock"]))
+    # No waiter left: the subscribers close.
+    gone, _ = poll_until(lambda: all(
+        nd.cmd("PUBSUB", "NUMSUB", chan)[1] == 0 for nd in c.nodes),
+        5.0 * SLOW)
+    assert gone
