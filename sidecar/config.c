@@ -215,8 +215,8 @@ static const struct option_def options[] = {
     {"tls-key-file", 0, "tls_key_file", "REDLOCKD_TLS_KEY_FILE", OPT_STRING,
      FIELD(tls_key_file, char *), NULL, 0, 0, check_nonempty, "a file path",
      "FILE",
-     "PEM private key of --tls-cert-file; refused when group or others "
-     "may read it"},
+     "PEM private key of --tls-cert-file; refused when others may read it, "
+     "or its group and root does not own it"},
     {"tls-insecure-skip-verify", 0, "tls_insecure_skip_verify", NULL, OPT_BOOL,
      FIELD(tls_insecure_skip_verify, bool), NULL, 0, 0, NULL, NULL, NULL,
      "unsafe: accept any certificate from rediss:// nodes (encryption "
@@ -1876,8 +1876,10 @@ static int apply_args(struct config *cfg, int argc, char **argv,
  * may hold garbage on entry; on success the log is set to cfg's level and
  * format, and an even node count draws a warning. */
 /* check_tls: the --tls-* settings make sense together, and the private
- * key is not readable by group or others (as ssh insists): a key others
- * can read lets them pose as this daemon to every node. */
+ * key is not readable by others, nor by its group unless root owns it (the
+ * rule of PostgreSQL's ssl_key_file: a Kubernetes secret mounted with
+ * fsGroup is root's and group-readable): a key others can read lets them
+ * pose as this daemon to every node. */
 static int check_tls(const struct config *cfg, char *err, size_t errlen)
 {
     char sv[SHOWN_MAX + 4];
@@ -1897,10 +1899,10 @@ static int check_tls(const struct config *cfg, char *err, size_t errlen)
                 show(cfg->tls_key_file, sv, sizeof sv), strerror(errno));
         return -1;
     }
-    if ((st.st_mode & 077) != 0) {
+    if ((st.st_mode & (st.st_uid == 0 ? 037 : 077)) != 0) {
         set_err(err, errlen,
                 "--tls-key-file %s: readable by group or others (mode "
-                "%04o); chmod 600 it",
+                "%04o); chmod 600 it (640 when root owns it)",
                 show(cfg->tls_key_file, sv, sizeof sv),
                 (unsigned)(st.st_mode & 07777));
         return -1;

@@ -348,6 +348,22 @@ def test_tls_config_refusals(certs, tmp_path):
     assert "readable by group or others" in err and "0644" in err
     body = loose.read_text().split("-----")[2].strip().splitlines()[0]
     assert body not in err
+    # Group-readable: only when root owns it (a Kubernetes secret with
+    # fsGroup), never when its owner is another user.
+    os.chmod(loose, 0o640)
+    os.chown(loose, 65534, 65534)
+    p = run_bin(node + ["--tls-cert-file", certs.crt("client"),
+                        "--tls-key-file", str(loose)])
+    assert p.returncode == 2 and "0640" in p.stderr.decode(), p.stderr
+    # Root's 0640 passes the check: the start goes on to load the key,
+    # and fails only because it does not match the (server's) certificate.
+    os.chown(loose, 0, 0)
+    p = run_bin(node + ["--tls-cert-file", certs.crt("server"),
+                        "--tls-key-file", str(loose), "--socket",
+                        str(tmp_path / "k.sock")])
+    err = p.stderr.decode()
+    assert p.returncode != 0 and "key values mismatch" in err, err
+    assert "readable" not in err and body not in err, err
     p = run_bin(node + ["--tls-cert-file", certs.crt("client")])
     assert p.returncode == 2
     assert "go together" in p.stderr.decode()
