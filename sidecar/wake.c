@@ -223,13 +223,13 @@ void wake_unwatch(struct wake *w, const char *resource, size_t len)
     free(x->channel);
     free(x);
     w->count--;
-    if (w->count == 0) {
-        /* No waiters left: no subscriber connections either. */
-        event_active(w->idle_ev, EV_TIMEOUT, 1);
-        return;
-    }
     for (int i = 0; i < w->n; i++) {
         node_subscribe(&w->nodes[i], "UNSUBSCRIBE", ch, cl);
+    }
+    if (w->count == 0) {
+        /* No waiters left: no subscriber connections either (unless a
+         * watch comes back within this loop turn). */
+        event_active(w->idle_ev, EV_TIMEOUT, 1);
     }
 }
 
