@@ -6,6 +6,13 @@
  *     (AUTH, SELECT, INFO, SCRIPT LOAD x n; all with the connect deadline)
  *     --last handshake reply--> UP --drop, stall, error--> DOWN
  *
+ * rediss:// nodes (tls.c) run a TLS handshake between "socket connected"
+ * and the handshake commands, which wait queued meanwhile, under the same
+ * connect deadline; reads and writes then go through the TLS session, and
+ * either may wait for the other direction (read_wants_write and
+ * write_wants_read). A subscriber node (wake.c, opts.push_cb) runs AUTH and
+ * PING only and hands "message" pushes to push_cb.
+ *
  * Writes: commands are formatted as RESP once (per op, see node_prepare)
  * and appended to the node's output buffer; the buffer goes out in one
  * write() at the end of the current event-loop turn (flush_ev is made
