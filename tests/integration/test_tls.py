@@ -414,3 +414,52 @@ def test_tls_wake_across_daemons(env):
         nd.cmd("PUBSUB", "NUMSUB", chan)[1] == 0 for nd in c.nodes),
         5.0 * SLOW)
     assert gone
+
+
+def test_compose_tls_variant(env, tmp_path):
+    """docker/compose.tls.yaml and docker/tls/make-certs.sh, run here: the
+    script's certificates, the override's redis-server TLS arguments and
+    the sidecar's TLS environment give five verified, mutual-TLS nodes
+    (names as in compose: the certificate's redis-1 .. redis-5)."""
+    import subprocess
+    import yaml
+    from rl import REPO
+    certs = tmp_path / "certs"
+    r = subprocess.run([str(REPO / "docker" / "tls" / "make-certs.sh"),
+                        str(certs)], capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    for key in ("server.key", "client.key"):
+        mode = os.stat(certs / key).st_mode & 0o777
+        assert mode == 0o600, (key, oct(mode))
+    over = yaml.safe_load((REPO / "docker" / "compose.tls.yaml").read_text())
+    cmd = over["services"]["redis-1"]["command"]
+    assert cmd[0] == "redis-server" and "--tls-auth-clients" in cmd
+    c = Cluster(5)
+    env.clusters.append(c)
+    nodes = []
+    for k in range(5):
+        nd = TlsNode(c.dir, k + 1, env.certs)
+        args = [a.replace("/tls/", str(certs) + "/") for a in cmd[1:]]
+        args[args.index("--tls-port") + 1] = str(nd.tls_port)
+        args += ["--bind", "127.0.0.1"]
+        nd.start = (lambda nd=nd, args=args:
+                    super(TlsNode, nd).start(extra=args))
+        nodes.append(nd)
+    c.nodes = nodes
+    c.start()
+    sidecar = over["services"]["redlockd"]["environment"]
+    uris = [u.strip() for u in sidecar["REDLOCKD_NODES"].split(",")]
+    assert all(u.startswith("rediss://redis-%d:6379" % (i + 1))
+               for i, u in enumerate(uris)), uris
+    mount = "/run/secrets/redlockd-tls/"
+    flags = []
+    for var, flag in (("REDLOCKD_TLS_CA_FILE", "--tls-ca-file"),
+                      ("REDLOCKD_TLS_CERT_FILE", "--tls-cert-file"),
+                      ("REDLOCKD_TLS_KEY_FILE", "--tls-key-file")):
+        assert sidecar[var].startswith(mount), sidecar[var]
+        flags += [flag, str(certs / sidecar[var][len(mount):])]
+    d = env.daemon(c, ca=False, uris=[nd.tls_uri() for nd in c.nodes],
+                   extra=flags + ["--tls-server-name", "redis-3"])
+    with d.client() as cl:
+        r = cl.call("acquire", resource=rname("compose"), ttl_ms=3000)
+        assert_ok(r, "acquire with the compose TLS variant")
