@@ -37,6 +37,7 @@ struct wake_node {
     int index;
     const struct node_addr *addr; /* borrowed: owned by the config */
     struct node *conn;            /* owned: subscriber, NULL when idle */
+    bool refused;                 /* a SUBSCRIBE refusal was logged */
 };
 
 struct wake {
@@ -91,11 +92,14 @@ static size_t make_channel(const struct wake *w, const char *res, size_t len,
 static void subscribe_cb(struct node *node, struct redisReply *reply,
                          enum node_status status, void *privdata)
 {
-    (void)privdata;
-    if (status == NODE_REPLY && reply->type == REDIS_REPLY_ERROR) {
-        /* An ACL user without &<prefix>wake:*: waiters poll instead. */
-        log_warn(NULL, "%s: SUBSCRIBE refused: %s", node_display(node),
-                 reply->str);
+    struct wake_node *wn = privdata;
+    if (status == NODE_REPLY && reply->type == REDIS_REPLY_ERROR &&
+        !wn->refused) {
+        /* An ACL user without &<prefix>wake:*: waiters poll instead.
+         * Once per daemon and node, not once per waiter. */
+        wn->refused = true;
+        log_warn(NULL, "%s: SUBSCRIBE refused (waiters poll): %s",
+                 node_display(node), reply->str);
     }
 }
 

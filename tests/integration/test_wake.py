@@ -169,3 +169,48 @@ def test_idle_subscriber_notices_a_frozen_node(cluster, daemon_factory):
             c.close()
     finally:
         tcp.stop()
+
+
+def test_subscribe_refusal_logged_once_per_node(cluster, daemon_factory):
+    """An ACL user without the wake channels: every SUBSCRIBE is refused.
+    The daemon says so once per node, not once per waiter."""
+    import os
+    pw = "wk-%s" % os.urandom(6).hex()
+    admin = "adm-%s" % os.urandom(6).hex()
+    for n in cluster.nodes:
+        assert n.cmd("ACL", "SETUSER", "redlockd", "on", ">" + pw, "~*",
+                     "resetchannels", "+@all") == "OK"
+        assert n.cmd("ACL", "SETUSER", "default", "resetpass",
+                     ">" + admin) == "OK"
+        n.password = admin
+    node_args = []
+    for n in cluster.nodes:
+        node_args += ["--node", "unix://redlockd:%s@%s" % (pw, n.path)]
+    d = daemon_factory.start(cluster, name="nochan", node_args=node_args)
+    clients = []
+    try:
+        for _ in range(3):
+            res = rname("nochan")
+            for n in cluster.nodes:
+                n.cmd("SET", lock_key(res), "someone-else", "PX", "60000")
+            c = d.client(timeout=30.0)
+            c.send({"op": "acquire", "id": "w", "resource": res,
+                    "ttl_ms": 5000, "wait_ms": 20000})
+            clients.append(c)
+
+        def refused():
+            lines = [ln for ln in d.stderr_text().splitlines()
+                     if "SUBSCRIBE refused" in ln]
+            return lines if len(lines) >= 5 else None
+        lines, _ = poll_until(refused, 5.0 * SLOW)
+        assert lines, d.stderr_tail(40)
+        time.sleep(0.5)
+        lines = [ln for ln in d.stderr_text().splitlines()
+                 if "SUBSCRIBE refused" in ln]
+        print(lines[0])
+        assert len(lines) == 5, lines
+        assert "NOPERM" in lines[0], lines[0]
+        assert pw not in d.stderr_text()
+    finally:
+        for c in clients:
+            c.close()
