@@ -4,12 +4,13 @@
 # its own: scripts/test must keep going after a failing suite); safe to run
 # on its own.
 
-# Build: compiler, meson, the four libraries. Run: redis-server (for --dev
-# and tests). Tests: cmocka, pytest for /usr/bin/python3, socat and curl for
-# the examples, golang for the Go client, nodejs/npm for the Node client.
-REDLOCKD_BUILD_PKGS="gcc pkg-config meson ninja-build libhiredis-dev libevent-dev uuid-dev libcjson-dev"
+# Build: compiler, meson, the five libraries (OpenSSL for rediss://). Run:
+# redis-server (for --dev and tests). Tests: cmocka, pytest for
+# /usr/bin/python3, the openssl CLI (TLS test certificates), socat and curl
+# for the examples, golang for the Go client, nodejs/npm for the Node client.
+REDLOCKD_BUILD_PKGS="gcc pkg-config meson ninja-build libhiredis-dev libevent-dev uuid-dev libcjson-dev libssl-dev"
 REDLOCKD_RUN_PKGS="redis-server"
-REDLOCKD_TEST_PKGS="libcmocka-dev python3 python3-pytest python3-yaml shellcheck socat curl valgrind clang nftables"
+REDLOCKD_TEST_PKGS="libcmocka-dev openssl python3 python3-pytest python3-yaml shellcheck socat curl valgrind clang nftables"
 # The container suite: podman with the runc runtime, debootstrap for the
 # local base image (no registry), podman-compose for docker/compose.yaml.
 REDLOCKD_CONTAINER_PKGS="podman runc debootstrap podman-compose"

@@ -29,6 +29,7 @@
 #include "redlock.h"
 #include "semaphore.h"
 #include "util.h"
+#include "tls.h"
 
 #define KEY_INLINE 600 /* prefix (<= 64) + "lock:" + resource (<= 512) */
 
@@ -126,6 +127,7 @@ struct cluster {
     struct event_base *base;               /* borrowed */
     const struct config *cfg;              /* borrowed */
     struct node *nodes[REDLOCK_MAX_NODES]; /* owned */
+    struct tls_ctx *tls;                   /* owned: for rediss:// nodes */
     int n;
     int quorum;
     char fence_key[80];
@@ -1858,6 +1860,16 @@ struct cluster *cluster_create(struct event_base *base,
         free(c);
         return NULL;
     }
+    for (int i = 0; i < c->n && c->tls == NULL; i++) {
+        char err[256];
+        if (cfg->nodes[i].tls &&
+            (c->tls = tls_ctx_create(cfg, err, sizeof(err))) == NULL) {
+            log_error(NULL, "%s", err);
+            cluster_destroy(c);
+            return NULL;
+        }
+    }
+    opts.tls = c->tls;
     for (int i = 0; i < c->n; i++) {
         c->nodes[i] = node_create(base, i, &cfg->nodes[i], &opts,
                                   cluster_node_state_cb, c);
@@ -1927,6 +1939,7 @@ void cluster_destroy(struct cluster *c)
     if (c->batch_ev != NULL) {
         event_free(c->batch_ev);
     }
+    tls_ctx_destroy(c->tls); /* after every node's session */
     free(c);
 }
 

@@ -202,6 +202,30 @@ static const struct option_def options[] = {
      FIELD(acquire_script, bool), NULL, 0, 0, NULL, NULL, NULL,
      "testing: acquire through the Lua script, as for Redis older than "
      "7.0, even where SET NX GET is there (the tests run both paths)"},
+    {"tls-ca-file", 0, "tls_ca_file", "REDLOCKD_TLS_CA_FILE", OPT_STRING,
+     FIELD(tls_ca_file, char *), NULL, 0, 0, check_nonempty, "a file path",
+     "FILE",
+     "PEM bundle of the CAs that rediss:// nodes' certificates must chain "
+     "to (default: the system CA store)"},
+    {"tls-server-name", 0, "tls_server_name", "REDLOCKD_TLS_SERVER_NAME",
+     OPT_STRING, FIELD(tls_server_name, char *), NULL, 0, 0, check_nonempty,
+     "a host name", "NAME",
+     "name that rediss:// nodes' certificates must carry, also sent as SNI "
+     "(default: each URI's host)"},
+    {"tls-cert-file", 0, "tls_cert_file", "REDLOCKD_TLS_CERT_FILE", OPT_STRING,
+     FIELD(tls_cert_file, char *), NULL, 0, 0, check_nonempty, "a file path",
+     "FILE",
+     "PEM client certificate (chain) for mutual TLS; needs --tls-key-file"},
+    {"tls-key-file", 0, "tls_key_file", "REDLOCKD_TLS_KEY_FILE", OPT_STRING,
+     FIELD(tls_key_file, char *), NULL, 0, 0, check_nonempty, "a file path",
+     "FILE",
+     "PEM private key of --tls-cert-file; refused when others may read it, "
+     "or its group and root does not own it"},
+    {"tls-insecure-skip-verify", 0, "tls_insecure_skip_verify", NULL, OPT_BOOL,
+     FIELD(tls_insecure_skip_verify, bool), NULL, 0, 0, NULL, NULL, NULL,
+     "unsafe: accept any certificate from rediss:// nodes (encryption "
+     "without authentication: anyone on the path can pose as a node); "
+     "warned at start and shown in /v1/health"},
     {"help", 'h', NULL, NULL, OPT_HELP, 0, NULL, 0, 0, NULL, NULL, NULL,
      "print this help and exit"},
     {"version", 'V', NULL, NULL, OPT_VERSION, 0, NULL, 0, 0, NULL, NULL, NULL,
@@ -877,6 +901,7 @@ static int uri_unix(const char *s, struct node_addr *out, const char *shown,
  *     host a name, IPv4 or [IPv6]; port defaults to 6379; db 0..1000000
  *     (SELECT only when > 0); user and password are percent-decoded; with
  *     user@ alone the password comes from --redis-password-file;
+ *   rediss://...: the same over TLS (see the --tls-* settings);
  *   unix:///absolute/path.sock[?db=N][&persistent=1]
  *     also unix://[user]:password@/path.sock and unix://user@/path.sock.
  * persistent is 1/0/true/false. Returns 0, or -1 with one line in err that
@@ -902,8 +927,9 @@ int config_parse_node_uri(const char *uri, struct node_addr *out, char *err,
         is_unix = true;
         rest = uri + 7;
     } else if (strncasecmp(uri, "rediss://", 9) == 0) {
-        set_err(err, errlen, "TLS (rediss://) is not supported in '%s'", shown);
-        return -1;
+        is_unix = false;
+        rest = uri + 9;
+        out->tls = true;
     } else {
         set_err(err, errlen,
                 "'%s' is not a node URI (redis://host:port or "
@@ -937,6 +963,7 @@ int config_parse_node_uri(const char *uri, struct node_addr *out, char *err,
         node_addr_free(out);
         return -1;
     }
+    out->tls = strncasecmp(uri, "rediss://", 9) == 0;
     if (is_unix) {
         snprintf(out->display, sizeof out->display, "unix:%s", out->path);
     } else if (strchr(out->host, ':') != NULL) {
@@ -1852,6 +1879,41 @@ static int apply_args(struct config *cfg, int argc, char **argv,
 /* config_load: see config.h. cfg is overwritten (not freed) first, so it
  * may hold garbage on entry; on success the log is set to cfg's level and
  * format, and an even node count draws a warning. */
+/* check_tls: the --tls-* settings make sense together, and the private
+ * key is not readable by others, nor by its group unless root owns it (the
+ * rule of PostgreSQL's ssl_key_file: a Kubernetes secret mounted with
+ * fsGroup is root's and group-readable): a key others can read lets them
+ * pose as this daemon to every node. */
+static int check_tls(const struct config *cfg, char *err, size_t errlen)
+{
+    char sv[SHOWN_MAX + 4];
+    struct stat st;
+
+    if ((cfg->tls_cert_file == NULL) != (cfg->tls_key_file == NULL)) {
+        set_err(err, errlen,
+                "--tls-cert-file and --tls-key-file go together (mutual "
+                "TLS needs both)");
+        return -1;
+    }
+    if (cfg->tls_key_file == NULL) {
+        return 0;
+    }
+    if (stat(cfg->tls_key_file, &st) != 0) {
+        set_err(err, errlen, "--tls-key-file %s: %s",
+                show(cfg->tls_key_file, sv, sizeof sv), strerror(errno));
+        return -1;
+    }
+    if ((st.st_mode & (st.st_uid == 0 ? 037 : 077)) != 0) {
+        set_err(err, errlen,
+                "--tls-key-file %s: readable by group or others (mode "
+                "%04o); chmod 600 it (640 when root owns it)",
+                show(cfg->tls_key_file, sv, sizeof sv),
+                (unsigned)(st.st_mode & 07777));
+        return -1;
+    }
+    return 0;
+}
+
 enum config_result config_load(struct config *cfg, int argc, char **argv,
                                char *err, size_t errlen)
 {
@@ -1909,6 +1971,9 @@ enum config_result config_load(struct config *cfg, int argc, char **argv,
     if (apply_redis_password(cfg, err, errlen) != 0) {
         return CONFIG_ERROR;
     }
+    if (check_tls(cfg, err, errlen) != 0) {
+        return CONFIG_ERROR;
+    }
     cfg->n_allow_uids = parse_id_list(cfg->allow_uid, cfg->allow_uids);
     cfg->n_allow_gids = parse_id_list(cfg->allow_gid, cfg->allow_gids);
     log_init(cfg->log_level, cfg->log_format);
@@ -1917,6 +1982,11 @@ enum config_result config_load(struct config *cfg, int argc, char **argv,
                  "%d nodes: an even count tolerates no more failures "
                  "than %d; use an odd number",
                  cfg->n_nodes, cfg->n_nodes - 1);
+    }
+    if (cfg->tls_insecure_skip_verify) {
+        log_warn(NULL, "--tls-insecure-skip-verify: rediss:// certificates "
+                       "are NOT checked; anyone on the network path can "
+                       "pose as a node (unsafe)");
     }
     return CONFIG_OK;
 }
@@ -2071,8 +2141,11 @@ const char *config_usage(void)
             "defaults to 6379; DB > 0\n"
             "      is SELECTed; USER and PASSWORD are percent-decoded; "
             "\":PASSWORD@\" alone\n"
-            "      sends AUTH PASSWORD. TLS (rediss://) is not "
-            "supported.\n"
+            "      sends AUTH PASSWORD.\n"
+            "  rediss://...: the same over TLS, the certificate checked "
+            "against the CAs and\n"
+            "      name of the --tls-* options (default: system CAs, the "
+            "URI's HOST).\n"
             "  unix:///ABSOLUTE/PATH.sock[?db=DB][&persistent=1]\n"
             "      also unix://[USER]:PASSWORD@/ABSOLUTE/PATH.sock (no '@' in "
             "the path)\n"

@@ -30,6 +30,7 @@ struct node_addr {
     char *password;    /* NULL for none; never logged or shown */
     int db;            /* SELECT db when > 0; 0 means no SELECT */
     bool persistent;   /* ?persistent=1: node keeps data across restarts */
+    bool tls;          /* rediss://: TLS, verified as the --tls-* say */
     char display[300]; /* "host:port" or "unix:/path", never a password */
 };
 
@@ -69,6 +70,11 @@ struct config {
     bool unsafe_no_quarantine;   /* testing only: count restarted nodes */
     bool unsafe_no_fence_repair; /* testing only: no counter repair */
     bool acquire_script;         /* testing: the script path on any Redis */
+    char *tls_ca_file;           /* CAs trusted for rediss://, NULL: system */
+    char *tls_server_name;       /* name checked and sent (SNI), NULL: host */
+    char *tls_cert_file;         /* client certificate chain (mutual TLS) */
+    char *tls_key_file;          /* its private key; mode 0600 or stricter */
+    bool tls_insecure_skip_verify; /* unsafe: no certificate checks */
 };
 
 enum config_result {

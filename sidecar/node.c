@@ -6,6 +6,13 @@
  *     (AUTH, SELECT, INFO, SCRIPT LOAD x n; all with the connect deadline)
  *     --last handshake reply--> UP --drop, stall, error--> DOWN
  *
+ * rediss:// nodes (tls.c) run a TLS handshake between "socket connected"
+ * and the handshake commands, which wait queued meanwhile, under the same
+ * connect deadline; reads and writes then go through the TLS session, and
+ * either may wait for the other direction (read_wants_write and
+ * write_wants_read). A subscriber node (wake.c, opts.push_cb) runs AUTH and
+ * PING only and hands "message" pushes to push_cb.
+ *
  * Writes: commands are formatted as RESP once (per op, see node_prepare)
  * and appended to the node's output buffer; the buffer goes out in one
  * write() at the end of the current event-loop turn (flush_ev is made
@@ -49,6 +56,7 @@
 #include "resp.h"
 #include "scripts.h"
 #include "util.h"
+#include "tls.h"
 
 #define HANDSHAKE_INFO (-2) /* handshake_cb tag of INFO server */
 #define SHA_LEN 40
@@ -141,11 +149,17 @@ struct node {
     uint64_t started_us; /* server start, monotonic estimate from
                             INFO uptime (1 s resolution), 0 unknown */
     char subject[48];    /* "node 2" for log lines */
+    /* rediss:// only (tls.c): */
+    struct tls_conn *tls;  /* owned: rediss:// session on fd, else NULL */
+    bool tls_handshaking;  /* TLS handshake before any command goes out */
+    bool read_wants_write; /* TLS read waits for a writable socket */
+    bool write_wants_read; /* TLS write waits for a readable socket */
 };
 
 static void node_connect(struct node *node);
 static void node_drop(struct node *node, const char *why);
 static void node_resolve_failed(struct node *node, const char *why);
+static void node_flush(struct node *node);
 
 /* The clock of every deadline here: the one cluster.c measures validity
  * on (util.h), as node_send_prepared takes its readings. */
@@ -185,16 +199,17 @@ static void node_set_state(struct node *node, enum node_state state)
         return;
     }
     node->state = state;
+    bool counted = node->opts.push_cb == NULL; /* not a subscriber */
     if (state == NODE_UP) {
         node->attempt = 0;
         if (node->was_up) {
             node->reconnects++;
         }
         node->was_up = true;
-        METRIC_ADD(nodes_up, 1);
+        METRIC_ADD(nodes_up, counted ? 1 : 0);
         log_info(node->subject, "%s: up", node->addr->display);
     } else if (old == NODE_UP) {
-        METRIC_ADD(nodes_up, -1);
+        METRIC_ADD(nodes_up, counted ? -1 : 0);
         log_warn(node->subject, "%s: down: %s", node->addr->display,
                  node->last_error[0] ? node->last_error : "closed");
     }
@@ -347,6 +362,18 @@ static void cmd_timer_cb(evutil_socket_t fd, short what, void *arg)
     struct node *node = arg;
     uint64_t now = now_us();
     node->cmd_timer_on = false;
+    if (node->tls_handshaking) {
+        /* Only the queued Redis handshake can be due: its deadline is the
+         * connect deadline, and none of it went out. */
+        node_set_error(node,
+                       "TLS handshake: timed out (is this a TLS "
+                       "port?)%s",
+                       "");
+        log_warn(node->subject, "%s: %s", node->addr->display,
+                 node->last_error);
+        node_drop(node, "TLS handshake timeout");
+        return;
+    }
     while (node->live != NULL && node->live->deadline_us <= now) {
         struct node_cmd *cmd = node->live;
         node->live = cmd->next;
@@ -407,6 +434,145 @@ static void scripts_reload(struct node *node)
     }
 }
 
+/* ---- transport: the socket itself, or TLS on it (tls.c) -------------- */
+
+static void write_arm(struct node *node, bool on)
+{
+    if (on && !node->write_armed) {
+        event_add(node->write_ev, NULL);
+    } else if (!on && node->write_armed) {
+        event_del(node->write_ev);
+    }
+    node->write_armed = on;
+}
+
+/* node_send/node_recv's result for a TLS step that moved n bytes. */
+static ssize_t tls_count(enum tls_io rc, size_t n)
+{
+    if (rc == TLS_OK) {
+        return (ssize_t)n;
+    }
+    return rc == TLS_WANT_READ || rc == TLS_WANT_WRITE ? 0 : -1;
+}
+
+/* Sends up to len bytes. Returns the count; 0 when the socket must first
+ * become writable (or, under TLS, readable: write_wants_read); -1 on an
+ * error, with last_error set. */
+static ssize_t node_send(struct node *node, const char *buf, size_t len)
+{
+    if (node->tls != NULL) {
+        size_t n;
+        enum tls_io rc = tls_write(node->tls, buf, len, &n, node->last_error,
+                                   sizeof(node->last_error));
+        node->write_wants_read = rc == TLS_WANT_READ;
+        if (rc == TLS_WANT_READ) {
+            write_arm(node, false); /* read_cb retries the write */
+        } else if (rc == TLS_ERROR || rc == TLS_CLOSED) {
+            /* The server's alert ("certificate required") may wait
+             * behind the broken pipe: it says more than EPIPE. */
+            char scratch[512], why[sizeof(node->last_error)];
+            if (tls_read(node->tls, scratch, sizeof(scratch), &n, why,
+                         sizeof(why)) == TLS_ERROR &&
+                strstr(why, "alert") != NULL) {
+                memcpy(node->last_error, why, sizeof(why));
+            }
+        }
+        return tls_count(rc, n);
+    }
+    for (;;) {
+        ssize_t n = write(node->fd, buf, len);
+        if (n > 0) {
+            return n;
+        }
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            return 0;
+        }
+        node_set_error(node, "write: %s", strerror(n < 0 ? errno : EPIPE));
+        return -1;
+    }
+}
+
+/* Reads up to len bytes. Returns the count; 0 when nothing is there yet
+ * (under TLS the read may wait for a writable socket: read_wants_write);
+ * -1 when the server closed or the connection broke, last_error set. */
+static ssize_t node_recv(struct node *node, char *buf, size_t len)
+{
+    if (node->tls != NULL) {
+        size_t n;
+        enum tls_io rc = tls_read(node->tls, buf, len, &n, node->last_error,
+                                  sizeof(node->last_error));
+        node->read_wants_write = rc == TLS_WANT_WRITE;
+        if (rc == TLS_WANT_WRITE) {
+            write_arm(node, true); /* write_cb retries the read */
+        }
+        return tls_count(rc, n);
+    }
+    ssize_t n;
+    do {
+        n = read(node->fd, buf, len);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0) {
+        return n;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        return 0;
+    }
+    if (n == 0) {
+        node_set_error(node, "connection closed by the server%s", "");
+    } else {
+        node_set_error(node, "connection lost: %s", strerror(errno));
+    }
+    return -1;
+}
+
+/* One step of the TLS handshake, which runs before the queued Redis
+ * handshake commands may go out; a failure is a failed connect. */
+static void node_tls_handshake(struct node *node)
+{
+    enum tls_io rc =
+        tls_handshake(node->tls, node->last_error, sizeof(node->last_error));
+    if (rc == TLS_WANT_READ || rc == TLS_WANT_WRITE) {
+        write_arm(node, rc == TLS_WANT_WRITE);
+        return;
+    }
+    if (rc != TLS_OK) {
+        log_warn(node->subject, "%s: %s", node->addr->display,
+                 node->last_error);
+        node_drop(node, "TLS handshake");
+        return;
+    }
+    node->tls_handshaking = false;
+    write_arm(node, false);
+    node_flush(node);
+}
+
+static void read_cb(evutil_socket_t fd, short what, void *arg);
+
+/* TLS work an event owes before its usual job: a handshake step, or a
+ * read or write that waited for this direction. Returns true when the
+ * event is used up. */
+static bool node_tls_event(struct node *node, short what)
+{
+    if (node->tls_handshaking) {
+        node_tls_handshake(node);
+        return true;
+    }
+    if (what == EV_WRITE && node->read_wants_write) {
+        node->read_wants_write = false;
+        read_cb(node->fd, EV_READ, node);
+        return node->fd < 0; /* else flush as usual */
+    }
+    if (what == EV_READ && node->write_wants_read) {
+        node->write_wants_read = false;
+        node_flush(node);
+        return node->fd < 0;
+    }
+    return false;
+}
+
 /* ---- output ---------------------------------------------------------- */
 
 /* Grows *buf (of *cap bytes) to hold at least need bytes, doubling from
@@ -457,27 +623,20 @@ static int out_append(struct node *node, const char *buf, size_t len)
 /* Writes what the socket takes; arms EV_WRITE for the rest. */
 static void node_flush(struct node *node)
 {
-    if (node->fd < 0 || !node->connected) {
-        return; /* sent once the connect completes */
+    if (node->fd < 0 || !node->connected || node->tls_handshaking) {
+        return; /* sent once the connect (and TLS handshake) completes */
     }
     while (node->ooff < node->olen) {
         ssize_t n =
-            write(node->fd, node->obuf + node->ooff, node->olen - node->ooff);
+            node_send(node, node->obuf + node->ooff, node->olen - node->ooff);
         if (n > 0) {
             node->ooff += (size_t)n;
             continue;
         }
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (!node->write_armed) {
-                node->write_armed = true;
-                event_add(node->write_ev, NULL);
-            }
+        if (n == 0) {
+            write_arm(node, !node->write_wants_read);
             return;
         }
-        node_set_error(node, "write: %s", strerror(n < 0 ? errno : EPIPE));
         node_drop(node, "write error");
         return;
     }
@@ -488,10 +647,7 @@ static void node_flush(struct node *node)
         node->obuf = NULL;
         node->ocap = 0;
     }
-    if (node->write_armed) {
-        node->write_armed = false;
-        event_del(node->write_ev);
-    }
+    write_arm(node, node->read_wants_write);
 }
 
 static void flush_cb(evutil_socket_t fd, short what, void *arg)
@@ -657,7 +813,9 @@ static void node_handle_reply(struct node *node, redisReply *reply,
     fifo_unlink(node, cmd);
     node->rtt_ms = (double)(now - cmd->sent_us) / 1000.0;
     node->last_reply_us = now;
-    metrics_observe_node(node->index, now - cmd->sent_us);
+    if (node->opts.push_cb == NULL) { /* not a subscriber */
+        metrics_observe_node(node->index, now - cmd->sent_us);
+    }
     if (noscript && !cmd->done) {
         /* Step 2: it did not run; it goes out again in its place. */
         cmd->next = NULL;
@@ -687,6 +845,22 @@ static void node_handle_reply(struct node *node, redisReply *reply,
     }
 }
 
+/* A subscriber's pub/sub message, ["message", channel, payload]: goes to
+ * push_cb, not to the FIFO. Returns true when r was one. */
+static bool node_push(struct node *node, const redisReply *r)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
+        r->element[0]->type != REDIS_REPLY_STRING ||
+        r->element[1]->type != REDIS_REPLY_STRING || r->element[0]->len != 7 ||
+        memcmp(r->element[0]->str, "message", 7)) {
+        return false;
+    }
+    node->last_reply_us = now_us();
+    node->opts.push_cb(node, r->element[1]->str, r->element[1]->len,
+                       node->state_priv);
+    return true;
+}
+
 /* Reads what the socket has and runs a callback per complete reply. */
 static void read_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -694,6 +868,9 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct node *node = arg;
     uint64_t gen = node->conn_gen;
+    if (node->tls != NULL && node_tls_event(node, EV_READ)) {
+        return;
+    }
     if (node->icap - node->ilen < 16384) {
         size_t cap = node->icap ? node->icap : 16384;
         while (cap - node->ilen < 16384) {
@@ -708,20 +885,17 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
         node->ibuf = nb;
         node->icap = cap;
     }
-    ssize_t n;
-    do {
-        n = read(node->fd, node->ibuf + node->ilen, node->icap - node->ilen);
-    } while (n < 0 && errno == EINTR);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
-        if (n == 0) {
-            node_set_error(node, "connection closed by the server%s", "");
-        } else {
-            node_set_error(node, "connection lost: %s", strerror(errno));
+    ssize_t n =
+        node_recv(node, node->ibuf + node->ilen, node->icap - node->ilen);
+    if (n < 0) {
+        if (node->tls != NULL) {
+            log_warn(node->subject, "%s: %s", node->addr->display,
+                     node->last_error);
         }
         node_drop(node, "read");
         return;
     }
-    if (n < 0) {
+    if (n == 0) {
         return;
     }
     node->ilen += (size_t)n;
@@ -736,6 +910,14 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
                                          &used, &r, why, sizeof(why));
         if (rc == RESP_INCOMPLETE) {
             break;
+        }
+        if (rc == RESP_OK && node->opts.push_cb != NULL && node_push(node, r)) {
+            off += used;
+            resp_reply_free(r);
+            if (node->conn_gen != gen) {
+                return;
+            }
+            continue;
         }
         if (rc == RESP_OK && node->head == NULL) {
             resp_reply_free(r);
@@ -761,6 +943,10 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
     if (off > 0) {
         memmove(node->ibuf, node->ibuf + off, node->ilen - off);
         node->ilen -= off;
+    }
+    if (node->tls != NULL && tls_pending(node->tls)) {
+        /* Decrypted bytes wait in the session, not on the socket. */
+        event_active(node->read_ev, EV_READ, 1);
     }
 }
 
@@ -1255,6 +1441,11 @@ static void handshake_start(struct node *node)
         argv[argc++] = node->addr->password;
         handshake_send(node, argc, argv, lens, -1);
     }
+    if (node->opts.push_cb != NULL) {
+        argv[0] = "PING"; /* pub/sub needs no db, INFO or scripts */
+        handshake_send(node, 1, argv, lens, -1);
+        return;
+    }
     if (node->addr->db > 0) {
         char db[16];
         snprintf(db, sizeof(db), "%d", node->addr->db);
@@ -1293,6 +1484,9 @@ static void write_cb(evutil_socket_t fd, short what, void *arg)
         }
         node->connected = true;
     }
+    if (node->tls != NULL && node_tls_event(node, EV_WRITE)) {
+        return;
+    }
     node_flush(node);
 }
 
@@ -1320,6 +1514,10 @@ static void node_drop(struct node *node, const char *why)
     event_del(node->write_ev);
     event_del(node->flush_ev);
     node->flush_pending = node->write_armed = false;
+    tls_conn_destroy(node->tls);
+    node->tls = NULL;
+    node->tls_handshaking = false;
+    node->read_wants_write = node->write_wants_read = false;
     close(node->fd);
     node->fd = -1;
     node->connected = false;
@@ -1330,6 +1528,7 @@ static void node_drop(struct node *node, const char *why)
         node->icap = 0;
     }
     node->olen = node->ooff = 0;
+    node->handshake_failed = true; /* last_error already says why */
     node->hlen = 0;
     node->held = NULL;
     node->rec_active = false;
@@ -1494,6 +1693,23 @@ static void node_connect_to(struct node *node, const struct addrinfo *ai)
         node_connect_failed(node);
         return;
     }
+    if (node->addr->tls) {
+        /* Never plain text to a rediss:// node: no session, no connect. */
+        node->tls =
+            node->opts.tls == NULL
+                ? NULL
+                : tls_conn_create(node->opts.tls, fd, node->addr->host,
+                                  node->last_error, sizeof(node->last_error));
+        if (node->tls == NULL) {
+            close(fd);
+            log_warn(node->subject, "%s: %s", node->addr->display,
+                     node->last_error);
+            node_connect_failed(node);
+            return;
+        }
+        node->tls_handshaking = true;
+        connected = false; /* write_cb starts the handshake */
+    }
     node->fd = fd;
     node->connected = connected;
     node_set_state(node, NODE_CONNECTING);
@@ -1578,7 +1794,8 @@ struct node *node_create(struct event_base *base, int index,
     node->state_priv = state_priv;
     node->rtt_ms = -1;
     node->fd = -1;
-    snprintf(node->subject, sizeof(node->subject), "node %d", index + 1);
+    snprintf(node->subject, sizeof(node->subject), "node %d%s", index + 1,
+             opts->push_cb != NULL ? " sub" : "");
     node->conn_timer = evtimer_new(base, conn_timer_cb, node);
     node->cmd_timer = evtimer_new(base, cmd_timer_cb, node);
     node->ping_timer = event_new(base, -1, EV_PERSIST, ping_timer_cb, node);
@@ -1604,7 +1821,7 @@ void node_destroy(struct node *node)
     if (node == NULL) {
         return;
     }
-    if (node->state == NODE_UP) {
+    if (node->state == NODE_UP && node->opts.push_cb == NULL) {
         METRIC_ADD(nodes_up, -1);
     }
     node->state = NODE_CLOSED;
@@ -1698,4 +1915,14 @@ bool node_is_persistent(const struct node *node)
 uint64_t node_reconnects(const struct node *node)
 {
     return node->reconnects;
+}
+
+const char *node_tls_mode(const struct node *node)
+{
+    if (!node->addr->tls) {
+        return NULL;
+    }
+    return node->opts.tls != NULL && !tls_ctx_verifies(node->opts.tls)
+               ? "insecure"
+               : "verified";
 }

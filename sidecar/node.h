@@ -24,6 +24,7 @@ struct event_base;
 struct redisReply;
 struct node_addr;
 struct node;
+struct tls_ctx;
 
 enum node_state {
     NODE_DOWN = 0,       /* no connection; a reconnect timer is pending */
@@ -45,6 +46,11 @@ typedef void node_reply_fn(struct node *node, struct redisReply *reply,
 typedef void node_state_fn(struct node *node, enum node_state state,
                            void *privdata);
 
+/* A pub/sub message on a subscriber node: the channel (valid only inside
+ * the call); the payload is not passed on. */
+typedef void node_push_fn(struct node *node, const char *channel, size_t len,
+                          void *privdata);
+
 struct node_options {
     int timeout_ms;         /* per-command deadline */
     int connect_timeout_ms; /* connect + handshake deadline */
@@ -52,6 +58,12 @@ struct node_options {
     int backoff_base_ms;    /* first reconnect delay */
     int backoff_cap_ms;     /* largest reconnect delay */
     int max_pending;        /* commands in flight before sends fail */
+    struct tls_ctx *tls;    /* borrowed: for rediss:// nodes, else NULL */
+    /* Set for a pub/sub subscriber connection (wake.c): its handshake is
+     * AUTH and PING only, "message" pushes go to push_cb instead of the
+     * command FIFO (with node_create's state_priv), and it counts in no
+     * node metric. */
+    node_push_fn *push_cb;
 };
 
 /* node_create: a node for addr (borrowed: owned by the config, must outlive
@@ -137,6 +149,10 @@ const char *node_state_name(enum node_state state);
 const char *node_last_error(const struct node *node); /* "" when none */
 double node_rtt_ms(const struct node *node);          /* < 0 unknown */
 uint64_t node_reconnects(const struct node *node);
+
+/* node_tls_mode: "verified" or "insecure" (--tls-insecure-skip-verify)
+ * for a rediss:// node, NULL for a plain one. */
+const char *node_tls_mode(const struct node *node);
 
 /* node_run_id: the server's INFO run_id, "" before the first handshake.
  * node_restarted: the connection that last came up found a different

@@ -702,11 +702,13 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
         }
         uint64_t left = wait_left_ms(call, now);
         /* Right after subscribing, a release may have slipped by before
-         * the subscription: retry once on the plain back-off. */
+         * the subscription: retry once on the plain back-off. So does
+         * every retry when no wake-up can come (rediss:// nodes only). */
+        bool polls = fresh || !wake_possible(o->wake);
         uint32_t delay =
             q->woken ? 0
                      : redlock_retry_delay_ms(call->attempt,
-                                              fresh ? -1 : res->pttl_min, left,
+                                              polls ? -1 : res->pttl_min, left,
                                               (double)random() / RAND_MAX);
         q->woken = false;
         if (left > 0) {
@@ -1557,6 +1559,7 @@ char *ops_health_json(struct ops *o, const char *id, size_t id_len,
         nodes[i].last_error = e[0] ? e : NULL;
         nodes[i].rtt_ms = node_rtt_ms(nd);
         nodes[i].quarantined = cluster_node_quarantined(o->cluster, i);
+        nodes[i].tls = node_tls_mode(nd);
     }
     int usable = 0;
     for (int i = 0; i < n; i++) {

@@ -162,6 +162,7 @@ struct proto_node_health {
     const char *last_error; /* borrowed, NULL when none */
     double rtt_ms;          /* last measured round trip, < 0 when unknown */
     bool quarantined;
+    const char *tls; /* borrowed: "verified"/"insecure", NULL: plain */
 };
 
 /* proto_encode_health: the health object into a malloc'd string owned by the

@@ -4,25 +4,24 @@
  * watched. Every watched resource is subscribed on every node: a release
  * publishes from each node that held the lock, so any one node suffices to
  * hear of it, and a node that is down costs nothing but its announcement.
- * A connection that drops is re-established with back-off and subscribes
- * to the whole watched set again. */
+ * The connections are node.c's (plain or TLS, the same deadlines, back-off
+ * and heartbeat as the lock connections), in subscriber mode: a connection
+ * that comes up (again) subscribes to the whole watched set. */
 #include "wake.h"
 
-#include <netdb.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <event2/event.h>
-#include <hiredis/adapters/libevent.h>
-#include <hiredis/async.h>
 #include <hiredis/hiredis.h>
 
 #include "config.h"
 #include "log.h"
+#include "node.h"
 #include "redlock.h"
-#include "resolve.h"
+#include "tls.h"
 
 #define CHANNEL_MAX 640 /* prefix (<= 64) + "wake:" + resource (<= 512) */
 
@@ -37,13 +36,8 @@ struct wake_node {
     struct wake *w; /* borrowed: the owner */
     int index;
     const struct node_addr *addr; /* borrowed: owned by the config */
-    redisAsyncContext *ac;        /* owned by hiredis once connected */
-    bool ready;                   /* connected, subscribed to the set */
-    struct event *retry_ev;       /* owned: reconnect timer */
-    struct event *connect_ev;     /* owned: connect deadline */
-    struct resolve *resolving;    /* owned: the host lookup in flight */
-    unsigned attempt;
-    char subject[32];
+    struct node *conn;            /* owned: subscriber, NULL when idle */
+    bool refused;                 /* a SUBSCRIBE refusal was logged */
 };
 
 struct wake {
@@ -53,23 +47,14 @@ struct wake {
     void *priv;
     struct wake_node nodes[REDLOCK_MAX_NODES];
     int n;
-    struct watch **buckets; /* owned */
+    struct node_options opts; /* of the subscriber connections */
+    struct tls_ctx *tls;      /* owned: for rediss:// nodes, else NULL */
+    struct event *idle_ev;    /* owned: closes the connections when idle */
+    struct watch **buckets;   /* owned */
     size_t n_buckets;
     size_t count;
     size_t prefix_len; /* of "<prefix>wake:" */
-    bool closing;
 };
-
-static void wake_node_connect(struct wake_node *wn);
-
-/* Reconnects after the capped, jittered back-off shared with node.c. */
-static void wake_node_retry_later(struct wake_node *wn)
-{
-    uint32_t d = redlock_backoff_ms(wn->attempt++, 50, 5000,
-                                    (double)random() / RAND_MAX);
-    struct timeval tv = {(time_t)(d / 1000), (suseconds_t)(d % 1000) * 1000};
-    evtimer_add(wn->retry_ev, &tv);
-}
 
 static size_t chan_hash(const char *s, size_t len)
 {
@@ -104,224 +89,87 @@ static size_t make_channel(const struct wake *w, const char *res, size_t len,
 
 /* ---- subscriber connections ------------------------------------------ */
 
-static void message_cb(redisAsyncContext *ac, void *r, void *privdata)
+static void subscribe_cb(struct node *node, struct redisReply *reply,
+                         enum node_status status, void *privdata)
 {
-    (void)ac;
     struct wake_node *wn = privdata;
-    redisReply *reply = r;
-    if (reply == NULL || reply->type != REDIS_REPLY_ARRAY ||
-        reply->elements < 3) {
-        return;
+    if (status == NODE_REPLY && reply->type == REDIS_REPLY_ERROR &&
+        !wn->refused) {
+        /* An ACL user without &<prefix>wake:*: waiters poll instead.
+         * Once per daemon and node, not once per waiter. */
+        wn->refused = true;
+        log_warn(NULL, "%s: SUBSCRIBE refused (waiters poll): %s",
+                 node_display(node), reply->str);
     }
-    redisReply *kind = reply->element[0];
-    redisReply *chan = reply->element[1];
-    if (kind->type != REDIS_REPLY_STRING || chan->type != REDIS_REPLY_STRING ||
-        strcmp(kind->str, "message") != 0 || chan->len <= wn->w->prefix_len) {
-        return;
-    }
-    wn->w->cb(chan->str + wn->w->prefix_len, chan->len - wn->w->prefix_len,
-              wn->w->priv);
 }
 
-/* Sends SUBSCRIBE (or UNSUBSCRIBE) for one channel on one node. */
+/* Sends SUBSCRIBE (or UNSUBSCRIBE) for one channel on one node; a node
+ * that is not up subscribes to the whole set when it comes up. */
 static void node_subscribe(struct wake_node *wn, const char *verb,
                            const char *ch, size_t len)
 {
     const char *argv[2] = {verb, ch};
     size_t lens[2] = {strlen(verb), len};
-    redisAsyncCommandArgv(wn->ac, message_cb, wn, 2, argv, lens);
+    if (wn->conn != NULL && node_is_up(wn->conn)) {
+        (void)node_command(wn->conn, 2, argv, lens, subscribe_cb, wn);
+    }
 }
 
-static void auth_cb(redisAsyncContext *ac, void *r, void *privdata)
+static void push_cb(struct node *node, const char *channel, size_t len,
+                    void *privdata)
 {
-    (void)ac;
+    (void)node;
     struct wake_node *wn = privdata;
-    redisReply *reply = r;
-    if (reply != NULL && reply->type == REDIS_REPLY_ERROR) {
-        log_warn(wn->subject, "%s: AUTH refused: %s", wn->addr->display,
-                 reply->str);
-        redisAsyncDisconnect(wn->ac);
+    if (len > wn->w->prefix_len) {
+        wn->w->cb(channel + wn->w->prefix_len, len - wn->w->prefix_len,
+                  wn->w->priv);
     }
 }
 
-static void connect_cb(const redisAsyncContext *ac, int status)
+/* A subscriber came up (again): subscribe to the whole watched set. */
+static void state_cb(struct node *node, enum node_state state, void *privdata)
 {
-    struct wake_node *wn = ac->data;
-    if (wn->ac != ac) {
-        return; /* a connection we already let go of */
-    }
-    evtimer_del(wn->connect_ev);
-    if (status != REDIS_OK) {
-        wn->ac = NULL; /* hiredis frees it */
-        if (!wn->w->closing && wn->w->count > 0) {
-            wake_node_retry_later(wn);
-        }
+    (void)node;
+    struct wake_node *wn = privdata;
+    if (state != NODE_UP) {
         return;
     }
-    wn->attempt = 0;
-    /* An idle subscriber sends nothing, so only keepalive notices a peer
-     * that vanished without a reset; redisEnableKeepAlive is TCP-only. */
-    if (wn->addr->kind == NODE_ADDR_TCP &&
-        redisEnableKeepAlive(&wn->ac->c) != REDIS_OK) {
-        log_debug(wn->subject, "%s: no TCP keepalive", wn->addr->display);
-    }
-    if (wn->addr->password != NULL) {
-        const char *argv[3];
-        size_t lens[3];
-        int argc = 0;
-        argv[argc++] = "AUTH";
-        if (wn->addr->user != NULL && wn->addr->user[0] != '\0') {
-            argv[argc++] = wn->addr->user;
-        }
-        argv[argc++] = wn->addr->password;
-        for (int i = 0; i < argc; i++) {
-            lens[i] = strlen(argv[i]);
-        }
-        redisAsyncCommandArgv(wn->ac, auth_cb, wn, argc, argv, lens);
-    }
-    /* Subscribe to the whole watched set. */
     struct wake *w = wn->w;
     for (size_t b = 0; b < w->n_buckets; b++) {
         for (struct watch *x = w->buckets[b]; x != NULL; x = x->next) {
             node_subscribe(wn, "SUBSCRIBE", x->channel, x->channel_len);
         }
     }
-    wn->ready = true;
-    log_debug(wn->subject, "%s: subscriber connected", wn->addr->display);
 }
 
-static void disconnect_cb(const redisAsyncContext *ac, int status)
+static void wake_node_open(struct wake_node *wn)
 {
-    (void)status;
-    struct wake_node *wn = ac->data;
-    if (wn->ac != ac) {
-        return; /* a connection we already let go of */
+    struct wake *w = wn->w;
+    if (wn->conn != NULL || (wn->addr->tls && w->tls == NULL)) {
+        return;
     }
-    wn->ac = NULL;
-    wn->ready = false;
-    if (!wn->w->closing && wn->w->count > 0) {
-        wake_node_retry_later(wn);
-    }
-}
-
-static void retry_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct wake_node *wn = arg;
-    if (wn->ac == NULL && wn->resolving == NULL && wn->w->count > 0 &&
-        !wn->w->closing) {
-        wake_node_connect(wn);
+    wn->conn =
+        node_create(w->base, wn->index, wn->addr, &w->opts, state_cb, wn);
+    if (wn->conn == NULL) {
+        log_warn(NULL, "%s: no subscriber connection (out of memory)",
+                 wn->addr->display);
     }
 }
 
-/* hiredis 0.14 has no connect timeout, and a SYN into a black hole waits
- * out the kernel's retries (about two minutes) while that node's wake-ups
- * are lost: give up on the node connections' deadline and start again. */
-static void connect_timeout_cb(evutil_socket_t fd, short what, void *arg)
+/* Runs a loop turn after the last unwatch, never inside a node's own
+ * callback (a wake-up may end a waiter, which unwatches). */
+static void idle_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    struct wake_node *wn = arg;
-    if (wn->resolving != NULL) {
-        resolve_cancel(wn->resolving);
-        wn->resolving = NULL;
-        log_debug(wn->subject, "%s: subscriber: resolve %s: timed out",
-                  wn->addr->display, wn->addr->host);
-        if (!wn->w->closing && wn->w->count > 0) {
-            wake_node_retry_later(wn);
-        }
+    struct wake *w = arg;
+    if (w->count > 0) {
         return;
     }
-    if (wn->ac == NULL || wn->ready) {
-        return;
+    for (int i = 0; i < w->n; i++) {
+        node_destroy(w->nodes[i].conn);
+        w->nodes[i].conn = NULL;
     }
-    redisAsyncContext *ac = wn->ac;
-    wn->ac = NULL; /* the callbacks of a let-go context return at once */
-    redisAsyncFree(ac);
-    log_debug(wn->subject, "%s: subscriber connect timed out",
-              wn->addr->display);
-    if (!wn->w->closing && wn->w->count > 0) {
-        wake_node_retry_later(wn);
-    }
-}
-
-static void wake_connect_deadline(struct wake_node *wn)
-{
-    int ms = config_connect_timeout_ms(wn->w->cfg);
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    evtimer_add(wn->connect_ev, &tv);
-}
-
-/* Connects to host (a numeric address, so hiredis resolves nothing on the
- * loop), or to the unix socket when host is NULL. */
-static void wake_node_connect_to(struct wake_node *wn, const char *host)
-{
-    const struct node_addr *a = wn->addr;
-    redisAsyncContext *ac = host == NULL ? redisAsyncConnectUnix(a->path)
-                                         : redisAsyncConnect(host, a->port);
-    if (ac == NULL || ac->err) {
-        if (ac != NULL) {
-            redisAsyncFree(ac);
-        }
-        wake_node_retry_later(wn);
-        return;
-    }
-    ac->data = wn;
-    wn->ac = ac;
-    if (redisLibeventAttach(ac, wn->w->base) != REDIS_OK) {
-        wn->ac = NULL;
-        redisAsyncFree(ac);
-        wake_node_retry_later(wn);
-        return;
-    }
-    redisAsyncSetConnectCallback(ac, connect_cb);
-    redisAsyncSetDisconnectCallback(ac, disconnect_cb);
-    wake_connect_deadline(wn);
-}
-
-static void wake_resolved_cb(const struct addrinfo *res, const char *err,
-                             void *priv)
-{
-    struct wake_node *wn = priv;
-    wn->resolving = NULL;
-    evtimer_del(wn->connect_ev);
-    char ip[64];
-    if (res == NULL || getnameinfo(res->ai_addr, res->ai_addrlen, ip,
-                                   sizeof(ip), NULL, 0, NI_NUMERICHOST) != 0) {
-        log_debug(wn->subject, "%s: subscriber: resolve %s: %s",
-                  wn->addr->display, wn->addr->host,
-                  err != NULL ? err : "no address");
-        if (!wn->w->closing && wn->w->count > 0) {
-            wake_node_retry_later(wn);
-        }
-        return;
-    }
-    wake_node_connect_to(wn, ip);
-}
-
-/* A host name is looked up off the loop first (resolve.h), under the
- * connect deadline; numeric hosts and unix sockets connect at once. */
-static void wake_node_connect(struct wake_node *wn)
-{
-    const struct node_addr *a = wn->addr;
-    struct addrinfo *ai = NULL;
-    if (a->kind == NODE_ADDR_UNIX) {
-        wake_node_connect_to(wn, NULL);
-        return;
-    }
-    if (resolve_numeric(a->host, a->port, &ai) == 0) {
-        freeaddrinfo(ai);
-        wake_node_connect_to(wn, a->host);
-        return;
-    }
-    wn->resolving =
-        resolve_start(wn->w->base, a->host, a->port, wake_resolved_cb, wn);
-    if (wn->resolving == NULL) {
-        wake_node_retry_later(wn);
-        return;
-    }
-    wake_connect_deadline(wn);
 }
 
 /* ---- watch set --------------------------------------------------------- */
@@ -353,12 +201,11 @@ int wake_watch(struct wake *w, const char *resource, size_t len)
     w->count++;
     for (int i = 0; i < w->n; i++) {
         struct wake_node *wn = &w->nodes[i];
-        if (wn->ready) {
+        if (wn->conn == NULL) {
+            /* state_cb subscribes to the whole set, this one included */
+            wake_node_open(wn);
+        } else {
             node_subscribe(wn, "SUBSCRIBE", ch, cl);
-        } else if (wn->ac == NULL && wn->resolving == NULL &&
-                   !evtimer_pending(wn->retry_ev, NULL)) {
-            /* connect_cb subscribes to the whole set, this one included */
-            wake_node_connect(wn);
         }
     }
     return 0;
@@ -381,33 +228,28 @@ void wake_unwatch(struct wake *w, const char *resource, size_t len)
     free(x);
     w->count--;
     for (int i = 0; i < w->n; i++) {
-        struct wake_node *wn = &w->nodes[i];
-        if (wn->ac == NULL) {
-            continue;
-        }
-        if (w->count == 0) {
-            /* No waiters left: no subscriber connections either. */
-            redisAsyncContext *ac = wn->ac;
-            wn->ac = NULL;
-            wn->ready = false;
-            redisAsyncFree(ac);
-        } else if (wn->ready) {
-            node_subscribe(wn, "UNSUBSCRIBE", ch, cl);
-        }
+        node_subscribe(&w->nodes[i], "UNSUBSCRIBE", ch, cl);
     }
     if (w->count == 0) {
-        for (int i = 0; i < w->n; i++) {
-            resolve_cancel(w->nodes[i].resolving);
-            w->nodes[i].resolving = NULL;
-            evtimer_del(w->nodes[i].retry_ev);
-            evtimer_del(w->nodes[i].connect_ev);
-        }
+        /* No waiters left: no subscriber connections either (unless a
+         * watch comes back within this loop turn). */
+        event_active(w->idle_ev, EV_TIMEOUT, 1);
     }
 }
 
 size_t wake_watching(const struct wake *w)
 {
     return w->count;
+}
+
+bool wake_possible(const struct wake *w)
+{
+    for (int i = 0; i < w->n; i++) {
+        if (!w->nodes[i].addr->tls || w->tls != NULL) {
+            return true;
+        }
+    }
+    return false;
 }
 
 struct wake *wake_create(struct event_base *base, const struct config *cfg,
@@ -425,23 +267,39 @@ struct wake *wake_create(struct event_base *base, const struct config *cfg,
     w->prefix_len = strlen(cfg->prefix) + 5;
     w->n_buckets = 256;
     w->buckets = calloc(w->n_buckets, sizeof(*w->buckets));
-    if (w->buckets == NULL) {
-        free(w);
+    w->idle_ev = event_new(base, -1, 0, idle_cb, w);
+    if (w->buckets == NULL || w->idle_ev == NULL) {
+        wake_destroy(w);
         return NULL;
     }
+    int stall = cfg->node_timeout_ms * 8;
+    w->opts = (struct node_options){
+        .timeout_ms = cfg->node_timeout_ms,
+        .connect_timeout_ms = config_connect_timeout_ms(cfg),
+        .stall_ms = stall < 2000 ? 2000 : stall,
+        .backoff_base_ms = 50,
+        .backoff_cap_ms = 5000,
+        .max_pending = 1 << 20,
+        .push_cb = push_cb,
+    };
     for (int i = 0; i < w->n; i++) {
         struct wake_node *wn = &w->nodes[i];
         wn->w = w;
         wn->index = i;
         wn->addr = &cfg->nodes[i];
-        snprintf(wn->subject, sizeof(wn->subject), "node %d sub", i + 1);
-        wn->retry_ev = evtimer_new(base, retry_cb, wn);
-        wn->connect_ev = evtimer_new(base, connect_timeout_cb, wn);
-        if (wn->retry_ev == NULL || wn->connect_ev == NULL) {
-            wake_destroy(w);
-            return NULL;
+        if (wn->addr->tls && w->tls == NULL) {
+            char err[256];
+            /* The same settings the lock connections loaded already. */
+            w->tls = tls_ctx_create(cfg, err, sizeof(err));
+            if (w->tls == NULL) {
+                log_warn(NULL,
+                         "wake-ups: no subscriber on rediss:// "
+                         "nodes: %s",
+                         err);
+            }
         }
     }
+    w->opts.tls = w->tls;
     return w;
 }
 
@@ -450,22 +308,13 @@ void wake_destroy(struct wake *w)
     if (w == NULL) {
         return;
     }
-    w->closing = true;
     for (int i = 0; i < w->n; i++) {
-        struct wake_node *wn = &w->nodes[i];
-        resolve_cancel(wn->resolving);
-        wn->resolving = NULL;
-        if (wn->ac != NULL) {
-            redisAsyncContext *ac = wn->ac;
-            wn->ac = NULL;
-            redisAsyncFree(ac);
-        }
-        if (wn->retry_ev != NULL) {
-            event_free(wn->retry_ev);
-        }
-        if (wn->connect_ev != NULL) {
-            event_free(wn->connect_ev);
-        }
+        node_destroy(w->nodes[i].conn);
+        w->nodes[i].conn = NULL;
+    }
+    tls_ctx_destroy(w->tls); /* after every session of it */
+    if (w->idle_ev != NULL) {
+        event_free(w->idle_ev);
     }
     for (size_t b = 0; b < w->n_buckets; b++) {
         struct watch *x = w->buckets[b];

@@ -8,6 +8,7 @@
 #ifndef REDLOCKD_WAKE_H
 #define REDLOCKD_WAKE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct event_base;
@@ -31,5 +32,10 @@ void wake_unwatch(struct wake *w, const char *resource, size_t len);
 
 /* wake_watching: resources watched now (for tests and metrics). */
 size_t wake_watching(const struct wake *w);
+
+/* wake_possible: some node can carry wake-ups (false only when every
+ * node is rediss:// and no TLS context could be made for the
+ * subscribers); when false, a waiter must poll. */
+bool wake_possible(const struct wake *w);
 
 #endif

@@ -57,9 +57,8 @@ def test_localhost_node_works(cluster, daemon_factory):
         with d.client() as w:
             w.send({"op": "acquire", "id": "w", "resource": res,
                     "wait_ms": 5000, "ttl_ms": 1000})
-            ok, _ = poll_until(lambda: "node 5 sub" in d.stderr_text() and
-                               "subscriber connected" in d.stderr_text(),
-                               3.0 * SLOW)
+            up = "node 5 sub: localhost:%d: up" % port
+            ok, _ = poll_until(lambda: up in d.stderr_text(), 3.0 * SLOW)
             assert ok, d.stderr_tail(40)
             assert_ok(c.call("release", lock=r["lock"]))
             assert_ok(w.read_msg(5.0 * SLOW))

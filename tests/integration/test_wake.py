@@ -1,8 +1,8 @@
-"""The waiters' subscriber connections (wake.c) keep deadlines of their own:
-a connect that hangs is abandoned after the node connect deadline, and an
-idle subscriber over TCP has keepalive on, so a node that vanishes without
-a reset is noticed. Both are read from the kernel's /proc/net/tcp, which
-lists the daemon's sockets with their state and timers."""
+"""The waiters' subscriber connections (wake.c, on node.c's connections)
+keep deadlines: a connect that hangs is abandoned after the node connect
+deadline, and an idle subscriber's heartbeat notices a node that stopped
+answering without a reset. Both are read from the kernel's /proc/net/tcp,
+which lists the daemon's sockets with their state and timers."""
 
 import socket
 import time
@@ -12,7 +12,6 @@ from rl import (SLOW, RedisNode, Resp, assert_ok, free_tcp_port, lock_key,
 
 TCP_SYN_SENT = 0x02
 TCP_ESTABLISHED = 0x01
-TIMER_KEEPALIVE = 2
 
 
 def _tcp_sockets(port):
@@ -129,11 +128,14 @@ def test_subscriber_connect_gives_up_at_its_deadline(cluster,
         hole.close()
 
 
-def test_subscriber_over_tcp_has_keepalive(cluster, daemon_factory):
-    """An idle subscriber sends nothing: over TCP only keepalive notices a
-    node that vanished without a reset. The node connection itself has its
-    PINGs and deadlines; the subscriber's socket must have the keepalive
-    timer armed."""
+def test_idle_subscriber_notices_a_frozen_node(cluster, daemon_factory):
+    """An idle subscriber has nothing to send; the subscriber connections
+    are node.c's, whose heartbeat (PING every idle second) and stall rule
+    drop a connection whose node stopped answering. With the TCP node
+    SIGSTOPped (its kernel keeps the sockets open, so no reset comes),
+    every socket of the daemon to it, the subscriber's included, must
+    leave ESTABLISHED within seconds (keepalive alone would take 15 s or
+    more)."""
     tcp = RedisNode(cluster.dir, 9, tcp_port=free_tcp_port())
     tcp.start()
     try:
@@ -142,21 +144,73 @@ def test_subscriber_over_tcp_has_keepalive(cluster, daemon_factory):
             node_args += ["--node", n.uri]
         node_args += ["--node", tcp.uri]
         d = daemon_factory.start(cluster, name="ka", node_args=node_args)
-        before = set(_tcp_sockets(tcp.tcp_port))
         c, _ = _wait_on_foreign_lock(cluster, d, cluster.nodes[:4] + [tcp])
         try:
-            def keepalive_socket():
-                for port, (state, timer) in _tcp_sockets(
-                        tcp.tcp_port).items():
-                    if (port not in before and state == TCP_ESTABLISHED and
-                            timer == TIMER_KEEPALIVE):
-                        return port
-                return None
-            port, _ = poll_until(keepalive_socket, 5.0 * SLOW)
-            assert port, "no subscriber socket with keepalive: %r" % (
-                _tcp_sockets(tcp.tcp_port),)
-            assert_ok(d.health())
+            def lock_and_sub():
+                est = [p for p, (st, _) in _tcp_sockets(tcp.tcp_port).items()
+                       if st == TCP_ESTABLISHED]
+                return est if len(est) == 2 else None
+            est, _ = poll_until(lock_and_sub, 5.0 * SLOW)
+            assert est, _tcp_sockets(tcp.tcp_port)
+            tcp.pause()
+            try:
+                def all_left():
+                    now = _tcp_sockets(tcp.tcp_port)
+                    return all(now.get(p, (0, 0))[0] != TCP_ESTABLISHED
+                               for p in est)
+                left, secs = poll_until(all_left, 10.0 * SLOW)
+                print("sockets %r left ESTABLISHED after %.1f s" % (est,
+                                                                   secs))
+                assert left, _tcp_sockets(tcp.tcp_port)
+            finally:
+                tcp.resume()
+            assert d.alive()
         finally:
             c.close()
     finally:
         tcp.stop()
+
+
+def test_subscribe_refusal_logged_once_per_node(cluster, daemon_factory):
+    """An ACL user without the wake channels: every SUBSCRIBE is refused.
+    The daemon says so once per node, not once per waiter."""
+    import os
+    pw = "wk-%s" % os.urandom(6).hex()
+    admin = "adm-%s" % os.urandom(6).hex()
+    for n in cluster.nodes:
+        assert n.cmd("ACL", "SETUSER", "redlockd", "on", ">" + pw, "~*",
+                     "resetchannels", "+@all") == "OK"
+        assert n.cmd("ACL", "SETUSER", "default", "resetpass",
+                     ">" + admin) == "OK"
+        n.password = admin
+    node_args = []
+    for n in cluster.nodes:
+        node_args += ["--node", "unix://redlockd:%s@%s" % (pw, n.path)]
+    d = daemon_factory.start(cluster, name="nochan", node_args=node_args)
+    clients = []
+    try:
+        for _ in range(3):
+            res = rname("nochan")
+            for n in cluster.nodes:
+                n.cmd("SET", lock_key(res), "someone-else", "PX", "60000")
+            c = d.client(timeout=30.0)
+            c.send({"op": "acquire", "id": "w", "resource": res,
+                    "ttl_ms": 5000, "wait_ms": 20000})
+            clients.append(c)
+
+        def refused():
+            lines = [ln for ln in d.stderr_text().splitlines()
+                     if "SUBSCRIBE refused" in ln]
+            return lines if len(lines) >= 5 else None
+        lines, _ = poll_until(refused, 5.0 * SLOW)
+        assert lines, d.stderr_tail(40)
+        time.sleep(0.5)
+        lines = [ln for ln in d.stderr_text().splitlines()
+                 if "SUBSCRIBE refused" in ln]
+        print(lines[0])
+        assert len(lines) == 5, lines
+        assert "NOPERM" in lines[0], lines[0]
+        assert pw not in d.stderr_text()
+    finally:
+        for c in clients:
+            c.close()

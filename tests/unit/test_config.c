@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -1181,6 +1182,11 @@ struct uri_case {
 };
 
 static const struct uri_case good_uris[] = {
+    {"rediss://alice:" SECRET "@redis.example.com:6380/2", NODE_ADDR_TCP,
+     "redis.example.com", 6380, "alice", SECRET, 2, false,
+     "redis.example.com:6380/2"},
+    {"REDISS://[::1]", NODE_ADDR_TCP, "::1", 6379, NULL, NULL, 0, false,
+     "[::1]:6379"},
     {"redis://127.0.0.1:6379", NODE_ADDR_TCP, "127.0.0.1", 6379, NULL, NULL, 0,
      false, "127.0.0.1:6379"},
     {"redis://localhost", NODE_ADDR_TCP, "localhost", 6379, NULL, NULL, 0,
@@ -1267,6 +1273,7 @@ static void test_uri_good(void **state)
         assert_str_or_null(a.password, t->password);
         assert_int_equal(a.db, t->db);
         assert_int_equal(a.persistent, t->persistent);
+        assert_int_equal(a.tls, strncasecmp(t->uri, "rediss://", 9) == 0);
         assert_string_equal(a.display, t->display);
         /* The display never names the user or shows the password. */
         assert_null(strstr(a.display, SECRET));
@@ -1285,8 +1292,8 @@ struct bad_uri {
 };
 
 static const struct bad_uri bad_uris[] = {
-    {"rediss://u:" SECRET "@h:1",
-     "TLS (rediss://) is not supported in 'rediss://u:***@h:1'"},
+    {"rediss://", "missing host in 'rediss://'"},
+    {"rediss://u:" SECRET "@h:0", "bad port '0' in 'rediss://u:***@h:0'"},
     {"http://:" SECRET "@h:1",
      "'http://:***@h:1' is not a node URI (redis://host:port or "
      "unix:///path/redis.sock)"},

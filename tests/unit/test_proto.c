@@ -458,6 +458,7 @@ static void test_response_vector(void **state)
                 cJSON_GetObjectItemCaseSensitive(nd, "rtt_ms")->valuedouble;
             nh[i].quarantined = cJSON_IsTrue(
                 cJSON_GetObjectItemCaseSensitive(nd, "quarantined"));
+            nh[i].tls = null_or_str(nd, "tls");
             i++;
         }
         char *json = proto_encode_health(
@@ -944,6 +945,17 @@ static void test_health_shapes(void **state)
 
     json = proto_encode_health(NULL, 0, true, 1, NULL, 3, &len);
     assert_string_equal(json, "{\"ok\":true,\"quorum\":1,\"nodes\":[]}");
+    free(json);
+
+    /* A rediss:// node says how its certificate is checked. */
+    nodes[0].rtt_ms = 2;
+    nodes[0].tls = "insecure";
+    json = proto_encode_health(NULL, 0, true, 1, nodes, 1, &len);
+    assert_string_equal(
+        json, "{\"ok\":true,\"quorum\":1,\"nodes\":["
+              "{\"addr\":\"10.0.0.1:6379\",\"up\":true,\"state\":\"up\","
+              "\"last_error\":null,\"rtt_ms\":2.000,\"quarantined\":false,"
+              "\"tls\":\"insecure\"}]}");
     free(json);
 }
 
