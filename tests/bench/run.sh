@@ -548,7 +548,7 @@ PY
         exit 1
 }
 tls_compare() {
-    local res=$1 rep c t
+    local res=$1 rep c
     : >"$res"
     RP=$(redis_pids 5)
     log "TLS cost: $REPS rep(s) x concurrency $CONC, ${DUR}s each (+${WARM}s warmup), plain TCP and TLS"
