@@ -12,6 +12,7 @@ BENCHMARKS.md is regenerated whole except the hand-written part between
 which are kept as they are. --pin TITLE leaves the rest of BENCHMARKS.md
 alone and adds this run's Redis-work tables as a new pinned section above
 the others: a before/after record that later runs do not overwrite.
+results-tls.txt (run.sh --tls) becomes the table "TLS cost per cycle".
 """
 
 import argparse
@@ -217,6 +218,18 @@ def cmd_mix(g, impl, conc):
                      if v is not None and v >= 0.005)
 
 
+def run_row(g, impl, conc, name, keys):
+    """A table row of the runs of impl at conc: clients, name, cycles/s
+    (min–max), acquire p50 / p99, the medians of keys, errors."""
+    cells = [str(conc), name,
+             fmt(agg(g, impl, conc, "cps")) + spread(g, impl, conc, "cps"),
+             "%s / %s" % (fmt(agg(g, impl, conc, "p50_us")),
+                          fmt(agg(g, impl, conc, "p99_us")))]
+    cells += [fmt(agg(g, impl, conc, k), 1) for k in keys]
+    cells.append(errors_of(g.get((impl, conc), [])))
+    return "| " + " | ".join(cells) + " |"
+
+
 def work_tables(rows, where):
     """The Redis work per lock cycle: one table per transport."""
     g = group(rows)
@@ -233,15 +246,10 @@ def work_tables(rows, where):
     out.append("|" + "---|" * len(hdr))
     for c in concs:
         for i, n in impls:
-            rs = g.get((i, c), [])
-            if not rs:
-                continue
-            out.append("| %d | %s | %s%s | %s / %s | %s | %s | %s | %s |" % (
-                c, n, fmt(agg(g, i, c, "cps")), spread(g, i, c, "cps"),
-                fmt(agg(g, i, c, "p50_us")), fmt(agg(g, i, c, "p99_us")),
-                fmt(agg(g, i, c, "cmds_per_cycle"), 1),
-                fmt(agg(g, i, c, "cmd_us_per_cycle"), 1),
-                fmt(agg(g, i, c, "cpu_us_per_cycle"), 1), errors_of(rs)))
+            if g.get((i, c)):
+                out.append(run_row(g, i, c, n, [
+                    "cmds_per_cycle", "cmd_us_per_cycle",
+                    "cpu_us_per_cycle"]))
     out.append("")
     out.append("Daemon against the limits: ratio of the medians, and in "
                "brackets the median of the paired per-repetition ratios "
@@ -294,6 +302,76 @@ def work_section(out_dir, rows, unix_rows):
     if unix_rows:
         parts.append(work_tables(unix_rows, "unix sockets"))
     return "\n".join(p for p in parts if p)
+
+
+def daemon_us_per_cycle(r):
+    """The daemon's CPU µs per cycle of a run: daemon_cpu is its % of one
+    core over the measured interval, cps the cycles/s over the same."""
+    cpu, cps = num(r, "daemon_cpu"), num(r, "cps")
+    if cpu is None or cpu < 0 or not cps:
+        return None
+    return cpu * 1e4 / cps
+
+
+TLS_LEGEND = """\
+The daemon's cycle (each client acquires its own resource, ttl 10 s, and \
+releases it; one request in flight per client) with the same five \
+redis-server nodes reached over plain TCP (`redis://127.0.0.1:port`) and \
+over TLS (`rediss://127.0.0.1:tls-port`, certificates verified against a \
+throw-away CA with `--tls-ca-file`; one handshake per node connection at \
+start, so the runs measure the steady state: record encryption, and the \
+extra reads and writes of TLS). Each run has a freshly started daemon; the \
+two alternate within every repetition (order swapped every repetition). \
+Medians over the repetitions; Redis cmds and CPU µs per cycle as in *Redis \
+work per lock cycle* (INFO commandstats and INFO cpu of the five nodes, \
+whole redis-server processes, so Redis's TLS work is in its CPU); **daemon \
+CPU µs/cycle** is the daemon's CPU time (/proc, user + sys) over the \
+measured interval divided by the cycles in it. The **TLS / plain** row is \
+the ratio of the medians, and in brackets the median of the paired \
+per-repetition ratios.
+"""
+
+
+def tls_table(rows):
+    """"TLS cost per cycle": the daemon over plain TCP vs over TLS."""
+    for r in rows:
+        v = daemon_us_per_cycle(r)
+        r["daemon_us_per_cycle"] = "%.3f" % v if v is not None else "-1"
+    g = group(rows)
+    concs = sorted({c for (i, c) in g if i in ("daemon", "daemon-tls")})
+    if not concs:
+        return ""
+    reps = max(len(v) for v in g.values())
+    keys = ["cps", "p50_us", "p99_us", "cmds_per_cycle", "cpu_us_per_cycle",
+            "daemon_us_per_cycle"]
+    out = ["#### Daemon, nodes over plain TCP vs TLS (127.0.0.1), median of "
+           "%d repetition(s)\n" % reps]
+    hdr = ["clients", "nodes over", "cycles/s (min–max)",
+           "acquire p50 / p99 (µs)", "Redis cmds/cycle",
+           "Redis CPU µs/cycle", "daemon CPU µs/cycle", "errors"]
+    out.append("| " + " | ".join(hdr) + " |")
+    out.append("|" + "---|" * len(hdr))
+    for c in concs:
+        for i, n in (("daemon", "plain TCP"), ("daemon-tls", "TLS")):
+            if g.get((i, c)):
+                out.append(run_row(g, i, c, n, keys[3:]))
+        cells = {}
+        for k in keys:
+            x, y = agg(g, "daemon-tls", c, k), agg(g, "daemon", c, k)
+            if x is None or y is None or y <= 0:
+                cells[k] = "n/a"
+                continue
+            cells[k] = "%.2f" % (x / y)
+            per = paired(g, c, "daemon-tls", "daemon", k)
+            if len(per) > 1:
+                cells[k] += " (%.2f)" % med(per)
+        out.append("| %d | **TLS / plain** | %s | %s / %s | %s | %s | %s "
+                   "| |" % (c, cells["cps"], cells["p50_us"],
+                            cells["p99_us"], cells["cmds_per_cycle"],
+                            cells["cpu_us_per_cycle"],
+                            cells["daemon_us_per_cycle"]))
+    out.append("")
+    return "\n".join(out)
 
 
 def comparison_tables(rows):
@@ -736,10 +814,12 @@ def pinned_blocks(text):
                       re.S)
 
 
-def pin_block(args, rows, unix_rows, renew):
-    """A pinned section: this run's Redis-work tables under args.pin."""
+def pin_block(args, rows, unix_rows, renew, tls_rows=()):
+    """A pinned section: this run's Redis-work tables (and its TLS cost
+    table) under args.pin."""
     out_dir = args.out_dir
-    t = read(os.path.join(out_dir, "commit-compare.txt")).split()
+    t = read(os.path.join(out_dir, "commit-compare.txt")).split() or \
+        read(os.path.join(out_dir, "commit-tls.txt")).split()
     machine = read(os.path.join(out_dir, "machine.txt"))
     doc = [P_BEGIN, "## %s\n" % args.pin]
     when = t[1] if len(t) > 1 else "?"
@@ -749,6 +829,18 @@ def pin_block(args, rows, unix_rows, renew):
         doc.append("- **commit**: daemon sources (`sidecar/`) as of `%s`; "
                    "bench at `%s`" % (src, t[0]))
     doc.append("- **machine**: %s" % machine_kind(machine))
+    if not rows and not unix_rows:
+        g = group(tls_rows)
+        reps = max([len(v) for v in g.values()] or [0])
+        secs = med([num(r, "secs") for r in tls_rows])
+        doc.append("- **run**: `tests/bench/run.sh --tls`, %d repetition(s) "
+                   "of %s s per run\n" % (reps, fmt(secs, 1) if secs
+                                          else "?"))
+        doc.append("### TLS cost per cycle\n")
+        doc.append(TLS_LEGEND)
+        doc.append(tls_table(tls_rows))
+        doc.append(P_END)
+        return "\n".join(doc)
     g = group(rows)
     reps = max([len(v) for v in g.values()] or [0])
     secs = med([num(r, "secs") for r in rows])
@@ -774,6 +866,10 @@ def pin_block(args, rows, unix_rows, renew):
                        renew.get("cpu_p50_pct"),
                        fmt(num(renew, "renew_per_s")),
                        fmt(num(renew, "lost_total", num(renew, "lost")))))
+    if tls_rows:
+        doc.append("### TLS cost per cycle\n")
+        doc.append(TLS_LEGEND)
+        doc.append(tls_table(tls_rows))
     doc.append(P_END)
     return "\n".join(doc)
 
@@ -794,8 +890,9 @@ def pin(args):
     out_dir = args.out_dir
     rows = parse_results(os.path.join(out_dir, "results.txt"))
     unix_rows = parse_results(os.path.join(out_dir, "results-unix.txt"))
+    tls_rows = parse_results(os.path.join(out_dir, "results-tls.txt"))
     _, renew = renew_table(parse_results(os.path.join(out_dir, "renew.txt")))
-    if not rows and not unix_rows:
+    if not rows and not unix_rows and not tls_rows:
         sys.exit("report.py: no results in %s to pin" % out_dir)
     rows = rows or unix_rows
     old = read(args.md) if os.path.exists(args.md) else \
@@ -803,7 +900,8 @@ def pin(args):
     blocks = pinned_blocks(old)
     for b in blocks:
         old = old.replace(b + "\n\n", "", 1).replace(b, "", 1)
-    new = insert_pinned(old, [pin_block(args, rows, unix_rows, renew)] +
+    new = insert_pinned(old, [pin_block(args, rows, unix_rows, renew,
+                                        tls_rows)] +
                         blocks)
     with open(args.md, "w", encoding="utf-8") as f:
         f.write(new)
@@ -818,6 +916,7 @@ def build(args):
     renew_samples = parse_results(os.path.join(out_dir, "renew.txt"),
                                   "SAMPLE")
     sc_rows = parse_results(os.path.join(out_dir, "scaling.txt"))
+    tls_rows = parse_results(os.path.join(out_dir, "results-tls.txt"))
     machine = read(os.path.join(out_dir, "machine.txt")).strip()
     notes = read(os.path.join(out_dir, "notes.txt")).strip()
 
@@ -917,6 +1016,12 @@ def build(args):
         doc.append(stamp(out_dir, "renew"))
         doc.append(renew_md)
         doc.append(renew_timeline(renew_samples))
+    tls = tls_table(tls_rows)
+    if tls:
+        doc.append("## TLS cost per cycle\n")
+        doc.append(stamp(out_dir, "tls"))
+        doc.append(TLS_LEGEND)
+        doc.append(tls)
     sc = scaling_tables(sc_rows)
     if sc:
         doc.append("## How cost grows (measured)\n")
@@ -946,12 +1051,12 @@ def build(args):
     doc.append(A_BEGIN)
     doc.append(analysis.rstrip("\n"))
     doc.append(A_END + "\n")
-    raw = rows + unix_rows + renew_rows + sc_rows
+    raw = rows + unix_rows + renew_rows + sc_rows + tls_rows
     if raw:
         doc.append("<details><summary>Raw RESULT lines</summary>\n")
         doc.append("```")
         for path in ("results.txt", "results-unix.txt", "renew.txt",
-                     "scaling.txt"):
+                     "scaling.txt", "results-tls.txt"):
             t = read(os.path.join(out_dir, path)).strip()
             if t:
                 doc.append(t)

@@ -23,6 +23,13 @@
 #   tests/bench/run.sh --profile    perf (cpu-clock) and callgrind of the
 #                                   daemon under the cycle load
 #   tests/bench/run.sh --renew      only the renewing-locks run
+#   tests/bench/run.sh --tls        "TLS cost per cycle": the daemon's cycle
+#                                   with the nodes over TLS (rediss://, a
+#                                   throw-away CA made with the openssl CLI)
+#                                   against plain TCP, interleaved; about 4
+#                                   min; writes under tests/bench/out/tls/
+#                                   (with --pin TITLE: a kept section of
+#                                   BENCHMARKS.md)
 #   tests/bench/run.sh --all        everything above but --quick
 #   options: --no-node (skip node-redlock), --node-ap (add node-redlock
 #            with auto-pipelining), --uuid (add the limit with the daemon's
@@ -57,7 +64,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 
 QUICK=0 SCALING=0 PROFILE=0 COMPARE=1 RENEW=1 NODE=1 BUILD=1 REPORT_ONLY=0
-UNIX=0 NODE_AP=0 UUID=0
+UNIX=0 NODE_AP=0 UUID=0 TLS=0
 REPS_ARG= PIN=
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -65,16 +72,17 @@ while [ $# -gt 0 ]; do
     --scaling) SCALING=1 COMPARE=0 RENEW=0 ;;
     --profile) PROFILE=1 COMPARE=0 RENEW=0 ;;
     --renew) RENEW=1 COMPARE=0 ;;
-    --all) SCALING=1 PROFILE=1 COMPARE=1 RENEW=1 ;;
+    --all) SCALING=1 PROFILE=1 COMPARE=1 RENEW=1 TLS=1 ;;
     --no-node) NODE=0 ;;
     --node-ap) NODE_AP=1 ;;
     --uuid) UUID=1 ;;
     --unix) UNIX=1 ;;
+    --tls) TLS=1 COMPARE=0 RENEW=0 ;;
     --pin) PIN=$2; shift ;;
     --no-build) BUILD=0 ;;
     --reps) REPS_ARG=$2; shift ;;
     --report-only) REPORT_ONLY=1 COMPARE=0 RENEW=0 ;;
-    -h | --help) sed -n '2,55p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,60p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -84,6 +92,13 @@ if [ "$QUICK" = 1 ]; then
 fi
 
 OUT=${BENCH_OUT:-$HERE/out}
+# --tls alone has its own out dir and report (BENCHMARKS.md only with
+# --pin), so that it neither mixes with nor replaces the full run's.
+TLS_ONLY=0
+if [ "$TLS" = 1 ] && [ "$QUICK$COMPARE$RENEW$SCALING$PROFILE" = 00000 ]; then
+    TLS_ONLY=1
+    OUT=$OUT/tls
+fi
 if [ "$QUICK" = 1 ]; then
     OUT=$OUT/quick
     DUR=${BENCH_DURATION:-2} WARM=${BENCH_WARMUP:-0.5} REPS=${BENCH_REPS:-1}
@@ -126,7 +141,7 @@ stamp() {
 
 report() {
     local md=$ROOT/BENCHMARKS.md png=$HERE/throughput_p99.png
-    if [ "$QUICK" = 1 ]; then
+    if [ "$QUICK" = 1 ] || { [ "$TLS_ONLY" = 1 ] && [ -z "$PIN" ]; }; then
         md=$OUT/BENCHMARKS.md png=$OUT/throughput_p99.png
     fi
     if [ -n "$PIN" ] && [ "$QUICK" != 1 ]; then
@@ -180,7 +195,10 @@ if [ "$BUILD" = 1 ]; then
     fi
 else
     DAEMON=${REDLOCKD:-$ROOT/build-bench/sidecar/redlockd}
-    RLBENCH=${RLBENCH:-$BIN/rlbench}
+    if [ -z "${RLBENCH:-}" ]; then
+        RLBENCH=$ROOT/build-bench/tests/bench/rlbench
+        [ -x "$RLBENCH" ] || RLBENCH=$BIN/rlbench
+    fi
 fi
 [ -x "$DAEMON" ] || { echo "run.sh: no daemon at $DAEMON" >&2; exit 1; }
 [ -x "$RLBENCH" ] || { echo "run.sh: no rlbench at $RLBENCH" >&2; exit 1; }
@@ -235,16 +253,54 @@ MAXN=5
 free_port() {
     "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
+# With --tls, a throw-away CA and a certificate for 127.0.0.1 that it
+# signed (P-256 keys, quick to make), and every node also listens with TLS
+# on a second port. The plain port stays on: the plain-TCP runs and the
+# bench's INFO accounting use it; the TLS runs' daemon only knows rediss://.
+make_certs() {
+    local d=$TMP/tls key=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1
+        -nodes)
+    mkdir -p "$d"
+    printf 'basicConstraints=CA:FALSE\nsubjectAltName=IP:127.0.0.1\n%s\n' \
+        'extendedKeyUsage=serverAuth' >"$d/server.ext"
+    if ! { openssl req -x509 -new "${key[@]}" -keyout "$d/ca.key" \
+        -out "$d/ca.crt" -days 2 -subj /CN=redlockd-bench-ca &&
+        openssl req -new "${key[@]}" -keyout "$d/server.key" \
+            -out "$d/server.csr" -subj /CN=127.0.0.1 &&
+        openssl x509 -req -in "$d/server.csr" -CA "$d/ca.crt" \
+            -CAkey "$d/ca.key" -CAcreateserial -out "$d/server.crt" \
+            -days 2 -sha256 -extfile "$d/server.ext"; } \
+        >"$OUT/openssl.log" 2>&1; then
+        echo "run.sh: openssl could not make the certificates" \
+            "(see $OUT/openssl.log)" >&2
+        exit 1
+    fi
+    chmod 600 "$d/server.key" "$d/ca.key"
+}
+if [ "$TLS" = 1 ]; then
+    command -v openssl >/dev/null ||
+        { echo "run.sh: --tls needs the openssl CLI" >&2; exit 1; }
+    make_certs
+fi
 REDIS_PORTS=()
+TLS_PORTS=()
 start_redis() { # index
-    local i=$1 try port
+    local i=$1 try port tls=()
     for try in 1 2 3 4 5; do
         port=$(free_port)
+        if [ "$TLS" = 1 ]; then
+            TLS_PORTS[$i]=$(free_port)
+            tls=(--tls-port "${TLS_PORTS[$i]}"
+                --tls-cert-file "$TMP/tls/server.crt"
+                --tls-key-file "$TMP/tls/server.key"
+                --tls-ca-cert-file "$TMP/tls/ca.crt"
+                --tls-auth-clients no)
+        fi
         rm -f "$TMP/r$i.sock"
         redis-server --port "$port" --bind 127.0.0.1 \
             --unixsocket "$TMP/r$i.sock" --unixsocketperm 700 \
             --save '' --appendonly no --dir "$TMP" --daemonize no \
-            --maxclients 20000 --logfile "$TMP/r$i.log" &
+            --maxclients 20000 --logfile "$TMP/r$i.log" "${tls[@]}" &
         REDIS_PIDS[$i]=$!
         REDIS_PORTS[$i]=$port
         for _ in $(seq 1 100); do
@@ -270,9 +326,11 @@ redis_pids() { # first N redis pids, comma separated
     echo "$s"
 }
 # TRANSPORT says how the daemon, the limits and node-redlock reach the
-# nodes: tcp (127.0.0.1, the default, as in production) or unix.
+# nodes: tcp (127.0.0.1, the default, as in production) or unix; tls is
+# for the daemon only (rediss://), while rlbench's accounting reads INFO
+# over the plain TCP ports.
 TRANSPORT=tcp
-redis_addrs() { # first N node addresses, comma separated
+redis_addrs() { # first N node addresses (plain), comma separated
     local n=$1 s= i
     for i in $(seq 1 "$n"); do
         if [ "$TRANSPORT" = unix ]; then
@@ -286,6 +344,8 @@ redis_addrs() { # first N node addresses, comma separated
 redis_uri() { # the daemon's --node of node i
     if [ "$TRANSPORT" = unix ]; then
         echo "unix://$TMP/r$1.sock"
+    elif [ "$TRANSPORT" = tls ]; then
+        echo "rediss://127.0.0.1:${TLS_PORTS[$1]}"
     else
         echo "redis://127.0.0.1:${REDIS_PORTS[$1]}"
     fi
@@ -299,6 +359,9 @@ start_daemon() { # start_daemon N_NODES [extra flags...]
     stop_daemon
     local args=() i
     for i in $(seq 1 "$n"); do args+=(--node "$(redis_uri "$i")"); done
+    if [ "$TRANSPORT" = tls ]; then
+        args+=(--tls-ca-file "$TMP/tls/ca.crt")
+    fi
     "$DAEMON" "${args[@]}" --socket "$SOCK" --log-level warn \
         --max-connections 20000 "$@" >>"$DAEMON_LOG" 2>&1 &
     DAEMON_PID=$!
@@ -422,7 +485,7 @@ compare() {
 if [ "$COMPARE" = 1 ]; then
     stamp compare
     machine_info
-    rm -f "$OUT/notes.txt" "$OUT/results-unix.txt"
+    rm -f "$OUT/notes.txt" "$OUT/results-unix.txt" "$OUT/results-tls.txt"
     : >"$OUT/rlbench.log"
     : >"$OUT/node.log"
     : >"$OUT/daemon.log"
@@ -443,6 +506,87 @@ if [ "$COMPARE" = 1 ]; then
         stop_daemon
         TRANSPORT=tcp
     fi
+fi
+
+# ---- TLS cost per cycle ---------------------------------------------------------
+# Every repetition, every concurrency: a daemon on the plain TCP ports and a
+# daemon on the TLS ports of the same five nodes, one after the other (order
+# swapped every repetition), each freshly started so that neither's idle
+# connections add to the other's Redis accounting.
+# all_up tcp|tls: waits (at most 10 s) until the daemon's health shows all
+# five nodes up and, over tls, each with "tls":"verified", so that both runs
+# start alike and a TLS run is known to be one.
+all_up() {
+    "$PY" - "$SOCK" "$1" <<'PY' ||
+import json, socket, sys, time
+deadline, h = time.monotonic() + 10, None
+while time.monotonic() < deadline:
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(2)
+        s.connect(sys.argv[1])
+        s.sendall(b'{"op":"health","id":"bench"}\n')
+        buf = b""
+        while not buf.endswith(b"\n"):
+            d = s.recv(65536)
+            if not d:
+                break
+            buf += d
+        s.close()
+        h = json.loads(buf)
+        n = h.get("nodes") or []
+        if len(n) == 5 and all(x.get("up") is True and
+                               (sys.argv[2] != "tls" or
+                                x.get("tls") == "verified") for x in n):
+            sys.exit(0)
+    except (OSError, ValueError):
+        pass
+    time.sleep(0.05)
+sys.exit("run.sh: not every node up%s: %s" % (
+    " over verified TLS" if sys.argv[2] == "tls" else "", h))
+PY
+        exit 1
+}
+tls_compare() {
+    local res=$1 rep c
+    : >"$res"
+    RP=$(redis_pids 5)
+    log "TLS cost: $REPS rep(s) x concurrency $CONC, ${DUR}s each (+${WARM}s warmup), plain TCP and TLS"
+    run_over() { # rep concurrency tcp|tls
+        TRANSPORT=$3
+        start_daemon 5
+        all_up "$3"
+        log "rep $1, $2 client(s): daemon, nodes over $3"
+        rl "$res" "r$1" --impl "$([ "$3" = tls ] && echo daemon-tls ||
+            echo daemon)" --socket "$SOCK" --mode cycle --concurrency "$2" \
+            --duration "$DUR" --warmup "$WARM" --daemon-pid "$DAEMON_PID" \
+            --redis-pids "$RP" --redis "$(redis_addrs 5)"
+        stop_daemon
+    }
+    for rep in $(seq 1 "$REPS"); do
+        for c in ${CONC//,/ }; do
+            if [ $((rep % 2)) = 1 ]; then
+                run_over "$rep" "$c" tcp
+                run_over "$rep" "$c" tls
+            else
+                run_over "$rep" "$c" tls
+                run_over "$rep" "$c" tcp
+            fi
+        done
+    done
+    TRANSPORT=tcp
+}
+
+if [ "$TLS" = 1 ]; then
+    stamp tls
+    if [ "$TLS_ONLY" = 1 ]; then
+        machine_info
+        rm -f "$OUT/notes.txt" "$OUT/results.txt" "$OUT/results-unix.txt" \
+            "$OUT/renew.txt" "$OUT/scaling.txt"
+        : >"$OUT/rlbench.log"
+        : >"$OUT/daemon.log"
+    fi
+    tls_compare "$OUT/results-tls.txt"
 fi
 
 # ---- renewing locks -------------------------------------------------------------
