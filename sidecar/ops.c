@@ -88,6 +88,9 @@ static void lock_timer_kick(struct ops *o);
 
 /* A renewal held back for want of a slot looks again this much later. */
 #define RENEW_HOLD_BACK_US 5000
+/* The farthest ahead the lock timer looks for renewals that may go out
+ * early (redlock_renew_early_us never exceeds it). */
+#define RENEW_EARLY_MAX_US 5000u
 
 /* ---- replies ------------------------------------------------------------ */
 
@@ -1174,6 +1177,35 @@ static void lock_renew(struct ops *o, struct lock *l, uint64_t now,
     }
 }
 
+/* Whether l's renewal, not yet due at now, may go out now with others
+ * (redlock_renew_early_us): a renewing lock, nothing in flight, its
+ * renewal within the early margin, and room in both renewal budgets. */
+static bool lock_renew_early(const struct ops *o, const struct lock *l,
+                             uint64_t now)
+{
+    if (!l->renew || o->renew_inflight >= RENEW_INFLIGHT_MAX ||
+        (l->owner != NULL && l->owner->renewing >= RENEW_CONN_INFLIGHT_MAX) ||
+        (l->renew_until_us != 0 && now >= l->renew_until_us)) {
+        return false;
+    }
+    struct redlock_renew_state st = lock_renew_state(o, l);
+    uint64_t early = redlock_renew_early_us(l->ttl_ms);
+    st.next_renew_us = st.next_renew_us > early ? st.next_renew_us - early : 0;
+    uint64_t wake = 0;
+    return redlock_renew_decide(&st, now, &wake) == RL_RENEW_SEND;
+}
+
+/* When to give up on a renewal of l sent at now (the decision's wake). */
+static uint64_t lock_renew_give_up_at(const struct ops *o,
+                                      const struct lock *l, uint64_t now)
+{
+    struct redlock_renew_state st = lock_renew_state(o, l);
+    st.sent_us = now > 0 ? now : 1;
+    uint64_t wake = 0;
+    (void)redlock_renew_decide(&st, now, &wake);
+    return wake;
+}
+
 /* Why a renewing lock is given up, from its state. */
 static const char *lock_give_up_reason(const struct lock *l)
 {
@@ -1198,8 +1230,19 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
     for (int budget = 4096; budget > 0; budget--) {
         uint64_t due;
         struct lock *l = locks_peek_due(o->locks, &due);
-        if (l == NULL || due > now) {
+        if (l == NULL || due > now + RENEW_EARLY_MAX_US) {
             break;
+        }
+        if (due > now) {
+            /* Not due yet: only a renewal that may go out early (with
+             * this wake-up's others, in the same batches) is taken now;
+             * anything else waits for its own time, and so does every
+             * lock behind it. */
+            if (!lock_renew_early(o, l, now)) {
+                break;
+            }
+            lock_renew(o, l, now, lock_renew_give_up_at(o, l, now));
+            continue;
         }
         if (!l->renew) {
             if (now >= l->valid_until_us) {

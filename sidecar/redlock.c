@@ -578,3 +578,9 @@ redlock_renew_decide(const struct redlock_renew_state *s, uint64_t now_us,
     *wake_us = s->next_renew_us < last ? s->next_renew_us : last;
     return RL_RENEW_WAIT;
 }
+
+uint64_t redlock_renew_early_us(uint32_t ttl_ms)
+{
+    uint64_t early = (uint64_t)ttl_ms * 1000u / 64u;
+    return early < 5000u ? early : 5000u;
+}

@@ -714,6 +714,17 @@ static void test_renew_schedule(void **state)
     assert_int_equal(redlock_renew_last_us(500, 10), 0);
 }
 
+/* Renewals may go out a little early to share a wake-up: never more than a
+ * 64th of the ttl, nor 5 ms. */
+static void test_renew_early(void **state)
+{
+    (void)state;
+    assert_int_equal(redlock_renew_early_us(10), 156);
+    assert_int_equal(redlock_renew_early_us(320), 5000);
+    assert_int_equal(redlock_renew_early_us(30000), 5000);
+    assert_int_equal(redlock_renew_early_us(0), 0);
+}
+
 static void test_renew_decide(void **state)
 {
     (void)state;
@@ -805,6 +816,7 @@ int main(void)
         cmocka_unit_test(test_holder_pttl),
         cmocka_unit_test(test_renew_schedule),
         cmocka_unit_test(test_renew_decide),
+        cmocka_unit_test(test_renew_early),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
