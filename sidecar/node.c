@@ -637,6 +637,13 @@ static void node_flush(struct node *node)
             write_arm(node, !node->write_wants_read);
             return;
         }
+        if (node->tls != NULL) {
+            /* As a failed read: the server's alert (a TLS 1.3 server
+             * refusing our certificate after our handshake ended) may
+             * surface on a write; say it where operators look. */
+            log_warn(node->subject, "%s: %s", node->addr->display,
+                     node->last_error);
+        }
         node_drop(node, "write error");
         return;
     }
