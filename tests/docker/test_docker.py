@@ -1245,6 +1245,8 @@ MESON_DEV_PACKAGES = {
     "libevent": "libevent-dev",
     "uuid": "uuid-dev",
     "libcjson": "libcjson-dev",
+    "openssl": "libssl-dev",
+    "threads": "libc6-dev",  # pthreads, in libc
     "cmocka": "libcmocka-dev",
 }
 TEST_ONLY = {"cmocka"}
