@@ -161,12 +161,6 @@ static void node_drop(struct node *node, const char *why);
 static void node_resolve_failed(struct node *node, const char *why);
 static void node_flush(struct node *node);
 
-/* The clock of every deadline here: the one cluster.c measures validity
- * on (util.h), as node_send_prepared takes its readings. */
-static inline uint64_t now_us(void)
-{
-    return util_now_us();
-}
 
 const char *node_state_name(enum node_state state)
 {
@@ -342,7 +336,7 @@ static void cmd_timer_arm(struct node *node)
         (node->cmd_timer_on && node->cmd_timer_at <= node->live->deadline_us)) {
         return;
     }
-    uint64_t now = now_us();
+    uint64_t now = util_now_us();
     uint64_t wait =
         node->live->deadline_us > now ? node->live->deadline_us - now : 0;
     struct timeval tv = {(time_t)(wait / 1000000u),
@@ -360,7 +354,7 @@ static void cmd_timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct node *node = arg;
-    uint64_t now = now_us();
+    uint64_t now = util_now_us();
     node->cmd_timer_on = false;
     if (node->tls_handshaking) {
         /* Only the queued Redis handshake can be due: its deadline is the
@@ -862,7 +856,7 @@ static bool node_push(struct node *node, const redisReply *r)
         memcmp(r->element[0]->str, "message", 7)) {
         return false;
     }
-    node->last_reply_us = now_us();
+    node->last_reply_us = util_now_us();
     node->opts.push_cb(node, r->element[1]->str, r->element[1]->len,
                        node->state_priv);
     return true;
@@ -907,7 +901,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
     }
     node->ilen += (size_t)n;
     /* One clock reading serves the whole batch of replies. */
-    uint64_t now = now_us();
+    uint64_t now = util_now_us();
     size_t off = 0;
     while (off < node->ilen) {
         redisReply *r = NULL;
@@ -1225,7 +1219,7 @@ int node_script(struct node *node, enum node_script script, int argc,
     cmd->prep = p;
     cmd->owned_prep = p; /* freed with the command */
     return node_write(node, cmd, p->buf, p->len, node->opts.timeout_ms,
-                      now_us());
+                      util_now_us());
 }
 
 static int node_send_argv(struct node *node, int argc, const char **argv,
@@ -1253,7 +1247,7 @@ static int node_send_argv(struct node *node, int argc, const char **argv,
         q = resp_put_bulk(q, argv[i], argvlen[i]);
     }
     int rc =
-        node_write(node, cmd, buf, (size_t)(q - buf), timeout_ms, now_us());
+        node_write(node, cmd, buf, (size_t)(q - buf), timeout_ms, util_now_us());
     if (buf != stack) {
         free(buf);
     }
@@ -1292,7 +1286,7 @@ static void ping_timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct node *node = arg;
     if (node->state == NODE_UP &&
-        now_us() - node->last_send_us >= PING_INTERVAL_MS * 1000u) {
+        util_now_us() - node->last_send_us >= PING_INTERVAL_MS * 1000u) {
         const char *argv[1] = {"PING"};
         size_t lens[1] = {4};
         (void)node_command(node, 1, argv, lens, ping_cb, NULL);
@@ -1382,7 +1376,7 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         node->started_us = 0;
         if (up != NULL) {
             uint64_t secs = strtoull(up + 18, NULL, 10);
-            uint64_t now = now_us();
+            uint64_t now = util_now_us();
             node->started_us =
                 secs * 1000000u < now ? now - secs * 1000000u : 1;
         }
