@@ -13,10 +13,11 @@
  * write_wants_read). A subscriber node (wake.c, opts.push_cb) runs AUTH and
  * PING only and hands "message" pushes to push_cb.
  *
- * Writes: commands are formatted as RESP once (per op, see node_prepare)
- * and appended to the node's output buffer; the buffer goes out in one
- * write() at the end of the current event-loop turn (flush_ev is made
- * active, so it runs after every callback already active in this turn).
+ * Writes: commands are formatted as RESP once (per op, see node_prepare;
+ * the encoder is resp.c's) and appended to the node's output buffer; the
+ * buffer goes out in one write() at the end of the current event-loop turn
+ * (flush_ev is made active, so it runs after every callback already active
+ * in this turn).
  * Every request read from every client in one turn therefore reaches each
  * node in one write, and EV_WRITE is armed only while the socket is full.
  * hiredis's async layer did the same with an epoll_ctl pair and a buffer
@@ -25,9 +26,9 @@
  * Reads: the socket is read into the node's input buffer and resp.c parses
  * the replies (into pooled redisReply objects); commands are kept in a FIFO
  * in send order and Redis answers in order, so each reply belongs to the
- * FIFO's head. Every command gets the
- * same timeout, so deadlines grow along the FIFO: one timer armed for the
- * oldest live command serves them all. A command that times out gets its
+ * FIFO's head. Every command gets the same timeout, on util_now_us(), the
+ * clock cluster.c measures validity on, so deadlines grow along the FIFO:
+ * one timer armed for the oldest live command serves them all. A command that times out gets its
  * callback at once (NODE_TIMEOUT) and stays in the FIFO, marked done, until
  * its reply arrives or the connection drops. */
 #include "node.h"
@@ -160,7 +161,6 @@ static void node_connect(struct node *node);
 static void node_drop(struct node *node, const char *why);
 static void node_resolve_failed(struct node *node, const char *why);
 static void node_flush(struct node *node);
-
 
 const char *node_state_name(enum node_state state)
 {
@@ -758,13 +758,17 @@ static int rec_close(struct node *node, uint64_t now)
         const struct node_prep *pp = cmd->prep;
         const char *src = script_source[cmd->script];
         size_t src_len = strlen(src);
+        /* EVAL <source> <numkeys> <argv...>: the source as a bulk string
+         * whose header and trailer go around the script text. */
         char head[64];
-        int hl = snprintf(head, sizeof(head), "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n",
-                          pp->argc + 3, src_len);
+        char *h = resp_put_header(head, '*', (size_t)pp->argc + 3);
+        h = resp_put_bulk(h, "EVAL", 4);
+        h = resp_put_header(h, '$', src_len);
+        size_t hl = (size_t)(h - head);
         /* The FIFO takes it first: node_drop fails it if a write fails. */
         fifo_insert_before(node, cmd, node->held);
         cmd->sent_us = now;
-        if (out_append(node, head, (size_t)hl) != 0 ||
+        if (out_append(node, head, hl) != 0 ||
             out_append(node, src, src_len) != 0 ||
             out_append(node, "\r\n", 2) != 0 ||
             out_append(node, pp->buf + pp->rest_off, pp->len - pp->rest_off) !=
@@ -977,50 +981,6 @@ static int node_write(struct node *node, struct node_cmd *cmd, const char *buf,
     return 0;
 }
 
-/* ---- RESP formatting ---------------------------------------------------- */
-
-/* Sizes first, then one pass without bounds checks or printf: this runs for
- * every argument of every command. */
-static size_t resp_digits(size_t n)
-{
-    size_t d = 1;
-    while (n >= 10) {
-        n /= 10;
-        d++;
-    }
-    return d;
-}
-
-static size_t resp_bulk_len(size_t n)
-{
-    return 5 + resp_digits(n) + n; /* $<n>\r\n<bytes>\r\n */
-}
-
-/* "<kind><n>\r\n" */
-static char *resp_put_header(char *p, char kind, size_t n)
-{
-    size_t d = resp_digits(n);
-    *p = kind;
-    for (size_t i = d; i > 0; i--) {
-        p[i] = (char)('0' + n % 10);
-        n /= 10;
-    }
-    p += d + 1;
-    *p++ = '\r';
-    *p++ = '\n';
-    return p;
-}
-
-static char *resp_put_bulk(char *p, const char *s, size_t n)
-{
-    p = resp_put_header(p, '$', n);
-    memcpy(p, s, n);
-    p += n;
-    *p++ = '\r';
-    *p++ = '\n';
-    return p;
-}
-
 /* ---- public send API --------------------------------------------------- */
 
 static bool node_accepts(const struct node *node)
@@ -1036,20 +996,9 @@ int node_prepare(struct node_prep *p, enum node_script script, int argc,
                              argvlen);
 }
 
-int node_prepare_keys(struct node_prep *p, enum node_script script,
-                      int numkeys, int argc, const char **argv,
-                      const size_t *argvlen)
+int node_prepare_keys(struct node_prep *p, enum node_script script, int numkeys,
+                      int argc, const char **argv, const size_t *argvlen)
 {
-    char nk[24];
-    size_t nkl = 0;
-    for (unsigned v = (unsigned)numkeys; nkl == 0 || v > 0; v /= 10) {
-        nk[nkl++] = (char)('0' + v % 10);
-    }
-    for (size_t i = 0; i < nkl / 2; i++) {
-        char t = nk[i];
-        nk[i] = nk[nkl - 1 - i];
-        nk[nkl - 1 - i] = t;
-    }
     p->script = script;
     p->plain = false;
     p->n_cmds = 1;
@@ -1058,11 +1007,11 @@ int node_prepare_keys(struct node_prep *p, enum node_script script,
     if (known_sha[script][0] == '\0') {
         return -1; /* no node has loaded the scripts yet */
     }
-    size_t len = 3 + resp_digits((size_t)argc + 3) + resp_bulk_len(7) +
-                 resp_bulk_len(SHA_LEN) + resp_bulk_len(nkl);
-    for (int i = 0; i < argc; i++) {
-        len += resp_bulk_len(argvlen[i]);
-    }
+    /* EVALSHA <sha> <numkeys> <argv...> */
+    size_t len = resp_header_len((size_t)argc + 3) + resp_bulk_len(7) +
+                 resp_bulk_len(SHA_LEN) +
+                 resp_bulk_len(resp_digits((unsigned)numkeys)) +
+                 resp_bulks_len(argc, argvlen);
     char *buf = len <= sizeof(p->inline_buf) ? p->inline_buf : malloc(len);
     if (buf == NULL) {
         return -1;
@@ -1071,10 +1020,8 @@ int node_prepare_keys(struct node_prep *p, enum node_script script,
     q = resp_put_bulk(q, "EVALSHA", 7);
     q = resp_put_bulk(q, known_sha[script], SHA_LEN);
     p->rest_off = (size_t)(q - buf);
-    q = resp_put_bulk(q, nk, nkl);
-    for (int i = 0; i < argc; i++) {
-        q = resp_put_bulk(q, argv[i], argvlen[i]);
-    }
+    q = resp_put_bulk_uint(q, (unsigned)numkeys);
+    q = resp_put_bulks(q, argc, argv, argvlen);
     p->buf = buf;
     p->len = (size_t)(q - buf);
     return 0;
@@ -1091,10 +1038,8 @@ int node_prepare_commands(struct node_prep *p, int n_cmds, const int *argcs,
     size_t len = 0;
     int a = 0;
     for (int k = 0; k < n_cmds; k++) {
-        len += 3 + resp_digits((size_t)argcs[k]);
-        for (int i = 0; i < argcs[k]; i++, a++) {
-            len += resp_bulk_len(argvlen[a]);
-        }
+        len += resp_command_len(argcs[k], argvlen + a);
+        a += argcs[k];
     }
     char *buf = len <= sizeof(p->inline_buf) ? p->inline_buf : malloc(len);
     if (buf == NULL) {
@@ -1103,10 +1048,8 @@ int node_prepare_commands(struct node_prep *p, int n_cmds, const int *argcs,
     char *q = buf;
     a = 0;
     for (int k = 0; k < n_cmds; k++) {
-        q = resp_put_header(q, '*', (size_t)argcs[k]);
-        for (int i = 0; i < argcs[k]; i++, a++) {
-            q = resp_put_bulk(q, argv[a], argvlen[a]);
-        }
+        q = resp_put_command(q, argcs[k], argv + a, argvlen + a);
+        a += argcs[k];
     }
     p->buf = buf;
     p->len = (size_t)(q - buf);
@@ -1232,22 +1175,16 @@ static int node_send_argv(struct node *node, int argc, const char **argv,
     }
     cmd->cb = cb;
     cmd->privdata = privdata;
-    size_t len = 3 + resp_digits((size_t)argc);
-    for (int i = 0; i < argc; i++) {
-        len += resp_bulk_len(argvlen[i]);
-    }
+    size_t len = resp_command_len(argc, argvlen);
     char stack[512];
     char *buf = len <= sizeof(stack) ? stack : malloc(len);
     if (buf == NULL) {
         cmd_put(node, cmd);
         return -1;
     }
-    char *q = resp_put_header(buf, '*', (size_t)argc);
-    for (int i = 0; i < argc; i++) {
-        q = resp_put_bulk(q, argv[i], argvlen[i]);
-    }
-    int rc =
-        node_write(node, cmd, buf, (size_t)(q - buf), timeout_ms, util_now_us());
+    char *q = resp_put_command(buf, argc, argv, argvlen);
+    int rc = node_write(node, cmd, buf, (size_t)(q - buf), timeout_ms,
+                        util_now_us());
     if (buf != stack) {
         free(buf);
     }

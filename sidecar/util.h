@@ -45,7 +45,7 @@ struct util_htable {
 };
 
 #define UTIL_CONTAINER_OF(ptr, type, member)                                   \
-    ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+    ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
 /* util_htable_init: an empty table of n_buckets (a power of two) chains.
  * Returns 0, or -1 out of memory (t is then safe to free). */

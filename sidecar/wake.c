@@ -48,9 +48,9 @@ struct wake {
     void *priv;
     struct wake_node nodes[REDLOCK_MAX_NODES];
     int n;
-    struct node_options opts; /* of the subscriber connections */
-    struct tls_ctx *tls;      /* owned: for rediss:// nodes, else NULL */
-    struct event *idle_ev;    /* owned: closes the connections when idle */
+    struct node_options opts;   /* of the subscriber connections */
+    struct tls_ctx *tls;        /* owned: for rediss:// nodes, else NULL */
+    struct event *idle_ev;      /* owned: closes the connections when idle */
     struct util_htable watches; /* owned: struct watch by channel */
     size_t prefix_len;          /* of "<prefix>wake:" */
 };
