@@ -28,9 +28,9 @@
  * in send order and Redis answers in order, so each reply belongs to the
  * FIFO's head. Every command gets the same timeout, on util_now_us(), the
  * clock cluster.c measures validity on, so deadlines grow along the FIFO:
- * one timer armed for the oldest live command serves them all. A command that times out gets its
- * callback at once (NODE_TIMEOUT) and stays in the FIFO, marked done, until
- * its reply arrives or the connection drops. */
+ * one timer armed for the oldest live command serves them all. A command that
+ * times out gets its callback at once (NODE_TIMEOUT) and stays in the FIFO,
+ * marked done, until its reply arrives or the connection drops. */
 #include "node.h"
 
 #include <errno.h>
@@ -779,7 +779,7 @@ static int rec_close(struct node *node, uint64_t now)
             return -1;
         }
     }
-    /* The SCRIPT LOADs go before the held commands too (node_write puts
+    /* The SCRIPT LOADs go before the held commands too (node_enqueue puts
      * them before node->held); their deadline is no later than the first
      * held command's, so deadlines still grow along the FIFO. */
     scripts_reload(node);
@@ -955,27 +955,36 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* Queues a formatted command; the caller has filled cmd's callback.
- * During a NOSCRIPT recovery it is held (hbuf); while the recovery ends
- * (rec_close) it goes ahead of the held commands. */
-static int node_write(struct node *node, struct node_cmd *cmd, const char *buf,
-                      size_t len, int timeout_ms, uint64_t now)
+/* Queues the formatted bytes buf[0..len) of n commands (cmds[], callbacks
+ * filled by the caller, in wire order): all of them or none. During a
+ * NOSCRIPT recovery they are held (hbuf, the FIFO's tail from held on);
+ * while the recovery ends (rec_close) they go ahead of the held commands,
+ * and no deadline may then pass a held one's. Returns 0, or -1 (out of
+ * memory) having returned every cmd to the pool. */
+static int node_enqueue(struct node *node, struct node_cmd **cmds, int n,
+                        const char *buf, size_t len, int timeout_ms,
+                        uint64_t now)
 {
     if ((node->rec_active ? hold_append(node, buf, len)
                           : out_append(node, buf, len)) != 0) {
-        cmd_put(node, cmd);
+        for (int k = 0; k < n; k++) {
+            cmd_put(node, cmds[k]);
+        }
         return -1;
     }
     node->last_send_us = now;
-    cmd->sent_us = now;
-    cmd->deadline_us = now + (uint64_t)timeout_ms * 1000u;
-    if (node->held != NULL && !node->rec_active &&
-        node->held->deadline_us < cmd->deadline_us) {
-        cmd->deadline_us = node->held->deadline_us;
-    }
-    fifo_insert_before(node, cmd, node->rec_active ? NULL : node->held);
-    if (node->rec_active && node->held == NULL) {
-        node->held = cmd;
+    for (int k = 0; k < n; k++) {
+        struct node_cmd *cmd = cmds[k];
+        cmd->sent_us = now;
+        cmd->deadline_us = now + (uint64_t)timeout_ms * 1000u;
+        if (node->held != NULL && !node->rec_active &&
+            node->held->deadline_us < cmd->deadline_us) {
+            cmd->deadline_us = node->held->deadline_us;
+        }
+        fifo_insert_before(node, cmd, node->rec_active ? NULL : node->held);
+        if (node->rec_active && node->held == NULL) {
+            node->held = cmd;
+        }
     }
     cmd_timer_arm(node);
     return 0;
@@ -1083,36 +1092,12 @@ static int node_send_plain(struct node *node, const struct node_prep *p,
             return -1;
         }
     }
-    /* As node_write: held behind a NOSCRIPT recovery like any command. */
-    if ((node->rec_active ? hold_append(node, p->buf, p->len)
-                          : out_append(node, p->buf, p->len)) != 0) {
-        for (int k = 0; k < p->n_cmds; k++) {
-            cmd_put(node, cmds[k]);
-        }
-        return -1;
-    }
-    node->last_send_us = now;
-    for (int k = 0; k < p->n_cmds; k++) {
-        struct node_cmd *cmd = cmds[k];
-        /* Only the last reply is the caller's: the others (MULTI's OK,
-         * QUEUED) are read and dropped in order. */
-        if (k == p->n_cmds - 1) {
-            cmd->cb = cb;
-            cmd->privdata = privdata;
-        }
-        cmd->sent_us = now;
-        cmd->deadline_us = now + (uint64_t)node->opts.timeout_ms * 1000u;
-        if (node->held != NULL && !node->rec_active &&
-            node->held->deadline_us < cmd->deadline_us) {
-            cmd->deadline_us = node->held->deadline_us;
-        }
-        fifo_insert_before(node, cmd, node->rec_active ? NULL : node->held);
-        if (node->rec_active && node->held == NULL) {
-            node->held = cmd;
-        }
-    }
-    cmd_timer_arm(node);
-    return 0;
+    /* Only the last reply is the caller's: the others (MULTI's OK,
+     * QUEUED) are read and dropped in order. */
+    cmds[p->n_cmds - 1]->cb = cb;
+    cmds[p->n_cmds - 1]->privdata = privdata;
+    return node_enqueue(node, cmds, p->n_cmds, p->buf, p->len,
+                        node->opts.timeout_ms, now);
 }
 
 int node_send_prepared(struct node *node, const struct node_prep *p,
@@ -1135,7 +1120,8 @@ int node_send_prepared(struct node *node, const struct node_prep *p,
     cmd->privdata = privdata;
     cmd->script = (int)p->script;
     cmd->prep = p;
-    return node_write(node, cmd, p->buf, p->len, node->opts.timeout_ms, now);
+    return node_enqueue(node, &cmd, 1, p->buf, p->len, node->opts.timeout_ms,
+                        now);
 }
 
 int node_script(struct node *node, enum node_script script, int argc,
@@ -1161,8 +1147,8 @@ int node_script(struct node *node, enum node_script script, int argc,
     cmd->script = (int)script;
     cmd->prep = p;
     cmd->owned_prep = p; /* freed with the command */
-    return node_write(node, cmd, p->buf, p->len, node->opts.timeout_ms,
-                      util_now_us());
+    return node_enqueue(node, &cmd, 1, p->buf, p->len, node->opts.timeout_ms,
+                        util_now_us());
 }
 
 static int node_send_argv(struct node *node, int argc, const char **argv,
@@ -1183,8 +1169,8 @@ static int node_send_argv(struct node *node, int argc, const char **argv,
         return -1;
     }
     char *q = resp_put_command(buf, argc, argv, argvlen);
-    int rc = node_write(node, cmd, buf, (size_t)(q - buf), timeout_ms,
-                        util_now_us());
+    int rc = node_enqueue(node, &cmd, 1, buf, (size_t)(q - buf), timeout_ms,
+                          util_now_us());
     if (buf != stack) {
         free(buf);
     }
@@ -1802,11 +1788,6 @@ enum node_state node_get_state(const struct node *node)
 int node_index(const struct node *node)
 {
     return node->index;
-}
-
-int node_pending(const struct node *node)
-{
-    return node->pending;
 }
 
 const char *node_display(const struct node *node)
