@@ -1,5 +1,5 @@
-/* util.c: the daemon's clock, hex digits and a string-keyed hash table
- * (see util.h). */
+/* util.c: the daemon's clock, hex digits, quoting, and a string-keyed hash
+ * table (see util.h). */
 #include "util.h"
 
 #include <stdlib.h>
@@ -30,6 +30,27 @@ int util_hex_value(unsigned char c)
         return c - 'A' + 10;
     }
     return -1;
+}
+
+const char *util_show(const char *s, char *out, size_t outlen)
+{
+    size_t n = 0;
+    size_t cap = outlen - 4; /* room for "..." and the NUL */
+
+    if (cap > UTIL_SHOW_MAX) {
+        cap = UTIL_SHOW_MAX;
+    }
+    for (; s[n] != '\0' && n < cap; n++) {
+        unsigned char c = (unsigned char)s[n];
+
+        out[n] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    }
+    if (s[n] != '\0') {
+        memcpy(out + n, "...", 3);
+        n += 3;
+    }
+    out[n] = '\0';
+    return out;
 }
 
 uint64_t util_fnv1a(const char *s, size_t len)

@@ -1,5 +1,6 @@
 /* util.h: small helpers more than one module needs: the daemon's clock, a
- * hash table keyed by byte strings, and hex digits.
+ * hash table keyed by byte strings, hex digits, and a value made safe to
+ * quote in a one-line message.
  *
  * The clock is CLOCK_BOOTTIME, not CLOCK_MONOTONIC: both are immune to
  * wall-clock steps, but CLOCK_MONOTONIC stops while the machine is
@@ -19,6 +20,13 @@ uint64_t util_now_us(void);
 
 /* util_hex_value: the value of hex digit c (0-9, a-f, A-F), or -1. */
 int util_hex_value(unsigned char c);
+
+/* util_show: s made safe to quote in a one-line message, in out (outlen
+ * bytes, at least 5; UTIL_SHOW_MAX + 4 holds the longest): at most
+ * UTIL_SHOW_MAX bytes of s, "..." marking a cut, control characters as
+ * '?'. Returns out. */
+#define UTIL_SHOW_MAX 80
+const char *util_show(const char *s, char *out, size_t outlen);
 
 /* util_fnv1a: the 64-bit FNV-1a hash of s[0..len). */
 uint64_t util_fnv1a(const char *s, size_t len);
