@@ -11,12 +11,12 @@
  * argv is read twice: first for syntax, --help/--version and --config (the
  * file must be applied before the flags it yields to), then to apply. The
  * node list is replaced, not merged: REDLOCKD_NODES replaces the file's
- * "nodes", and any --node replaces both.
+ * "nodes", and any --node replaces both. Each node's URI is parsed by
+ * nodeuri.c; this file keeps the list (no server twice).
  *
  * Error text never carries a password: URIs are shown with it as "***". */
 #include "config.h"
 
-#include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -25,23 +25,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "nodeuri.h"
+#include "util.h"
+
 #ifndef REDLOCKD_VERSION
 #define REDLOCKD_VERSION "0.0.0"
 #endif
 
-#define DEFAULT_REDIS_PORT 6379
-#define NODE_DB_MAX 1000000
 #define PREFIX_MAX 64
-#define HOST_MAX 253              /* longest DNS name */
 #define CONFIG_FILE_MAX (1 << 20) /* a settings file, not a data set */
-#define SHOWN_MAX 80              /* bytes of a bad value quoted in errors */
+#define SHOWN_MAX UTIL_SHOW_MAX   /* bytes of a bad value quoted in errors */
 #define PASSWORD_MAX 4096 /* longest first line of --redis-password-file */
 
 /* Longest unix socket path: sun_path holds it and its NUL. */
@@ -88,7 +87,6 @@ struct option_def {
 static bool check_socket(const char *s);
 static bool check_prefix(const char *s);
 static bool check_nonempty(const char *s);
-static bool check_listen(const char *s);
 static bool check_id_list(const char *s);
 
 /* The settings. Adding --redis-password-file, say, is one row:
@@ -158,7 +156,7 @@ static const struct option_def options[] = {
      FIELD(log_format, enum log_format), "text", 0, 0, NULL, NULL, "FMT",
      "text or json lines on stderr"},
     {"metrics-listen", 0, "metrics_listen", NULL, OPT_STRING,
-     FIELD(metrics_listen, char *), NULL, 0, 0, check_listen,
+     FIELD(metrics_listen, char *), NULL, 0, 0, nodeuri_valid_hostport,
      "HOST:PORT with a port in 1..65535 (IPv6 as [::1]:9100)", "HOST:PORT",
      "also serve GET /metrics over TCP on HOST:PORT (off by default)"},
     {"dev", 0, "dev", NULL, OPT_BOOL, FIELD(dev, bool), NULL, 0, 0, NULL, NULL,
@@ -259,29 +257,6 @@ static void set_err(char *err, size_t errlen, const char *fmt, ...)
     va_end(ap);
 }
 
-/* show: s made safe to quote in a one-line message: at most SHOWN_MAX bytes
- * ("..." marks a cut), control characters as '?'. */
-static const char *show(const char *s, char *out, size_t outlen)
-{
-    size_t n = 0;
-    size_t cap = outlen - 4; /* room for "..." and the NUL */
-
-    if (cap > SHOWN_MAX) {
-        cap = SHOWN_MAX;
-    }
-    for (; s[n] != '\0' && n < cap; n++) {
-        unsigned char c = (unsigned char)s[n];
-
-        out[n] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
-    }
-    if (s[n] != '\0') {
-        memcpy(out + n, "...", 3);
-        n += 3;
-    }
-    out[n] = '\0';
-    return out;
-}
-
 /* parse_ll: a decimal integer, optionally negative, with nothing around it
  * (strtoll alone would take leading spaces and a '+'). */
 static int parse_ll(const char *s, long long *out)
@@ -322,67 +297,6 @@ static int parse_num(const char *s, double *out)
     return 0;
 }
 
-/* parse_port: "1".."65535", digits only. */
-static int parse_port(const char *s, size_t n)
-{
-    int port = 0;
-
-    if (n == 0 || n > 5) {
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (!isdigit((unsigned char)s[i])) {
-            return -1;
-        }
-        port = port * 10 + (s[i] - '0');
-    }
-    return port >= 1 && port <= 65535 ? port : -1;
-}
-
-/* valid_host: a DNS name (letters, digits, '-', '_', '.') or an IPv4
- * address; IPv6 is handled by the callers, inside brackets. */
-static bool valid_host(const char *s, size_t n)
-{
-    char buf[HOST_MAX + 1];
-    struct in_addr a4;
-    bool only_digits_dots = true;
-
-    if (n == 0 || n > HOST_MAX) {
-        return false;
-    }
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-
-        if (!isalnum(c) && c != '-' && c != '_' && c != '.') {
-            return false;
-        }
-        if (!isdigit(c) && c != '.') {
-            only_digits_dots = false;
-        }
-    }
-    if (only_digits_dots) {
-        /* Looks like IPv4, so must be IPv4: "1.2.3.999" is a typo. */
-        memcpy(buf, s, n);
-        buf[n] = '\0';
-        return inet_pton(AF_INET, buf, &a4) == 1;
-    }
-    return true;
-}
-
-/* valid_ipv6: s (n bytes, without brackets) is an IPv6 literal. */
-static bool valid_ipv6(const char *s, size_t n)
-{
-    char buf[64];
-    struct in6_addr a6;
-
-    if (n == 0 || n >= sizeof buf) {
-        return false;
-    }
-    memcpy(buf, s, n);
-    buf[n] = '\0';
-    return inet_pton(AF_INET6, buf, &a6) == 1;
-}
-
 /* ---- string checks ---------------------------------------------------- */
 
 static bool check_nonempty(const char *s)
@@ -412,7 +326,6 @@ static bool check_prefix(const char *s)
     return true;
 }
 
-/* check_listen: "host:port" or "[v6]:port". */
 /* "1000" or "1000,1001": at most 16 numeric ids. */
 static bool check_id_list(const char *s)
 {
@@ -557,519 +470,6 @@ static int apply_redis_password(struct config *cfg, char *err, size_t errlen)
     return rc;
 }
 
-static bool check_listen(const char *s)
-{
-    const char *colon;
-
-    if (s[0] == '[') {
-        const char *close = strchr(s, ']');
-
-        if (close == NULL || close[1] != ':' ||
-            !valid_ipv6(s + 1, (size_t)(close - s - 1))) {
-            return false;
-        }
-        colon = close + 1;
-    } else {
-        colon = strchr(s, ':');
-        if (colon == NULL || strchr(colon + 1, ':') != NULL ||
-            !valid_host(s, (size_t)(colon - s))) {
-            return false;
-        }
-    }
-    return parse_port(colon + 1, strlen(colon + 1)) > 0;
-}
-
-/* ---- node URIs -------------------------------------------------------- */
-
-/* uri_redact: uri for an error message: the password (everything after the
- * first ':' of the userinfo; all of the userinfo when it has no ':')
- * replaced by "***", and made safe by show(). The userinfo ends at the last
- * '@', the same rule config_parse_node_uri() parses by, so the two cannot
- * disagree about where a password is. Without an '@', "redis://:pw" and
- * "redis://user:pw" still carry one: whatever follows the authority's ':'
- * is masked to the end unless it is all digits (a port), since a password
- * may hold '/' or '?'. */
-static const char *uri_redact(const char *uri, char *out, size_t outlen)
-{
-    size_t scheme = strspn(uri, "abcdefghijklmnopqrstuvwxyz"
-                                "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-");
-    /* Only a real scheme counts: in "u:pw@redis://h" or ":pw://@h" the
-     * "://" belongs to the credentials. */
-    const char *rest =
-        strncmp(uri + scheme, "://", 3) == 0 ? uri + scheme + 3 : uri;
-    const char *at = strrchr(rest, '@');
-    const char *colon;
-    char buf[1024];
-
-    if (at == NULL) {
-        size_t alen = strcspn(rest, "/?");
-        const char *close = rest[0] == '[' ? memchr(rest, ']', alen) : NULL;
-        /* In "[v6]:port" the colons inside the brackets are the host's. */
-        const char *from = close != NULL ? close : rest;
-
-        colon = memchr(from, ':', alen - (size_t)(from - rest));
-        if (colon == NULL) {
-            return show(uri, out, outlen);
-        }
-        size_t after = alen - (size_t)(colon + 1 - rest);
-        if (strspn(colon + 1, "0123456789") >= after) {
-            return show(uri, out, outlen);
-        }
-        snprintf(buf, sizeof buf, "%.*s:***", (int)(colon - uri), uri);
-        return show(buf, out, outlen);
-    }
-    colon = memchr(rest, ':', (size_t)(at - rest));
-    if (colon != NULL) {
-        snprintf(buf, sizeof buf, "%.*s:***%s", (int)(colon - uri), uri, at);
-    } else {
-        snprintf(buf, sizeof buf, "%.*s***%s", (int)(rest - uri), uri, at);
-    }
-    return show(buf, out, outlen);
-}
-
-/* pct_decode: n bytes of s with %XX decoded, as a new string in *out.
- * Returns 0, -1 for a bad or NUL-producing escape, -2 out of memory. */
-static int pct_decode(const char *s, size_t n, char **out)
-{
-    char *d = malloc(n + 1);
-    char hex[3] = {0, 0, 0};
-    size_t j = 0;
-    long v;
-
-    if (d == NULL) {
-        return -2;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] != '%') {
-            d[j++] = s[i];
-            continue;
-        }
-        if (i + 2 >= n || !isxdigit((unsigned char)s[i + 1]) ||
-            !isxdigit((unsigned char)s[i + 2])) {
-            goto error;
-        }
-        hex[0] = s[i + 1];
-        hex[1] = s[i + 2];
-        v = strtol(hex, NULL, 16);
-        if (v == 0) {
-            goto error;
-        }
-        d[j++] = (char)v;
-        i += 2;
-    }
-    d[j] = '\0';
-    *out = d;
-    return 0;
-
-error:
-    /* What was decoded so far may be part of a password. */
-    explicit_bzero(d, j);
-    free(d);
-    return -1;
-}
-
-/* uri_query: applies "k=v&k=v" (n bytes) to out. db= is taken only for unix
- * URIs, whose path leaves no room for "/db". */
-static int uri_query(const char *q, size_t n, bool is_unix,
-                     struct node_addr *out, const char *shown, char *err,
-                     size_t errlen)
-{
-    const char *end = q + n;
-
-    while (q < end) {
-        const char *amp = memchr(q, '&', (size_t)(end - q));
-        const char *pend = amp != NULL ? amp : end;
-        const char *eq = memchr(q, '=', (size_t)(pend - q));
-        size_t klen = (size_t)((eq != NULL ? eq : pend) - q);
-        const char *v = eq != NULL ? eq + 1 : pend;
-        size_t vlen = (size_t)(pend - v);
-        char sv[SHOWN_MAX + 4], tmp[SHOWN_MAX + 1];
-
-        snprintf(tmp, sizeof tmp, "%.*s", (int)vlen, v);
-        if (klen == 10 && memcmp(q, "persistent", 10) == 0) {
-            if ((vlen == 1 && v[0] == '1') ||
-                (vlen == 4 && memcmp(v, "true", 4) == 0)) {
-                out->persistent = true;
-            } else if ((vlen == 1 && v[0] == '0') ||
-                       (vlen == 5 && memcmp(v, "false", 5) == 0)) {
-                out->persistent = false;
-            } else {
-                set_err(err, errlen, "bad persistent '%s' (1 or 0) in '%s'",
-                        show(tmp, sv, sizeof sv), shown);
-                return -1;
-            }
-        } else if (is_unix && klen == 2 && memcmp(q, "db", 2) == 0) {
-            long long db;
-
-            if (vlen > 12 || parse_ll(tmp, &db) != 0 || db < 0 ||
-                db > NODE_DB_MAX) {
-                set_err(err, errlen, "bad db '%s' in '%s'",
-                        show(tmp, sv, sizeof sv), shown);
-                return -1;
-            }
-            out->db = (int)db;
-        } else {
-            snprintf(tmp, sizeof tmp, "%.*s", (int)klen, q);
-            set_err(err, errlen, "unknown parameter '%s' in '%s'",
-                    show(tmp, sv, sizeof sv), shown);
-            return -1;
-        }
-        q = amp != NULL ? amp + 1 : end;
-    }
-    return 0;
-}
-
-/* uri_decode_part: percent-decodes s[0..n) into *dst, naming what (user,
- * password) in the error. */
-static int uri_decode_part(const char *s, size_t n, char **dst,
-                           const char *what, const char *shown, char *err,
-                           size_t errlen)
-{
-    int rc = pct_decode(s, n, dst);
-    if (rc != 0) {
-        if (rc == -2) {
-            set_err(err, errlen, "out of memory");
-        } else {
-            set_err(err, errlen, "bad %%-escape in %s in '%s'", what, shown);
-        }
-        return -1;
-    }
-    return 0;
-}
-
-/* uri_userinfo: "user:password" (n bytes) into out->user (NULL when empty)
- * and out->password, both percent-decoded. A bare "user" (an ACL user whose
- * password comes from --redis-password-file or REDLOCKD_REDIS_PASSWORD)
- * leaves out->password NULL; config_load() insists that one is given. */
-static int uri_userinfo(const char *s, size_t n, struct node_addr *out,
-                        const char *shown, char *err, size_t errlen)
-{
-    const char *colon = memchr(s, ':', n);
-    size_t ulen, plen;
-
-    if (colon == NULL) {
-        if (n == 0) {
-            set_err(err, errlen,
-                    "credentials must be user@, user:password@ or "
-                    ":password@ in '%s'",
-                    shown);
-            return -1;
-        }
-        return uri_decode_part(s, n, &out->user, "user", shown, err, errlen);
-    }
-    ulen = (size_t)(colon - s);
-    plen = n - ulen - 1;
-    if (plen == 0) {
-        set_err(err, errlen, "empty password in '%s'", shown);
-        return -1;
-    }
-    if (ulen > 0 &&
-        uri_decode_part(s, ulen, &out->user, "user", shown, err, errlen) != 0) {
-        return -1;
-    }
-    return uri_decode_part(colon + 1, plen, &out->password, "password", shown,
-                           err, errlen);
-}
-
-/* uri_tcp: "host[:port][/db][?query]" (the part after the userinfo). */
-static int uri_tcp(const char *s, struct node_addr *out, const char *shown,
-                   char *err, size_t errlen)
-{
-    const char *q = strchr(s, '?');
-    const char *end = q != NULL ? q : s + strlen(s);
-    const char *slash = memchr(s, '/', (size_t)(end - s));
-    const char *auth_end = slash != NULL ? slash : end;
-    const char *host = s, *host_end, *port = NULL;
-    char sv[SHOWN_MAX + 4], tmp[SHOWN_MAX + 1];
-
-    if (s[0] == '[') {
-        const char *close = memchr(s, ']', (size_t)(auth_end - s));
-
-        if (close == NULL || !valid_ipv6(s + 1, (size_t)(close - s - 1))) {
-            set_err(err, errlen, "bad IPv6 address in '%s'", shown);
-            return -1;
-        }
-        host = s + 1;
-        host_end = close;
-        if (close + 1 < auth_end) {
-            if (close[1] != ':') {
-                set_err(err, errlen, "bad IPv6 address in '%s'", shown);
-                return -1;
-            }
-            port = close + 2;
-        }
-    } else {
-        const char *colon = memchr(s, ':', (size_t)(auth_end - s));
-
-        if (colon != NULL &&
-            memchr(colon + 1, ':', (size_t)(auth_end - colon - 1)) != NULL) {
-            set_err(err, errlen,
-                    "IPv6 addresses go in brackets ([::1]:6379) in '%s'",
-                    shown);
-            return -1;
-        }
-        host_end = colon != NULL ? colon : auth_end;
-        port = colon != NULL ? colon + 1 : NULL;
-        if (host_end == host) {
-            set_err(err, errlen, "missing host in '%s'", shown);
-            return -1;
-        }
-        if (!valid_host(host, (size_t)(host_end - host))) {
-            snprintf(tmp, sizeof tmp, "%.*s", (int)(host_end - host), host);
-            set_err(err, errlen, "bad host '%s' in '%s'",
-                    show(tmp, sv, sizeof sv), shown);
-            return -1;
-        }
-    }
-    out->port = DEFAULT_REDIS_PORT;
-    if (port != NULL) {
-        size_t plen = (size_t)(auth_end - port);
-
-        out->port = parse_port(port, plen);
-        if (out->port < 0 && strspn(port, "0123456789") < plen) {
-            /* "redis://user:pw" lands here: never quote a non-number. */
-            set_err(err, errlen, "bad port (not a number) in '%s'", shown);
-            return -1;
-        }
-        if (out->port < 0) {
-            snprintf(tmp, sizeof tmp, "%.*s", (int)plen, port);
-            set_err(err, errlen, "bad port '%s' in '%s'",
-                    show(tmp, sv, sizeof sv), shown);
-            return -1;
-        }
-    }
-    if (slash != NULL && slash + 1 < end) {
-        long long db;
-
-        snprintf(tmp, sizeof tmp, "%.*s", (int)(end - slash - 1), slash + 1);
-        if (end - slash - 1 > 12 || parse_ll(tmp, &db) != 0 || db < 0 ||
-            db > NODE_DB_MAX) {
-            set_err(err, errlen, "bad db '%s' in '%s'",
-                    show(tmp, sv, sizeof sv), shown);
-            return -1;
-        }
-        out->db = (int)db;
-    }
-    out->host = strndup(host, (size_t)(host_end - host));
-    if (out->host == NULL) {
-        set_err(err, errlen, "out of memory");
-        return -1;
-    }
-    if (q != NULL &&
-        uri_query(q + 1, strlen(q + 1), false, out, shown, err, errlen)) {
-        return -1;
-    }
-    return 0;
-}
-
-/* uri_unix: "/absolute/path[?query]" (the part after the userinfo). */
-static int uri_unix(const char *s, struct node_addr *out, const char *shown,
-                    char *err, size_t errlen)
-{
-    const char *q = strchr(s, '?');
-    size_t n = q != NULL ? (size_t)(q - s) : strlen(s);
-
-    if (n == 0) {
-        set_err(err, errlen, "missing socket path in '%s'", shown);
-        return -1;
-    }
-    if (s[0] != '/') {
-        set_err(err, errlen,
-                "socket path must be absolute (unix:///path) in '%s'", shown);
-        return -1;
-    }
-    if (n > UNIX_PATH_MAX) {
-        set_err(err, errlen, "socket path longer than %zu bytes in '%s'",
-                UNIX_PATH_MAX, shown);
-        return -1;
-    }
-    out->path = strndup(s, n);
-    if (out->path == NULL) {
-        set_err(err, errlen, "out of memory");
-        return -1;
-    }
-    if (q != NULL &&
-        uri_query(q + 1, strlen(q + 1), true, out, shown, err, errlen)) {
-        return -1;
-    }
-    return 0;
-}
-
-/* config_parse_node_uri: parses uri into out (zeroed first; its strings are
- * heap copies, freed by node_addr_free):
- *   redis://[[user]:password@ | user@]host[:port][/db][?persistent=1]
- *     host a name, IPv4 or [IPv6]; port defaults to 6379; db 0..1000000
- *     (SELECT only when > 0); user and password are percent-decoded; with
- *     user@ alone the password comes from --redis-password-file;
- *   rediss://...: the same over TLS (see the --tls-* settings);
- *   unix:///absolute/path.sock[?db=N][&persistent=1]
- *     also unix://[user]:password@/path.sock and unix://user@/path.sock.
- * persistent is 1/0/true/false. Returns 0, or -1 with one line in err that
- * shows the URI with its password as "***"; out is then empty. */
-int config_parse_node_uri(const char *uri, struct node_addr *out, char *err,
-                          size_t errlen)
-{
-    char shown[SHOWN_MAX + 4];
-    const char *rest, *at;
-    bool is_unix;
-    int rc;
-
-    memset(out, 0, sizeof *out);
-    if (uri == NULL) {
-        set_err(err, errlen, "missing node URI");
-        return -1;
-    }
-    uri_redact(uri, shown, sizeof shown);
-    if (strncasecmp(uri, "redis://", 8) == 0) {
-        is_unix = false;
-        rest = uri + 8;
-    } else if (strncasecmp(uri, "unix://", 7) == 0) {
-        is_unix = true;
-        rest = uri + 7;
-    } else if (strncasecmp(uri, "rediss://", 9) == 0) {
-        is_unix = false;
-        rest = uri + 9;
-        out->tls = true;
-    } else {
-        set_err(err, errlen,
-                "'%s' is not a node URI (redis://host:port or "
-                "unix:///path/redis.sock)",
-                shown);
-        return -1;
-    }
-    out->kind = is_unix ? NODE_ADDR_UNIX : NODE_ADDR_TCP;
-    /* The userinfo ends at the last '@': an unencoded '@', '/' or '?' in a
-     * password still lands in the password, and nothing after it can be
-     * taken for one. So a unix path cannot hold an '@'. */
-    at = strrchr(rest, '@');
-    if (at != NULL && is_unix && rest[0] == '/') {
-        set_err(err, errlen,
-                "'@' in a socket path is not supported (credentials go "
-                "first: unix://:password@/path) in '%s'",
-                shown);
-        return -1;
-    }
-    if (at != NULL) {
-        if (uri_userinfo(rest, (size_t)(at - rest), out, shown, err, errlen) !=
-            0) {
-            node_addr_free(out);
-            return -1;
-        }
-        rest = at + 1;
-    }
-    rc = is_unix ? uri_unix(rest, out, shown, err, errlen)
-                 : uri_tcp(rest, out, shown, err, errlen);
-    if (rc != 0) {
-        node_addr_free(out);
-        return -1;
-    }
-    out->tls = strncasecmp(uri, "rediss://", 9) == 0;
-    if (is_unix) {
-        snprintf(out->display, sizeof out->display, "unix:%s", out->path);
-    } else if (strchr(out->host, ':') != NULL) {
-        snprintf(out->display, sizeof out->display, "[%s]:%d", out->host,
-                 out->port);
-    } else {
-        snprintf(out->display, sizeof out->display, "%s:%d", out->host,
-                 out->port);
-    }
-    if (out->db > 0) {
-        size_t len = strlen(out->display);
-
-        snprintf(out->display + len, sizeof out->display - len, "/%d", out->db);
-    }
-    return 0;
-}
-
-/* node_addr_free: frees addr's strings (wiping the password first) and
- * zeroes it; safe to call again and on a zeroed addr. */
-void node_addr_free(struct node_addr *addr)
-{
-    if (addr == NULL) {
-        return;
-    }
-    if (addr->password != NULL) {
-        explicit_bzero(addr->password, strlen(addr->password));
-    }
-    free(addr->host);
-    free(addr->path);
-    free(addr->user);
-    free(addr->password);
-    memset(addr, 0, sizeof *addr);
-}
-
-/* host_same: a and b name the same host as written: IP literals compared
- * as addresses ("::1" and "0:0::1"), names without case and a final '.'.
- * No DNS: "localhost" and "127.0.0.1" differ. */
-static bool host_same(const char *a, const char *b)
-{
-    unsigned char aa[sizeof(struct in6_addr)], ba[sizeof(struct in6_addr)];
-    size_t an = strlen(a), bn = strlen(b);
-
-    if (inet_pton(AF_INET6, a, aa) == 1 && inet_pton(AF_INET6, b, ba) == 1) {
-        return memcmp(aa, ba, sizeof(struct in6_addr)) == 0;
-    }
-    if (inet_pton(AF_INET, a, aa) == 1 && inet_pton(AF_INET, b, ba) == 1) {
-        return memcmp(aa, ba, sizeof(struct in_addr)) == 0;
-    }
-    an -= an > 1 && a[an - 1] == '.';
-    bn -= bn > 1 && b[bn - 1] == '.';
-    return an == bn && strncasecmp(a, b, an) == 0;
-}
-
-/* path_next: the next component of a unix path at *p (n bytes into *len),
- * skipping empty and "." ones; false at the end. */
-static bool path_next(const char **p, size_t *len)
-{
-    for (;;) {
-        *p += strspn(*p, "/");
-        *len = strcspn(*p, "/");
-        if (*len == 0) {
-            return false;
-        }
-        if (*len != 1 || (*p)[0] != '.') {
-            return true;
-        }
-        *p += 1;
-    }
-}
-
-/* path_same: a and b are the same absolute path once "//" and "/./" are
- * collapsed. ".." and symlinks are left alone: resolving them needs the
- * file system, and a node's socket may not exist yet. */
-static bool path_same(const char *a, const char *b)
-{
-    size_t al, bl;
-
-    for (;;) {
-        bool more_a = path_next(&a, &al);
-        bool more_b = path_next(&b, &bl);
-
-        if (!more_a || !more_b) {
-            return more_a == more_b;
-        }
-        if (al != bl || memcmp(a, b, al) != 0) {
-            return false;
-        }
-        a += al;
-        b += bl;
-    }
-}
-
-/* node_same_server: a and b reach the same Redis server, whatever their
- * db, credentials or ?persistent. */
-static bool node_same_server(const struct node_addr *a,
-                             const struct node_addr *b)
-{
-    if (a->kind != b->kind) {
-        return false;
-    }
-    if (a->kind == NODE_ADDR_UNIX) {
-        return path_same(a->path, b->path);
-    }
-    return a->port == b->port && host_same(a->host, b->host);
-}
-
 /* nodes_add: parses uri and appends it to cfg->nodes. Returns 0; -1 with
  * err for a bad URI or a full list; -2 with err naming both positions when
  * it names a server already listed (the caller need not add one). */
@@ -1086,7 +486,7 @@ static int nodes_add(struct config *cfg, const char *uri, char *err,
         return -1;
     }
     addr = &cfg->nodes[cfg->n_nodes];
-    if (config_parse_node_uri(uri, addr, err, errlen) != 0) {
+    if (nodeuri_parse(uri, addr, err, errlen) != 0) {
         return -1;
     }
     /* One server listed twice is counted as two votes: a quorum that is
@@ -1095,14 +495,14 @@ static int nodes_add(struct config *cfg, const char *uri, char *err,
     for (int i = 0; i < cfg->n_nodes; i++) {
         const struct node_addr *prev = &cfg->nodes[i];
 
-        if (node_same_server(prev, addr)) {
+        if (nodeuri_same_server(prev, addr)) {
             set_err(err, errlen,
                     "node %d (%s) is the same Redis server as node %d "
                     "(%s)%s; list each server once",
                     cfg->n_nodes + 1, addr->display, i + 1, prev->display,
                     prev->db != addr->db ? "; another db is no independent node"
                                          : "");
-            node_addr_free(addr);
+            nodeuri_free(addr);
             return -2;
         }
     }
@@ -1122,7 +522,7 @@ int config_add_node(struct config *cfg, const char *uri, char *err,
 static void nodes_clear(struct config *cfg)
 {
     for (int i = 0; i < CONFIG_MAX_NODES; i++) {
-        node_addr_free(&cfg->nodes[i]);
+        nodeuri_free(&cfg->nodes[i]);
     }
     cfg->n_nodes = 0;
 }
@@ -1317,7 +717,7 @@ static void report_text(const struct option_def *o, const char *where,
         return;
     }
     set_err(err, errlen, "%s: must be %s, got '%s'", where,
-            opt_expect(o, expect, sizeof expect), show(s, sv, sizeof sv));
+            opt_expect(o, expect, sizeof expect), util_show(s, sv, sizeof sv));
 }
 
 /* add_nodes_list: a comma separated URI list (REDLOCKD_NODES) replacing the
@@ -1387,7 +787,7 @@ static const struct option_def *find_key(const char *key)
     return NULL;
 }
 
-/* json_shown: item as compact JSON for "got ...", made safe by show(). */
+/* json_shown: item as compact JSON for "got ...", made safe by util_show(). */
 static const char *json_shown(const cJSON *item, char *out, size_t outlen)
 {
     char *text = cJSON_PrintUnformatted(item);
@@ -1396,7 +796,7 @@ static const char *json_shown(const cJSON *item, char *out, size_t outlen)
         snprintf(out, outlen, "(unprintable)");
         return out;
     }
-    show(text, out, outlen);
+    util_show(text, out, outlen);
     free(text);
     return out;
 }
@@ -1409,7 +809,7 @@ static const char *json_shown_node(const cJSON *item, char *out, size_t outlen)
 
     if (cJSON_IsString(item)) {
         snprintf(out, outlen, "\"%s\"",
-                 uri_redact(item->valuestring, tmp, sizeof tmp));
+                 nodeuri_redact(item->valuestring, tmp, sizeof tmp));
     } else if (cJSON_IsObject(item)) {
         snprintf(out, outlen, "an object");
     } else if (cJSON_IsArray(item)) {
@@ -1590,7 +990,7 @@ static int load_file(struct config *cfg, const char *path,
     size_t len;
     int rc = -1;
 
-    show(path, shown_path, sizeof shown_path);
+    util_show(path, shown_path, sizeof shown_path);
     if (read_file(path, &buf, &len) != 0) {
         set_err(err, errlen, "--config %s: cannot read: %s", shown_path,
                 errno == EFBIG ? "larger than 1 MiB" : strerror(errno));
@@ -1630,7 +1030,7 @@ static int load_file(struct config *cfg, const char *path,
 
         if (o == NULL) {
             set_err(err, errlen, "--config %s: unknown key '%s'", shown_path,
-                    show(item->string, sv, sizeof sv));
+                    util_show(item->string, sv, sizeof sv));
             goto error;
         }
         for (const cJSON *prev = root->child; prev != item; prev = prev->next) {
@@ -1731,7 +1131,7 @@ static int next_arg(int argc, char **argv, int *i, struct arg *a, char *err,
         /* Nothing after "--" can be an option, and we take no operands. */
         if (*i + 1 < argc) {
             set_err(err, errlen, "unexpected argument '%s' (see --help)",
-                    uri_redact(argv[*i + 1], sv, sizeof sv));
+                    nodeuri_redact(argv[*i + 1], sv, sizeof sv));
             return -1;
         }
         *i = argc;
@@ -1739,7 +1139,7 @@ static int next_arg(int argc, char **argv, int *i, struct arg *a, char *err,
     }
     if (s[0] != '-' || s[1] == '\0') {
         set_err(err, errlen, "unexpected argument '%s' (see --help)",
-                uri_redact(s, sv, sizeof sv));
+                nodeuri_redact(s, sv, sizeof sv));
         return -1;
     }
     a->opt = NULL;
@@ -1752,7 +1152,7 @@ static int next_arg(int argc, char **argv, int *i, struct arg *a, char *err,
         }
         if (a->opt == NULL) {
             set_err(err, errlen, "unknown option '%s' (see --help)",
-                    show(s, sv, sizeof sv));
+                    util_show(s, sv, sizeof sv));
             return -1;
         }
         (*i)++;
@@ -1773,7 +1173,7 @@ static int next_arg(int argc, char **argv, int *i, struct arg *a, char *err,
 
         snprintf(tmp, sizeof tmp, "%.*s", (int)(nlen + 2), s);
         set_err(err, errlen, "unknown option '%s' (see --help)",
-                show(tmp, sv, sizeof sv));
+                util_show(tmp, sv, sizeof sv));
         return -1;
     }
     if (!takes_value(a->opt)) {
@@ -1900,14 +1300,14 @@ static int check_tls(const struct config *cfg, char *err, size_t errlen)
     }
     if (stat(cfg->tls_key_file, &st) != 0) {
         set_err(err, errlen, "--tls-key-file %s: %s",
-                show(cfg->tls_key_file, sv, sizeof sv), strerror(errno));
+                util_show(cfg->tls_key_file, sv, sizeof sv), strerror(errno));
         return -1;
     }
     if ((st.st_mode & (st.st_uid == 0 ? 037 : 077)) != 0) {
         set_err(err, errlen,
                 "--tls-key-file %s: readable by group or others (mode "
                 "%04o); chmod 600 it (640 when root owns it)",
-                show(cfg->tls_key_file, sv, sizeof sv),
+                util_show(cfg->tls_key_file, sv, sizeof sv),
                 (unsigned)(st.st_mode & 07777));
         return -1;
     }
@@ -1954,7 +1354,7 @@ enum config_result config_load(struct config *cfg, int argc, char **argv,
             set_err(err, errlen,
                     "--dev starts its own nodes; do not combine "
                     "it with \"nodes\" in --config %s",
-                    show(cfg->config_file, sv, sizeof sv));
+                    util_show(cfg->config_file, sv, sizeof sv));
         } else {
             set_err(err, errlen,
                     "--dev starts its own nodes; do not combine "

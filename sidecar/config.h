@@ -11,28 +11,9 @@
 #include <stdint.h>
 
 #include "log.h"
+#include "nodeuri.h"
 
 #define CONFIG_MAX_NODES 32
-
-enum node_addr_kind {
-    NODE_ADDR_TCP = 0,  /* redis://host:port */
-    NODE_ADDR_UNIX = 1, /* unix:///path/redis.sock */
-};
-
-/* One Redis node as configured. Owned by struct config; all strings are
- * heap copies freed by config_free(). */
-struct node_addr {
-    enum node_addr_kind kind;
-    char *host;        /* TCP only; IPv6 literals without brackets */
-    int port;          /* TCP only, 1..65535 */
-    char *path;        /* UNIX only */
-    char *user;        /* ACL user for AUTH, NULL for none */
-    char *password;    /* NULL for none; never logged or shown */
-    int db;            /* SELECT db when > 0; 0 means no SELECT */
-    bool persistent;   /* ?persistent=1: node keeps data across restarts */
-    bool tls;          /* rediss://: TLS, verified as the --tls-* say */
-    char display[300]; /* "host:port" or "unix:/path", never a password */
-};
 
 /* All settings. Owned by the caller of config_load(); config_free() releases
  * every string and the node array. */
@@ -94,12 +75,6 @@ enum config_result {
 enum config_result config_load(struct config *cfg, int argc, char **argv,
                                char *err, size_t errlen);
 
-/* config_parse_node_uri: parses one node URI into out (strings are heap
- * copies owned by out; free with node_addr_free). Returns 0, or -1 with a
- * message in err that never repeats a password. */
-int config_parse_node_uri(const char *uri, struct node_addr *out, char *err,
-                          size_t errlen);
-
 /* config_add_node: appends a parsed URI to cfg; -1 with err for a bad URI,
  * when full, or when it names a server already listed (same host and port,
  * or same socket path, whatever the db): one server must not count as two
@@ -111,7 +86,6 @@ int config_add_node(struct config *cfg, const char *uri, char *err,
  * node, derived from the command deadline: 10 node timeouts, at least 1 s. */
 int config_connect_timeout_ms(const struct config *cfg);
 
-void node_addr_free(struct node_addr *addr);
 void config_free(struct config *cfg);
 
 /* config_usage: the --help text. */

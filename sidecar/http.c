@@ -19,6 +19,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "util.h"
+
 #define HTTP_DEFAULT_HEAD_BYTES 8192
 #define HTTP_DEFAULT_HEADERS 64
 
@@ -68,20 +70,6 @@ static bool is_ctl(unsigned char c)
     return c < 0x20 || c == 0x7f;
 }
 
-static int hex_value(unsigned char c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
-
 /* pct_decode: decodes the %XX escapes of src[0..n) into dst, which holds at
  * least n + 1 bytes, and NUL-terminates it. '+' stays '+'. Returns the
  * decoded length, or -1 on a truncated or non-hex escape, on %00 (which
@@ -97,8 +85,8 @@ static long pct_decode(const char *src, size_t n, char *dst, bool no_ctl)
             if (n - i < 3) {
                 return -1;
             }
-            int hi = hex_value((unsigned char)src[i + 1]);
-            int lo = hex_value((unsigned char)src[i + 2]);
+            int hi = util_hex_value((unsigned char)src[i + 1]);
+            int lo = util_hex_value((unsigned char)src[i + 2]);
             if (hi < 0 || lo < 0) {
                 return -1;
             }

@@ -13,10 +13,11 @@
  * write_wants_read). A subscriber node (wake.c, opts.push_cb) runs AUTH and
  * PING only and hands "message" pushes to push_cb.
  *
- * Writes: commands are formatted as RESP once (per op, see node_prepare)
- * and appended to the node's output buffer; the buffer goes out in one
- * write() at the end of the current event-loop turn (flush_ev is made
- * active, so it runs after every callback already active in this turn).
+ * Writes: commands are formatted as RESP once (per op, see node_prepare;
+ * the encoder is resp.c's) and appended to the node's output buffer; the
+ * buffer goes out in one write() at the end of the current event-loop turn
+ * (flush_ev is made active, so it runs after every callback already active
+ * in this turn).
  * Every request read from every client in one turn therefore reaches each
  * node in one write, and EV_WRITE is armed only while the socket is full.
  * hiredis's async layer did the same with an epoll_ctl pair and a buffer
@@ -25,11 +26,11 @@
  * Reads: the socket is read into the node's input buffer and resp.c parses
  * the replies (into pooled redisReply objects); commands are kept in a FIFO
  * in send order and Redis answers in order, so each reply belongs to the
- * FIFO's head. Every command gets the
- * same timeout, so deadlines grow along the FIFO: one timer armed for the
- * oldest live command serves them all. A command that times out gets its
- * callback at once (NODE_TIMEOUT) and stays in the FIFO, marked done, until
- * its reply arrives or the connection drops. */
+ * FIFO's head. Every command gets the same timeout, on util_now_us(), the
+ * clock cluster.c measures validity on, so deadlines grow along the FIFO:
+ * one timer armed for the oldest live command serves them all. A command that
+ * times out gets its callback at once (NODE_TIMEOUT) and stays in the FIFO,
+ * marked done, until its reply arrives or the connection drops. */
 #include "node.h"
 
 #include <errno.h>
@@ -160,13 +161,6 @@ static void node_connect(struct node *node);
 static void node_drop(struct node *node, const char *why);
 static void node_resolve_failed(struct node *node, const char *why);
 static void node_flush(struct node *node);
-
-/* The clock of every deadline here: the one cluster.c measures validity
- * on (util.h), as node_send_prepared takes its readings. */
-static inline uint64_t now_us(void)
-{
-    return util_now_us();
-}
 
 const char *node_state_name(enum node_state state)
 {
@@ -342,7 +336,7 @@ static void cmd_timer_arm(struct node *node)
         (node->cmd_timer_on && node->cmd_timer_at <= node->live->deadline_us)) {
         return;
     }
-    uint64_t now = now_us();
+    uint64_t now = util_now_us();
     uint64_t wait =
         node->live->deadline_us > now ? node->live->deadline_us - now : 0;
     struct timeval tv = {(time_t)(wait / 1000000u),
@@ -360,7 +354,7 @@ static void cmd_timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct node *node = arg;
-    uint64_t now = now_us();
+    uint64_t now = util_now_us();
     node->cmd_timer_on = false;
     if (node->tls_handshaking) {
         /* Only the queued Redis handshake can be due: its deadline is the
@@ -764,13 +758,17 @@ static int rec_close(struct node *node, uint64_t now)
         const struct node_prep *pp = cmd->prep;
         const char *src = script_source[cmd->script];
         size_t src_len = strlen(src);
+        /* EVAL <source> <numkeys> <argv...>: the source as a bulk string
+         * whose header and trailer go around the script text. */
         char head[64];
-        int hl = snprintf(head, sizeof(head), "*%d\r\n$4\r\nEVAL\r\n$%zu\r\n",
-                          pp->argc + 3, src_len);
+        char *h = resp_put_header(head, '*', (size_t)pp->argc + 3);
+        h = resp_put_bulk(h, "EVAL", 4);
+        h = resp_put_header(h, '$', src_len);
+        size_t hl = (size_t)(h - head);
         /* The FIFO takes it first: node_drop fails it if a write fails. */
         fifo_insert_before(node, cmd, node->held);
         cmd->sent_us = now;
-        if (out_append(node, head, (size_t)hl) != 0 ||
+        if (out_append(node, head, hl) != 0 ||
             out_append(node, src, src_len) != 0 ||
             out_append(node, "\r\n", 2) != 0 ||
             out_append(node, pp->buf + pp->rest_off, pp->len - pp->rest_off) !=
@@ -781,7 +779,7 @@ static int rec_close(struct node *node, uint64_t now)
             return -1;
         }
     }
-    /* The SCRIPT LOADs go before the held commands too (node_write puts
+    /* The SCRIPT LOADs go before the held commands too (node_enqueue puts
      * them before node->held); their deadline is no later than the first
      * held command's, so deadlines still grow along the FIFO. */
     scripts_reload(node);
@@ -862,7 +860,7 @@ static bool node_push(struct node *node, const redisReply *r)
         memcmp(r->element[0]->str, "message", 7)) {
         return false;
     }
-    node->last_reply_us = now_us();
+    node->last_reply_us = util_now_us();
     node->opts.push_cb(node, r->element[1]->str, r->element[1]->len,
                        node->state_priv);
     return true;
@@ -907,7 +905,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
     }
     node->ilen += (size_t)n;
     /* One clock reading serves the whole batch of replies. */
-    uint64_t now = now_us();
+    uint64_t now = util_now_us();
     size_t off = 0;
     while (off < node->ilen) {
         redisReply *r = NULL;
@@ -957,74 +955,39 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* Queues a formatted command; the caller has filled cmd's callback.
- * During a NOSCRIPT recovery it is held (hbuf); while the recovery ends
- * (rec_close) it goes ahead of the held commands. */
-static int node_write(struct node *node, struct node_cmd *cmd, const char *buf,
-                      size_t len, int timeout_ms, uint64_t now)
+/* Queues the formatted bytes buf[0..len) of n commands (cmds[], callbacks
+ * filled by the caller, in wire order): all of them or none. During a
+ * NOSCRIPT recovery they are held (hbuf, the FIFO's tail from held on);
+ * while the recovery ends (rec_close) they go ahead of the held commands,
+ * and no deadline may then pass a held one's. Returns 0, or -1 (out of
+ * memory) having returned every cmd to the pool. */
+static int node_enqueue(struct node *node, struct node_cmd **cmds, int n,
+                        const char *buf, size_t len, int timeout_ms,
+                        uint64_t now)
 {
     if ((node->rec_active ? hold_append(node, buf, len)
                           : out_append(node, buf, len)) != 0) {
-        cmd_put(node, cmd);
+        for (int k = 0; k < n; k++) {
+            cmd_put(node, cmds[k]);
+        }
         return -1;
     }
     node->last_send_us = now;
-    cmd->sent_us = now;
-    cmd->deadline_us = now + (uint64_t)timeout_ms * 1000u;
-    if (node->held != NULL && !node->rec_active &&
-        node->held->deadline_us < cmd->deadline_us) {
-        cmd->deadline_us = node->held->deadline_us;
-    }
-    fifo_insert_before(node, cmd, node->rec_active ? NULL : node->held);
-    if (node->rec_active && node->held == NULL) {
-        node->held = cmd;
+    for (int k = 0; k < n; k++) {
+        struct node_cmd *cmd = cmds[k];
+        cmd->sent_us = now;
+        cmd->deadline_us = now + (uint64_t)timeout_ms * 1000u;
+        if (node->held != NULL && !node->rec_active &&
+            node->held->deadline_us < cmd->deadline_us) {
+            cmd->deadline_us = node->held->deadline_us;
+        }
+        fifo_insert_before(node, cmd, node->rec_active ? NULL : node->held);
+        if (node->rec_active && node->held == NULL) {
+            node->held = cmd;
+        }
     }
     cmd_timer_arm(node);
     return 0;
-}
-
-/* ---- RESP formatting ---------------------------------------------------- */
-
-/* Sizes first, then one pass without bounds checks or printf: this runs for
- * every argument of every command. */
-static size_t resp_digits(size_t n)
-{
-    size_t d = 1;
-    while (n >= 10) {
-        n /= 10;
-        d++;
-    }
-    return d;
-}
-
-static size_t resp_bulk_len(size_t n)
-{
-    return 5 + resp_digits(n) + n; /* $<n>\r\n<bytes>\r\n */
-}
-
-/* "<kind><n>\r\n" */
-static char *resp_put_header(char *p, char kind, size_t n)
-{
-    size_t d = resp_digits(n);
-    *p = kind;
-    for (size_t i = d; i > 0; i--) {
-        p[i] = (char)('0' + n % 10);
-        n /= 10;
-    }
-    p += d + 1;
-    *p++ = '\r';
-    *p++ = '\n';
-    return p;
-}
-
-static char *resp_put_bulk(char *p, const char *s, size_t n)
-{
-    p = resp_put_header(p, '$', n);
-    memcpy(p, s, n);
-    p += n;
-    *p++ = '\r';
-    *p++ = '\n';
-    return p;
 }
 
 /* ---- public send API --------------------------------------------------- */
@@ -1042,20 +1005,9 @@ int node_prepare(struct node_prep *p, enum node_script script, int argc,
                              argvlen);
 }
 
-int node_prepare_keys(struct node_prep *p, enum node_script script,
-                      int numkeys, int argc, const char **argv,
-                      const size_t *argvlen)
+int node_prepare_keys(struct node_prep *p, enum node_script script, int numkeys,
+                      int argc, const char **argv, const size_t *argvlen)
 {
-    char nk[24];
-    size_t nkl = 0;
-    for (unsigned v = (unsigned)numkeys; nkl == 0 || v > 0; v /= 10) {
-        nk[nkl++] = (char)('0' + v % 10);
-    }
-    for (size_t i = 0; i < nkl / 2; i++) {
-        char t = nk[i];
-        nk[i] = nk[nkl - 1 - i];
-        nk[nkl - 1 - i] = t;
-    }
     p->script = script;
     p->plain = false;
     p->n_cmds = 1;
@@ -1064,11 +1016,11 @@ int node_prepare_keys(struct node_prep *p, enum node_script script,
     if (known_sha[script][0] == '\0') {
         return -1; /* no node has loaded the scripts yet */
     }
-    size_t len = 3 + resp_digits((size_t)argc + 3) + resp_bulk_len(7) +
-                 resp_bulk_len(SHA_LEN) + resp_bulk_len(nkl);
-    for (int i = 0; i < argc; i++) {
-        len += resp_bulk_len(argvlen[i]);
-    }
+    /* EVALSHA <sha> <numkeys> <argv...> */
+    size_t len = resp_header_len((size_t)argc + 3) + resp_bulk_len(7) +
+                 resp_bulk_len(SHA_LEN) +
+                 resp_bulk_len(resp_digits((unsigned)numkeys)) +
+                 resp_bulks_len(argc, argvlen);
     char *buf = len <= sizeof(p->inline_buf) ? p->inline_buf : malloc(len);
     if (buf == NULL) {
         return -1;
@@ -1077,10 +1029,8 @@ int node_prepare_keys(struct node_prep *p, enum node_script script,
     q = resp_put_bulk(q, "EVALSHA", 7);
     q = resp_put_bulk(q, known_sha[script], SHA_LEN);
     p->rest_off = (size_t)(q - buf);
-    q = resp_put_bulk(q, nk, nkl);
-    for (int i = 0; i < argc; i++) {
-        q = resp_put_bulk(q, argv[i], argvlen[i]);
-    }
+    q = resp_put_bulk_uint(q, (unsigned)numkeys);
+    q = resp_put_bulks(q, argc, argv, argvlen);
     p->buf = buf;
     p->len = (size_t)(q - buf);
     return 0;
@@ -1097,10 +1047,8 @@ int node_prepare_commands(struct node_prep *p, int n_cmds, const int *argcs,
     size_t len = 0;
     int a = 0;
     for (int k = 0; k < n_cmds; k++) {
-        len += 3 + resp_digits((size_t)argcs[k]);
-        for (int i = 0; i < argcs[k]; i++, a++) {
-            len += resp_bulk_len(argvlen[a]);
-        }
+        len += resp_command_len(argcs[k], argvlen + a);
+        a += argcs[k];
     }
     char *buf = len <= sizeof(p->inline_buf) ? p->inline_buf : malloc(len);
     if (buf == NULL) {
@@ -1109,10 +1057,8 @@ int node_prepare_commands(struct node_prep *p, int n_cmds, const int *argcs,
     char *q = buf;
     a = 0;
     for (int k = 0; k < n_cmds; k++) {
-        q = resp_put_header(q, '*', (size_t)argcs[k]);
-        for (int i = 0; i < argcs[k]; i++, a++) {
-            q = resp_put_bulk(q, argv[a], argvlen[a]);
-        }
+        q = resp_put_command(q, argcs[k], argv + a, argvlen + a);
+        a += argcs[k];
     }
     p->buf = buf;
     p->len = (size_t)(q - buf);
@@ -1146,36 +1092,12 @@ static int node_send_plain(struct node *node, const struct node_prep *p,
             return -1;
         }
     }
-    /* As node_write: held behind a NOSCRIPT recovery like any command. */
-    if ((node->rec_active ? hold_append(node, p->buf, p->len)
-                          : out_append(node, p->buf, p->len)) != 0) {
-        for (int k = 0; k < p->n_cmds; k++) {
-            cmd_put(node, cmds[k]);
-        }
-        return -1;
-    }
-    node->last_send_us = now;
-    for (int k = 0; k < p->n_cmds; k++) {
-        struct node_cmd *cmd = cmds[k];
-        /* Only the last reply is the caller's: the others (MULTI's OK,
-         * QUEUED) are read and dropped in order. */
-        if (k == p->n_cmds - 1) {
-            cmd->cb = cb;
-            cmd->privdata = privdata;
-        }
-        cmd->sent_us = now;
-        cmd->deadline_us = now + (uint64_t)node->opts.timeout_ms * 1000u;
-        if (node->held != NULL && !node->rec_active &&
-            node->held->deadline_us < cmd->deadline_us) {
-            cmd->deadline_us = node->held->deadline_us;
-        }
-        fifo_insert_before(node, cmd, node->rec_active ? NULL : node->held);
-        if (node->rec_active && node->held == NULL) {
-            node->held = cmd;
-        }
-    }
-    cmd_timer_arm(node);
-    return 0;
+    /* Only the last reply is the caller's: the others (MULTI's OK,
+     * QUEUED) are read and dropped in order. */
+    cmds[p->n_cmds - 1]->cb = cb;
+    cmds[p->n_cmds - 1]->privdata = privdata;
+    return node_enqueue(node, cmds, p->n_cmds, p->buf, p->len,
+                        node->opts.timeout_ms, now);
 }
 
 int node_send_prepared(struct node *node, const struct node_prep *p,
@@ -1198,7 +1120,8 @@ int node_send_prepared(struct node *node, const struct node_prep *p,
     cmd->privdata = privdata;
     cmd->script = (int)p->script;
     cmd->prep = p;
-    return node_write(node, cmd, p->buf, p->len, node->opts.timeout_ms, now);
+    return node_enqueue(node, &cmd, 1, p->buf, p->len, node->opts.timeout_ms,
+                        now);
 }
 
 int node_script(struct node *node, enum node_script script, int argc,
@@ -1224,8 +1147,8 @@ int node_script(struct node *node, enum node_script script, int argc,
     cmd->script = (int)script;
     cmd->prep = p;
     cmd->owned_prep = p; /* freed with the command */
-    return node_write(node, cmd, p->buf, p->len, node->opts.timeout_ms,
-                      now_us());
+    return node_enqueue(node, &cmd, 1, p->buf, p->len, node->opts.timeout_ms,
+                        util_now_us());
 }
 
 static int node_send_argv(struct node *node, int argc, const char **argv,
@@ -1238,22 +1161,16 @@ static int node_send_argv(struct node *node, int argc, const char **argv,
     }
     cmd->cb = cb;
     cmd->privdata = privdata;
-    size_t len = 3 + resp_digits((size_t)argc);
-    for (int i = 0; i < argc; i++) {
-        len += resp_bulk_len(argvlen[i]);
-    }
+    size_t len = resp_command_len(argc, argvlen);
     char stack[512];
     char *buf = len <= sizeof(stack) ? stack : malloc(len);
     if (buf == NULL) {
         cmd_put(node, cmd);
         return -1;
     }
-    char *q = resp_put_header(buf, '*', (size_t)argc);
-    for (int i = 0; i < argc; i++) {
-        q = resp_put_bulk(q, argv[i], argvlen[i]);
-    }
-    int rc =
-        node_write(node, cmd, buf, (size_t)(q - buf), timeout_ms, now_us());
+    char *q = resp_put_command(buf, argc, argv, argvlen);
+    int rc = node_enqueue(node, &cmd, 1, buf, (size_t)(q - buf), timeout_ms,
+                          util_now_us());
     if (buf != stack) {
         free(buf);
     }
@@ -1292,7 +1209,7 @@ static void ping_timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct node *node = arg;
     if (node->state == NODE_UP &&
-        now_us() - node->last_send_us >= PING_INTERVAL_MS * 1000u) {
+        util_now_us() - node->last_send_us >= PING_INTERVAL_MS * 1000u) {
         const char *argv[1] = {"PING"};
         size_t lens[1] = {4};
         (void)node_command(node, 1, argv, lens, ping_cb, NULL);
@@ -1382,7 +1299,7 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         node->started_us = 0;
         if (up != NULL) {
             uint64_t secs = strtoull(up + 18, NULL, 10);
-            uint64_t now = now_us();
+            uint64_t now = util_now_us();
             node->started_us =
                 secs * 1000000u < now ? now - secs * 1000000u : 1;
         }
@@ -1871,11 +1788,6 @@ enum node_state node_get_state(const struct node *node)
 int node_index(const struct node *node)
 {
     return node->index;
-}
-
-int node_pending(const struct node *node)
-{
-    return node->pending;
 }
 
 const char *node_display(const struct node *node)

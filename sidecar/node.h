@@ -143,7 +143,6 @@ uint32_t node_version(const struct node *node);
 bool node_is_up(const struct node *node);
 enum node_state node_get_state(const struct node *node);
 int node_index(const struct node *node);
-int node_pending(const struct node *node);
 const char *node_display(const struct node *node); /* no password */
 const char *node_state_name(enum node_state state);
 const char *node_last_error(const struct node *node); /* "" when none */

@@ -21,6 +21,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "util.h"
+
 #define NAME_CLIP 32 /* bytes of a client-chosen name quoted in a message */
 #define MEMBERS_INLINE 16 /* top-level members described without malloc */
 #define INT_EXACT_MAX 9007199254740992.0 /* 2^53: doubles stay exact */
@@ -457,20 +459,6 @@ static size_t scan_fail(struct scan *sc, size_t at, const char *what)
     return 0;
 }
 
-static int hex_value(unsigned char c)
-{
-    if (c >= '0' && c <= '9') {
-        return c - '0';
-    }
-    if (c >= 'a' && c <= 'f') {
-        return c - 'a' + 10;
-    }
-    if (c >= 'A' && c <= 'F') {
-        return c - 'A' + 10;
-    }
-    return -1;
-}
-
 /* scan_string: d[i] is an opening quote. Returns the index just past the
  * closing quote, or 0 on error; sets *nul when an escape decodes to NUL. */
 static size_t scan_string(struct scan *sc, const char *d, size_t len, size_t i,
@@ -510,7 +498,7 @@ static size_t scan_string(struct scan *sc, const char *d, size_t len, size_t i,
                 return scan_fail(sc, i, "bad \\u escape");
             }
             for (size_t k = 2; k < 6; k++) {
-                int h = hex_value(u[i + k]);
+                int h = util_hex_value(u[i + k]);
                 if (h < 0) {
                     return scan_fail(sc, i, "bad \\u escape");
                 }

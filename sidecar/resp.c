@@ -1,4 +1,5 @@
-/* resp.c: RESP2 replies parsed into pooled redisReply objects.
+/* resp.c: RESP2 commands encoded; replies parsed into pooled redisReply
+ * objects.
  *
  * The parser is all-or-nothing per reply: it either builds the whole first
  * reply or reports RESP_INCOMPLETE having freed whatever it had built, so
@@ -323,4 +324,95 @@ enum resp_status resp_parse(const char *buf, size_t len, size_t *used,
         *used = p.pos;
     }
     return rc;
+}
+
+/* ---- encoding ------------------------------------------------------------ */
+
+size_t resp_digits(uint64_t n)
+{
+    size_t d = 1;
+    while (n >= 10) {
+        n /= 10;
+        d++;
+    }
+    return d;
+}
+
+size_t resp_header_len(size_t n)
+{
+    return 3 + resp_digits(n); /* <kind><n>\r\n */
+}
+
+size_t resp_bulk_len(size_t n)
+{
+    return 5 + resp_digits(n) + n; /* $<n>\r\n<bytes>\r\n */
+}
+
+size_t resp_bulks_len(int argc, const size_t *argvlen)
+{
+    size_t len = 0;
+    for (int i = 0; i < argc; i++) {
+        len += resp_bulk_len(argvlen[i]);
+    }
+    return len;
+}
+
+size_t resp_command_len(int argc, const size_t *argvlen)
+{
+    return resp_header_len((size_t)argc) + resp_bulks_len(argc, argvlen);
+}
+
+/* Writes v's d decimal digits at p (d from resp_digits). */
+static char *put_digits(char *p, uint64_t v, size_t d)
+{
+    for (size_t i = d; i > 0; i--) {
+        p[i - 1] = (char)('0' + v % 10);
+        v /= 10;
+    }
+    return p + d;
+}
+
+char *resp_put_header(char *p, char kind, size_t n)
+{
+    *p++ = kind;
+    p = put_digits(p, n, resp_digits(n));
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
+}
+
+char *resp_put_bulk(char *p, const char *s, size_t n)
+{
+    p = resp_put_header(p, '$', n);
+    memcpy(p, s, n);
+    p += n;
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
+}
+
+char *resp_put_bulk_uint(char *p, uint64_t v)
+{
+    size_t d = resp_digits(v);
+    p = resp_put_header(p, '$', d);
+    p = put_digits(p, v, d);
+    *p++ = '\r';
+    *p++ = '\n';
+    return p;
+}
+
+char *resp_put_bulks(char *p, int argc, const char **argv,
+                     const size_t *argvlen)
+{
+    for (int i = 0; i < argc; i++) {
+        p = resp_put_bulk(p, argv[i], argvlen[i]);
+    }
+    return p;
+}
+
+char *resp_put_command(char *p, int argc, const char **argv,
+                       const size_t *argvlen)
+{
+    p = resp_put_header(p, '*', (size_t)argc);
+    return resp_put_bulks(p, argc, argv, argvlen);
 }

@@ -1,4 +1,10 @@
-/* resp.h: parsing Redis (RESP2) replies into hiredis's redisReply shape.
+/* resp.h: RESP2, the Redis wire format: commands encoded, replies parsed
+ * into hiredis's redisReply shape.
+ *
+ * Encoding sizes first, then writes into a buffer of exactly that size in
+ * one pass, with no bounds checks and no printf: it runs for every argument
+ * of every command. node.c formats each command once this way and sends
+ * the same bytes to every node.
  *
  * node.c reads each node's socket into a buffer of its own and parses the
  * replies here; callers keep consuming struct redisReply as before (the
@@ -10,6 +16,7 @@
 #define REDLOCKD_RESP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct redisReply;
 
@@ -37,5 +44,38 @@ void resp_reply_free(struct redisReply *r);
 
 /* resp_pool_drain: frees the cached objects (at exit, for leak checkers). */
 void resp_pool_drain(void);
+
+/* ---- encoding --------------------------------------------------------- */
+
+/* resp_digits: decimal digits of n (1 for 0). */
+size_t resp_digits(uint64_t n);
+
+/* resp_header_len: bytes of "*<n>\r\n" (or "$<n>\r\n"). */
+size_t resp_header_len(size_t n);
+
+/* resp_bulk_len: bytes of a bulk string of n bytes, "$<n>\r\n...\r\n". */
+size_t resp_bulk_len(size_t n);
+
+/* resp_bulks_len: bytes of argc bulk strings of argvlen[i] bytes each. */
+size_t resp_bulks_len(int argc, const size_t *argvlen);
+
+/* resp_command_len: bytes of a whole command, an array of argc bulks. */
+size_t resp_command_len(int argc, const size_t *argvlen);
+
+/* resp_put_*: write at p, which has room for what the matching *_len
+ * said, and return the end of what they wrote.
+ * resp_put_header: "<kind><n>\r\n", kind '*' for an array of n items.
+ * resp_put_bulk: s[0..n) as a bulk string.
+ * resp_put_bulk_uint: v's decimal text as a bulk string (sized by
+ * resp_bulk_len(resp_digits(v))).
+ * resp_put_bulks: argv[0..argc) as bulk strings.
+ * resp_put_command: argv[0..argc) as one command. */
+char *resp_put_header(char *p, char kind, size_t n);
+char *resp_put_bulk(char *p, const char *s, size_t n);
+char *resp_put_bulk_uint(char *p, uint64_t v);
+char *resp_put_bulks(char *p, int argc, const char **argv,
+                     const size_t *argvlen);
+char *resp_put_command(char *p, int argc, const char **argv,
+                       const size_t *argvlen);
 
 #endif

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "util.h"
+
 size_t sem_slot_name(const char *resource, size_t len, unsigned k, char *out)
 {
     int n = snprintf(out, SEM_NAME_MAX + 1, "%c%u:", SEM_MARK, k);
@@ -90,21 +92,24 @@ size_t sem_channel(const char *prefix, const char *name, size_t len, char *out,
 #define SEM_SEEN_MAX 4096
 
 struct seen {
-    struct seen *next;
+    struct util_hnode hnode; /* keyed by resource */
     unsigned n;
-    bool told; /* a disagreement was reported */
-    size_t len;
-    char resource[]; /* len bytes */
+    bool told;       /* a disagreement was reported */
+    char resource[]; /* the key's bytes */
 };
 
 struct sem_seen {
-    struct seen *buckets[SEM_SEEN_BUCKETS];
-    size_t count;
+    struct util_htable table; /* owned: struct seen by resource */
 };
 
 struct sem_seen *sem_seen_create(void)
 {
-    return calloc(1, sizeof(struct sem_seen));
+    struct sem_seen *s = calloc(1, sizeof(struct sem_seen));
+    if (s != NULL && util_htable_init(&s->table, SEM_SEEN_BUCKETS) != 0) {
+        free(s);
+        return NULL;
+    }
+    return s;
 }
 
 void sem_seen_destroy(struct sem_seen *s)
@@ -112,41 +117,29 @@ void sem_seen_destroy(struct sem_seen *s)
     if (s == NULL) {
         return;
     }
-    for (size_t b = 0; b < SEM_SEEN_BUCKETS; b++) {
-        struct seen *e = s->buckets[b];
-        while (e != NULL) {
-            struct seen *next = e->next;
-            free(e);
-            e = next;
-        }
+    struct util_hnode *h = util_htable_first(&s->table);
+    while (h != NULL) {
+        struct util_hnode *next = util_htable_next(&s->table, h);
+        free(UTIL_CONTAINER_OF(h, struct seen, hnode));
+        h = next;
     }
+    util_htable_free(&s->table);
     free(s);
-}
-
-static size_t seen_hash(const char *s, size_t len)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ULL;
-    }
-    return (size_t)(h % SEM_SEEN_BUCKETS);
 }
 
 unsigned sem_seen_note(struct sem_seen *s, const char *resource, size_t len,
                        unsigned n)
 {
-    struct seen **pp = &s->buckets[seen_hash(resource, len)];
-    for (struct seen *e = *pp; e != NULL; e = e->next) {
-        if (e->len == len && memcmp(e->resource, resource, len) == 0) {
-            if (e->n == n || e->told) {
-                return 0;
-            }
-            e->told = true;
-            return e->n;
+    struct util_hnode *h = util_htable_find(&s->table, resource, len);
+    if (h != NULL) {
+        struct seen *e = UTIL_CONTAINER_OF(h, struct seen, hnode);
+        if (e->n == n || e->told) {
+            return 0;
         }
+        e->told = true;
+        return e->n;
     }
-    if (s->count >= SEM_SEEN_MAX) {
+    if (s->table.count >= SEM_SEEN_MAX) {
         return 0;
     }
     struct seen *e = malloc(sizeof(*e) + len);
@@ -155,10 +148,7 @@ unsigned sem_seen_note(struct sem_seen *s, const char *resource, size_t len,
     }
     e->n = n;
     e->told = false;
-    e->len = len;
     memcpy(e->resource, resource, len);
-    e->next = *pp;
-    *pp = e;
-    s->count++;
+    util_htable_add(&s->table, &e->hnode, e->resource, len);
     return 0;
 }

@@ -1,6 +1,9 @@
-/* util.c: the daemon's clock (see util.h). */
+/* util.c: the daemon's clock, hex digits, quoting, and a string-keyed hash
+ * table (see util.h). */
 #include "util.h"
 
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 uint64_t util_now_us(void)
@@ -13,4 +16,135 @@ uint64_t util_now_us(void)
         clock_gettime(CLOCK_MONOTONIC, &ts);
     }
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+int util_hex_value(unsigned char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    if (c >= 'a' && c <= 'f') {
+        return c - 'a' + 10;
+    }
+    if (c >= 'A' && c <= 'F') {
+        return c - 'A' + 10;
+    }
+    return -1;
+}
+
+const char *util_show(const char *s, char *out, size_t outlen)
+{
+    size_t n = 0;
+    size_t cap = outlen - 4; /* room for "..." and the NUL */
+
+    if (cap > UTIL_SHOW_MAX) {
+        cap = UTIL_SHOW_MAX;
+    }
+    for (; s[n] != '\0' && n < cap; n++) {
+        unsigned char c = (unsigned char)s[n];
+
+        out[n] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+    }
+    if (s[n] != '\0') {
+        memcpy(out + n, "...", 3);
+        n += 3;
+    }
+    out[n] = '\0';
+    return out;
+}
+
+uint64_t util_fnv1a(const char *s, size_t len)
+{
+    /* The published 64-bit offset basis and prime (test_util.c checks
+     * the published vectors). */
+    uint64_t h = 14695981039346656037ULL;
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+/* ---- hash table -------------------------------------------------------- */
+
+int util_htable_init(struct util_htable *t, size_t n_buckets)
+{
+    t->buckets = calloc(n_buckets, sizeof(*t->buckets));
+    t->mask = n_buckets - 1;
+    t->count = 0;
+    return t->buckets != NULL ? 0 : -1;
+}
+
+void util_htable_free(struct util_htable *t)
+{
+    free(t->buckets);
+    t->buckets = NULL;
+    t->count = 0;
+}
+
+struct util_hnode *util_htable_find(const struct util_htable *t,
+                                    const char *key, size_t len)
+{
+    size_t h = (size_t)util_fnv1a(key, len);
+    struct util_hnode *n = t->buckets[h & t->mask];
+    while (n != NULL && (n->hash != h || n->key_len != len ||
+                         memcmp(n->key, key, len) != 0)) {
+        n = n->next;
+    }
+    return n;
+}
+
+void util_htable_add(struct util_htable *t, struct util_hnode *n,
+                     const char *key, size_t len)
+{
+    n->key = key;
+    n->key_len = len;
+    n->hash = (size_t)util_fnv1a(key, len);
+    n->next = NULL;
+    /* At the chain's end: a walk meets keys in the order they came. */
+    struct util_hnode **pp = &t->buckets[n->hash & t->mask];
+    while (*pp != NULL) {
+        pp = &(*pp)->next;
+    }
+    *pp = n;
+    t->count++;
+}
+
+void util_htable_remove(struct util_htable *t, struct util_hnode *n)
+{
+    struct util_hnode **pp = &t->buckets[n->hash & t->mask];
+    while (*pp != n) {
+        pp = &(*pp)->next;
+    }
+    *pp = n->next;
+    n->next = NULL;
+    t->count--;
+}
+
+/* The first node in bucket b or a later one. */
+static struct util_hnode *first_from(const struct util_htable *t, size_t b)
+{
+    if (t->buckets == NULL) {
+        return NULL;
+    }
+    for (; b <= t->mask; b++) {
+        if (t->buckets[b] != NULL) {
+            return t->buckets[b];
+        }
+    }
+    return NULL;
+}
+
+struct util_hnode *util_htable_first(const struct util_htable *t)
+{
+    return first_from(t, 0);
+}
+
+struct util_hnode *util_htable_next(const struct util_htable *t,
+                                    const struct util_hnode *n)
+{
+    if (n->next != NULL) {
+        return n->next;
+    }
+    return first_from(t, (n->hash & t->mask) + 1);
 }

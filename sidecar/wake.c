@@ -22,14 +22,15 @@
 #include "node.h"
 #include "redlock.h"
 #include "tls.h"
+#include "util.h"
 
 #define CHANNEL_MAX 640 /* prefix (<= 64) + "wake:" + resource (<= 512) */
 
-/* One watched resource; owned by the wake's hash. */
+/* One watched resource; owned by the wake's table. */
 struct watch {
-    char *channel; /* owned: <prefix>wake:<resource> */
+    struct util_hnode hnode; /* keyed by channel */
+    char *channel;           /* owned: <prefix>wake:<resource> */
     size_t channel_len;
-    struct watch *next;
 };
 
 struct wake_node {
@@ -47,33 +48,16 @@ struct wake {
     void *priv;
     struct wake_node nodes[REDLOCK_MAX_NODES];
     int n;
-    struct node_options opts; /* of the subscriber connections */
-    struct tls_ctx *tls;      /* owned: for rediss:// nodes, else NULL */
-    struct event *idle_ev;    /* owned: closes the connections when idle */
-    struct watch **buckets;   /* owned */
-    size_t n_buckets;
-    size_t count;
-    size_t prefix_len; /* of "<prefix>wake:" */
+    struct node_options opts;   /* of the subscriber connections */
+    struct tls_ctx *tls;        /* owned: for rediss:// nodes, else NULL */
+    struct event *idle_ev;      /* owned: closes the connections when idle */
+    struct util_htable watches; /* owned: struct watch by channel */
+    size_t prefix_len;          /* of "<prefix>wake:" */
 };
 
-static size_t chan_hash(const char *s, size_t len)
+static struct watch *watch_of(struct util_hnode *n)
 {
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ULL;
-    }
-    return (size_t)h;
-}
-
-static struct watch **watch_slot(struct wake *w, const char *ch, size_t len)
-{
-    struct watch **pp = &w->buckets[chan_hash(ch, len) & (w->n_buckets - 1)];
-    while (*pp != NULL &&
-           ((*pp)->channel_len != len || memcmp((*pp)->channel, ch, len))) {
-        pp = &(*pp)->next;
-    }
-    return pp;
+    return n != NULL ? UTIL_CONTAINER_OF(n, struct watch, hnode) : NULL;
 }
 
 /* Builds "<prefix>wake:<resource>" into buf (at least 600 bytes). */
@@ -135,10 +119,9 @@ static void state_cb(struct node *node, enum node_state state, void *privdata)
         return;
     }
     struct wake *w = wn->w;
-    for (size_t b = 0; b < w->n_buckets; b++) {
-        for (struct watch *x = w->buckets[b]; x != NULL; x = x->next) {
-            node_subscribe(wn, "SUBSCRIBE", x->channel, x->channel_len);
-        }
+    for (struct util_hnode *n = util_htable_first(&w->watches); n != NULL;
+         n = util_htable_next(&w->watches, n)) {
+        node_subscribe(wn, "SUBSCRIBE", n->key, n->key_len);
     }
 }
 
@@ -163,7 +146,7 @@ static void idle_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct wake *w = arg;
-    if (w->count > 0) {
+    if (w->watches.count > 0) {
         return;
     }
     for (int i = 0; i < w->n; i++) {
@@ -181,8 +164,7 @@ int wake_watch(struct wake *w, const char *resource, size_t len)
         return -1;
     }
     size_t cl = make_channel(w, resource, len, ch);
-    struct watch **pp = watch_slot(w, ch, cl);
-    if (*pp != NULL) {
+    if (util_htable_find(&w->watches, ch, cl) != NULL) {
         return 0;
     }
     struct watch *x = malloc(sizeof(*x));
@@ -196,9 +178,7 @@ int wake_watch(struct wake *w, const char *resource, size_t len)
     }
     memcpy(x->channel, ch, cl);
     x->channel_len = cl;
-    x->next = NULL;
-    *pp = x;
-    w->count++;
+    util_htable_add(&w->watches, &x->hnode, x->channel, cl);
     for (int i = 0; i < w->n; i++) {
         struct wake_node *wn = &w->nodes[i];
         if (wn->conn == NULL) {
@@ -218,28 +198,21 @@ void wake_unwatch(struct wake *w, const char *resource, size_t len)
         return;
     }
     size_t cl = make_channel(w, resource, len, ch);
-    struct watch **pp = watch_slot(w, ch, cl);
-    struct watch *x = *pp;
+    struct watch *x = watch_of(util_htable_find(&w->watches, ch, cl));
     if (x == NULL) {
         return;
     }
-    *pp = x->next;
+    util_htable_remove(&w->watches, &x->hnode);
     free(x->channel);
     free(x);
-    w->count--;
     for (int i = 0; i < w->n; i++) {
         node_subscribe(&w->nodes[i], "UNSUBSCRIBE", ch, cl);
     }
-    if (w->count == 0) {
+    if (w->watches.count == 0) {
         /* No waiters left: no subscriber connections either (unless a
          * watch comes back within this loop turn). */
         event_active(w->idle_ev, EV_TIMEOUT, 1);
     }
-}
-
-size_t wake_watching(const struct wake *w)
-{
-    return w->count;
 }
 
 bool wake_possible(const struct wake *w)
@@ -265,10 +238,9 @@ struct wake *wake_create(struct event_base *base, const struct config *cfg,
     w->priv = priv;
     w->n = cfg->n_nodes;
     w->prefix_len = strlen(cfg->prefix) + 5;
-    w->n_buckets = 256;
-    w->buckets = calloc(w->n_buckets, sizeof(*w->buckets));
+    int rc = util_htable_init(&w->watches, 256);
     w->idle_ev = event_new(base, -1, 0, idle_cb, w);
-    if (w->buckets == NULL || w->idle_ev == NULL) {
+    if (rc != 0 || w->idle_ev == NULL) {
         wake_destroy(w);
         return NULL;
     }
@@ -316,15 +288,14 @@ void wake_destroy(struct wake *w)
     if (w->idle_ev != NULL) {
         event_free(w->idle_ev);
     }
-    for (size_t b = 0; b < w->n_buckets; b++) {
-        struct watch *x = w->buckets[b];
-        while (x != NULL) {
-            struct watch *next = x->next;
-            free(x->channel);
-            free(x);
-            x = next;
-        }
+    struct util_hnode *n = util_htable_first(&w->watches);
+    while (n != NULL) {
+        struct util_hnode *next = util_htable_next(&w->watches, n);
+        struct watch *x = watch_of(n);
+        free(x->channel);
+        free(x);
+        n = next;
     }
-    free(w->buckets);
+    util_htable_free(&w->watches);
     free(w);
 }

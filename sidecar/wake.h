@@ -30,9 +30,6 @@ void wake_destroy(struct wake *w);
 int wake_watch(struct wake *w, const char *resource, size_t len);
 void wake_unwatch(struct wake *w, const char *resource, size_t len);
 
-/* wake_watching: resources watched now (for tests and metrics). */
-size_t wake_watching(const struct wake *w);
-
 /* wake_possible: some node can carry wake-ups (false only when every
  * node is rediss:// and no TLS context could be made for the
  * subscribers); when false, a waiter must poll. */

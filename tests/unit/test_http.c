@@ -1,7 +1,7 @@
 /* test_http.c: unit tests of the HTTP/1.1 reader, router and head writer
- * (sidecar/http.c), linked with proto.c only. Every request is also fed one
- * byte at a time from an exact-size heap copy, so a read past the bytes
- * given shows up under ASan. */
+ * (sidecar/http.c), linked with proto.c and util.c only. Every request is
+ * also fed one byte at a time from an exact-size heap copy, so a read past
+ * the bytes given shows up under ASan. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -81,12 +82,33 @@ static void test_seen_once(void **state)
     sem_seen_destroy(s);
 }
 
+/* Bounded at 4096 resources (SEM_SEEN_MAX): past that nothing new is
+ * kept, so a new one never disagrees; the ones kept still do. */
+static void test_seen_bounded(void **state)
+{
+    (void)state;
+    struct sem_seen *s = sem_seen_create();
+    assert_non_null(s);
+    char name[32];
+    for (int i = 0; i < 4096 + 10; i++) {
+        int n = snprintf(name, sizeof(name), "r%d", i);
+        assert_int_equal(sem_seen_note(s, name, (size_t)n, 3), 0);
+    }
+    int n = snprintf(name, sizeof(name), "r%d", 4096 + 5);
+    assert_int_equal(sem_seen_note(s, name, (size_t)n, 4), 0);
+    assert_int_equal(sem_seen_note(s, "r4095", 5, 4), 3);
+    assert_int_equal(sem_seen_note(s, "r0", 2, 9), 3);
+    assert_int_equal(sem_seen_note(s, "r0", 2, 8), 0); /* said once */
+    sem_seen_destroy(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names_round_trip),
         cmocka_unit_test(test_keys_and_channels),
         cmocka_unit_test(test_seen_once),
+        cmocka_unit_test(test_seen_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

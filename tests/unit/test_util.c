@@ -1,11 +1,16 @@
 /* test_util.c: the daemon's clock reads CLOCK_BOOTTIME (which, unlike
  * CLOCK_MONOTONIC, keeps counting through a suspend) and never goes back.
  * On a machine that was never suspended the two clocks agree, so the
- * bracket below tells them apart only where they differ. */
+ * bracket below tells them apart only where they differ. Then hex digits,
+ * FNV-1a against its published vectors, and the hash table. */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -51,11 +56,154 @@ static void test_never_decreases(void **state)
     assert_true(util_now_us() - last >= 2000u);
 }
 
+static void test_hex_value(void **state)
+{
+    (void)state;
+    static const char digits[] = "0123456789abcdef";
+    for (int v = 0; v < 16; v++) {
+        assert_int_equal(util_hex_value((unsigned char)digits[v]), v);
+        if (v >= 10) {
+            assert_int_equal(util_hex_value((unsigned char)(digits[v] - 32)),
+                             v);
+        }
+    }
+    int ok = 0;
+    for (int c = 0; c < 256; c++) {
+        int v = util_hex_value((unsigned char)c);
+        assert_true(v >= -1 && v < 16);
+        ok += v >= 0;
+    }
+    assert_int_equal(ok, 22); /* nothing else: not 'g', ' ', NUL, 0xff */
+}
+
+/* The FNV-1a 64-bit test vectors (the empty string is the offset basis). */
+static void test_fnv1a(void **state)
+{
+    (void)state;
+    assert_true(util_fnv1a("", 0) == 0xcbf29ce484222325ULL);
+    assert_true(util_fnv1a("a", 1) == 0xaf63dc4c8601ec8cULL);
+    assert_true(util_fnv1a("foobar", 6) == 0x85944171f73967e8ULL);
+    /* Bytes, not a C string: an embedded NUL counts. */
+    assert_true(util_fnv1a("a\0b", 3) != util_fnv1a("a", 1));
+}
+
+/* An object with its node embedded, the way ops.c and wake.c keep theirs. */
+struct item {
+    int tag;
+    struct util_hnode hnode;
+    char key[16];
+    bool seen;
+};
+
+#define N_ITEMS 200
+
+static struct item *item_of(struct util_hnode *n)
+{
+    return n != NULL ? UTIL_CONTAINER_OF(n, struct item, hnode) : NULL;
+}
+
+static size_t walk_count(struct util_htable *t, struct item *items)
+{
+    for (int i = 0; i < N_ITEMS; i++) {
+        items[i].seen = false;
+    }
+    size_t n = 0;
+    for (struct util_hnode *h = util_htable_first(t); h != NULL;
+         h = util_htable_next(t, h)) {
+        struct item *it = item_of(h);
+        assert_false(it->seen); /* each once */
+        it->seen = true;
+        n++;
+    }
+    return n;
+}
+
+static void test_htable(void **state)
+{
+    (void)state;
+    struct util_htable t;
+    /* Few buckets for many keys: long chains, every path walked. */
+    assert_int_equal(util_htable_init(&t, 8), 0);
+    assert_null(util_htable_first(&t));
+    assert_null(util_htable_find(&t, "x", 1));
+    struct item *items = calloc(N_ITEMS, sizeof(*items));
+    assert_non_null(items);
+    for (int i = 0; i < N_ITEMS; i++) {
+        items[i].tag = i;
+        int len = snprintf(items[i].key, sizeof(items[i].key), "res:%d", i);
+        util_htable_add(&t, &items[i].hnode, items[i].key, (size_t)len);
+    }
+    assert_int_equal(t.count, N_ITEMS);
+    assert_int_equal(walk_count(&t, items), N_ITEMS);
+    for (int i = 0; i < N_ITEMS; i++) {
+        char k[16];
+        int len = snprintf(k, sizeof(k), "res:%d", i);
+        struct item *it = item_of(util_htable_find(&t, k, (size_t)len));
+        assert_non_null(it);
+        assert_int_equal(it->tag, i);
+    }
+    /* A key is its bytes and its length: a prefix is another key. */
+    assert_null(util_htable_find(&t, "res:1", 4));
+    assert_null(util_htable_find(&t, "res:1x", 6));
+    /* Keys that share a chain keep their order of arrival in it. */
+    struct util_htable one;
+    assert_int_equal(util_htable_init(&one, 1), 0);
+    struct item a = {.key = "a"}, b = {.key = "b"}, c = {.key = "c"};
+    util_htable_add(&one, &a.hnode, a.key, 1);
+    util_htable_add(&one, &b.hnode, b.key, 1);
+    util_htable_add(&one, &c.hnode, c.key, 1);
+    assert_ptr_equal(util_htable_first(&one), &a.hnode);
+    assert_ptr_equal(util_htable_next(&one, &a.hnode), &b.hnode);
+    util_htable_remove(&one, &b.hnode); /* from the middle of a chain */
+    assert_ptr_equal(util_htable_next(&one, &a.hnode), &c.hnode);
+    assert_null(util_htable_next(&one, &c.hnode));
+    util_htable_free(&one);
+
+    /* Remove every third during a walk, taking next first. */
+    struct util_hnode *h = util_htable_first(&t);
+    while (h != NULL) {
+        struct util_hnode *next = util_htable_next(&t, h);
+        if (item_of(h)->tag % 3 == 0) {
+            util_htable_remove(&t, h);
+        }
+        h = next;
+    }
+    size_t left = N_ITEMS - (N_ITEMS + 2) / 3;
+    assert_int_equal(t.count, left);
+    assert_int_equal(walk_count(&t, items), left);
+    for (int i = 0; i < N_ITEMS; i++) {
+        char k[16];
+        int len = snprintf(k, sizeof(k), "res:%d", i);
+        struct util_hnode *found = util_htable_find(&t, k, (size_t)len);
+        if (i % 3 == 0) {
+            assert_null(found);
+        } else {
+            assert_ptr_equal(found, &items[i].hnode);
+        }
+    }
+    /* Removed keys can come back. */
+    util_htable_add(&t, &items[0].hnode, items[0].key, strlen(items[0].key));
+    assert_ptr_equal(util_htable_find(&t, "res:0", 5), &items[0].hnode);
+    assert_int_equal(t.count, left + 1);
+    util_htable_free(&t);
+    util_htable_free(&t); /* twice is safe */
+    free(items);
+
+    /* A zeroed table (an init that never ran) walks as empty and frees. */
+    struct util_htable z;
+    memset(&z, 0, sizeof(z));
+    assert_null(util_htable_first(&z));
+    util_htable_free(&z);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reads_boottime),
         cmocka_unit_test(test_never_decreases),
+        cmocka_unit_test(test_hex_value),
+        cmocka_unit_test(test_fnv1a),
+        cmocka_unit_test(test_htable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
