@@ -1192,28 +1192,26 @@ static void test_all_nodes(void **state)
 static void test_classify_set_nx(void **state)
 {
     (void)state;
-    int64_t fence = 0, pttl = -1;
-    struct redlock_reply r = rv_str("OK");
-    assert_int_equal(
-        redlock_classify_acquire(RL_FORM_SET_NX, &r, &fence, &pttl), RL_OK);
-    r = rv_nil();
-    assert_int_equal(
-        redlock_classify_acquire(RL_FORM_SET_NX, &r, &fence, &pttl), RL_BUSY);
-    r = rv_err("ERR wrong number of arguments");
-    assert_int_equal(
-        redlock_classify_acquire(RL_FORM_SET_NX, &r, &fence, &pttl), RL_FAILED);
-    r = rv_str("QUEUED");
-    assert_int_equal(
-        redlock_classify_acquire(RL_FORM_SET_NX, &r, &fence, &pttl), RL_FAILED);
-    r = rv_str("O");
-    assert_int_equal(
-        redlock_classify_acquire(RL_FORM_SET_NX, &r, &fence, &pttl), RL_FAILED);
-    r = rv_int(1);
-    assert_int_equal(
-        redlock_classify_acquire(RL_FORM_SET_NX, &r, &fence, &pttl), RL_FAILED);
-    /* the plain SET carries neither */
-    assert_int_equal(fence, 0);
-    assert_int_equal(pttl, -1);
+    const struct {
+        struct redlock_reply r;
+        enum redlock_node_result want;
+    } cases[] = {
+        {rv_str("OK"), RL_OK},
+        {rv_nil(), RL_BUSY},
+        {rv_err("ERR wrong number of arguments"), RL_FAILED},
+        {rv_str("QUEUED"), RL_FAILED},
+        {rv_str("O"), RL_FAILED},
+        {rv_int(1), RL_FAILED},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        int64_t fence = 0, pttl = -1;
+        assert_int_equal(redlock_classify_acquire(RL_FORM_SET_NX, &cases[k].r,
+                                                  &fence, &pttl),
+                         cases[k].want);
+        /* the plain SET carries neither */
+        assert_int_equal(fence, 0);
+        assert_int_equal(pttl, -1);
+    }
 }
 
 int main(void)
