@@ -27,6 +27,7 @@
 #include "metrics.h"
 #include "node.h"
 #include "redlock.h"
+#include "replyview.h"
 #include "semaphore.h"
 #include "util.h"
 #include "tls.h"
@@ -321,62 +322,7 @@ static void result_init(struct cluster_result *res)
     res->pttl_min = -1;
 }
 
-/* ---- reply views ------------------------------------------------------ */
-
-/* The view redlock.c classifies: the reply and, for arrays, up to two
- * elements (every acquire form answers at most two). */
-struct reply_view {
-    struct redlock_reply top;
-    struct redlock_reply elem[2];
-};
-
-static void view_one(struct redlock_reply *v, const struct redisReply *r)
-{
-    memset(v, 0, sizeof(*v));
-    switch (r->type) {
-    case REDIS_REPLY_NIL:
-        v->kind = RLR_NIL;
-        break;
-    case REDIS_REPLY_STRING:
-    case REDIS_REPLY_STATUS:
-        v->kind = RLR_STRING;
-        v->str = r->str;
-        v->len = r->len;
-        break;
-    case REDIS_REPLY_ERROR:
-        v->kind = RLR_ERROR;
-        v->str = r->str;
-        v->len = r->len;
-        break;
-    case REDIS_REPLY_INTEGER:
-        v->kind = RLR_INTEGER;
-        v->integer = r->integer;
-        break;
-    default:
-        v->kind = RLR_OTHER;
-        break;
-    }
-}
-
-static const struct redlock_reply *reply_view(struct reply_view *v,
-                                              const struct redisReply *r)
-{
-    if (r->type != REDIS_REPLY_ARRAY) {
-        view_one(&v->top, r);
-        return &v->top;
-    }
-    memset(&v->top, 0, sizeof(v->top));
-    v->top.kind = RLR_ARRAY;
-    v->top.n_elem = r->elements;
-    v->top.elem = v->elem;
-    for (size_t k = 0; k < r->elements && k < 2; k++) {
-        view_one(&v->elem[k], r->element[k]);
-    }
-    if (r->elements > 2) {
-        v->top.kind = RLR_OTHER; /* no form answers more */
-    }
-    return &v->top;
-}
+/* ---- reply text ------------------------------------------------------- */
 
 static const char *reply_text(const struct redisReply *r)
 {
@@ -476,8 +422,8 @@ static void batch_cb(struct node *node, struct redisReply *reply,
         if (status == NODE_REPLY && (b->n == 1 || whole)) {
             /* Each key's own answer: 1, 0, or the error it met. */
             const struct redisReply *el = b->n == 1 ? reply : reply->element[j];
-            struct reply_view v;
-            res = redlock_classify_flag(reply_view(&v, el));
+            struct replyview v;
+            res = redlock_classify_flag(replyview_of(&v, el));
             if (res == RL_FAILED) {
                 log_warn(NULL, "node %d: script on one key: %s",
                          node_index(node) + 1,
@@ -707,9 +653,9 @@ static enum redlock_node_result decode_acquire(struct cluster_op *op,
 {
     int i = node_index(node);
     enum redlock_acquire_form form = (enum redlock_acquire_form)op->form[i];
-    struct reply_view v;
+    struct replyview v;
     enum redlock_node_result res =
-        redlock_classify_acquire(form, reply_view(&v, r), fence, pttl);
+        redlock_classify_acquire(form, replyview_of(&v, r), fence, pttl);
     if (res != RL_FAILED) {
         return res;
     }
@@ -731,8 +677,8 @@ static enum redlock_node_result decode_acquire(struct cluster_op *op,
 static enum redlock_node_result decode_flag(struct node *node,
                                             const struct redisReply *r)
 {
-    struct reply_view v;
-    enum redlock_node_result res = redlock_classify_flag(reply_view(&v, r));
+    struct replyview v;
+    enum redlock_node_result res = redlock_classify_flag(replyview_of(&v, r));
     if (res == RL_FAILED) {
         log_warn(NULL, "node %d: script: unexpected reply: %s",
                  node_index(node) + 1, reply_text(r));
