@@ -773,3 +773,27 @@ uint32_t redlock_all_nodes(int n_nodes)
 {
     return n_nodes >= 32 ? UINT32_MAX : (1u << n_nodes) - 1u;
 }
+
+enum redlock_peek redlock_classify_peek(const struct redlock_reply *r,
+                                        int64_t *pttl, int64_t *fence,
+                                        const char **value, size_t *value_len)
+{
+    if (r->kind != RLR_ARRAY || r->n_elem != 3 ||
+        r->elem[0].kind != RLR_STRING || r->elem[1].kind != RLR_INTEGER ||
+        r->elem[2].kind != RLR_INTEGER) {
+        return RL_PEEK_FAILED;
+    }
+    const struct redlock_reply *v = &r->elem[0];
+    *pttl = r->elem[1].integer;
+    *fence = r->elem[2].integer;
+    if (v->len == 0) {
+        return RL_PEEK_FREE;
+    }
+    /* "done:" and the completing token; a bare "done:" is no mark. */
+    if (v->len > 5 && memcmp(v->str, "done:", 5) == 0) {
+        return RL_PEEK_DONE;
+    }
+    *value = v->str;
+    *value_len = v->len;
+    return RL_PEEK_HELD;
+}

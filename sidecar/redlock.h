@@ -460,4 +460,14 @@ bool redlock_form_refused(enum redlock_acquire_form form,
 /* redlock_all_nodes: bit i for each of n_nodes nodes (1..32). */
 uint32_t redlock_all_nodes(int n_nodes);
 
+/* redlock_classify_peek: one node's answer r to the inspect script,
+ * {value, pttl, fence}: RL_PEEK_FREE (an empty value: no key), RL_PEEK_DONE
+ * (a done mark), RL_PEEK_HELD (a holder's token: *value and *value_len
+ * point at it, borrowed from r, for the caller to compare with its own),
+ * and then *pttl and *fence set from the reply; RL_PEEK_FAILED for any
+ * other shape, nothing set. No pointer may be NULL. */
+enum redlock_peek redlock_classify_peek(const struct redlock_reply *r,
+                                        int64_t *pttl, int64_t *fence,
+                                        const char **value, size_t *value_len);
+
 #endif

@@ -16,11 +16,13 @@
 
 #include "redlock.h"
 
-/* The view of one reply and, for arrays, of up to two elements (every
- * acquire form answers at most two). Lives on the caller's stack. */
+/* The view of one reply and, for arrays, of up to three elements (every
+ * acquire form answers at most two, the inspect script three). Lives on
+ * the caller's stack. */
+#define REPLYVIEW_ELEMS 3
 struct replyview {
     struct redlock_reply top;
-    struct redlock_reply elem[2];
+    struct redlock_reply elem[REPLYVIEW_ELEMS];
 };
 
 /* replyview_one: the view of a reply that is not an array. */
@@ -54,8 +56,8 @@ static inline void replyview_one(struct redlock_reply *v, const redisReply *r)
 
 /* replyview_of: fills v from r and returns &v->top. The view borrows r's
  * strings: it is valid only while r is (inside its callback). An array of
- * more than two elements is viewed as RLR_OTHER (no form answers more),
- * and so is a NULL r (no reply: a disconnect). */
+ * more than REPLYVIEW_ELEMS elements is viewed as RLR_OTHER (no classifier
+ * takes more), and so is a NULL r (no reply: a disconnect). */
 static inline const struct redlock_reply *replyview_of(struct replyview *v,
                                                        const redisReply *r)
 {
@@ -64,7 +66,7 @@ static inline const struct redlock_reply *replyview_of(struct replyview *v,
         return &v->top;
     }
     memset(&v->top, 0, sizeof(v->top));
-    if (r == NULL || r->elements > 2) {
+    if (r == NULL || r->elements > REPLYVIEW_ELEMS) {
         v->top.kind = RLR_OTHER;
         return &v->top;
     }

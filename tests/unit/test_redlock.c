@@ -1214,6 +1214,53 @@ static void test_classify_set_nx(void **state)
     }
 }
 
+static void test_classify_peek(void **state)
+{
+    (void)state;
+    const char *tok = "0123456789abcdef0123456789abcdef";
+    struct {
+        struct redlock_reply e[3];
+        size_t n;
+        enum redlock_peek want;
+        int64_t pttl, fence;
+    } cases[] = {
+        {{rv_str(""), rv_int(-2), rv_int(0)}, 3, RL_PEEK_FREE, -2, 0},
+        {{rv_str("done:abc"), rv_int(900), rv_int(7)}, 3, RL_PEEK_DONE, 900, 7},
+        {{rv_str(tok), rv_int(400), rv_int(12)}, 3, RL_PEEK_HELD, 400, 12},
+        /* a bare "done:" is a value like any other, no mark */
+        {{rv_str("done:"), rv_int(5), rv_int(0)}, 3, RL_PEEK_HELD, 5, 0},
+        /* a key without expiry */
+        {{rv_str(tok), rv_int(-1), rv_int(0)}, 3, RL_PEEK_HELD, -1, 0},
+        /* shapes the script never answers */
+        {{rv_nil(), rv_int(5), rv_int(0)}, 3, RL_PEEK_FAILED, -9, -9},
+        {{rv_str(""), rv_str("5"), rv_int(0)}, 3, RL_PEEK_FAILED, -9, -9},
+        {{rv_str(""), rv_int(5), rv_nil()}, 3, RL_PEEK_FAILED, -9, -9},
+        {{rv_str(""), rv_int(5), rv_int(0)}, 2, RL_PEEK_FAILED, -9, -9},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        struct redlock_reply r = rv_arr(cases[k].e, cases[k].n);
+        int64_t pttl = -9, fence = -9;
+        const char *v = NULL;
+        size_t n = 0;
+        assert_int_equal(redlock_classify_peek(&r, &pttl, &fence, &v, &n),
+                         cases[k].want);
+        assert_int_equal(pttl, cases[k].pttl);
+        assert_int_equal(fence, cases[k].fence);
+        if (cases[k].want == RL_PEEK_HELD) {
+            assert_ptr_equal(v, cases[k].e[0].str);
+            assert_int_equal(n, cases[k].e[0].len);
+        } else {
+            assert_null(v);
+        }
+    }
+    struct redlock_reply err = rv_err("NOSCRIPT");
+    int64_t pttl = -9, fence = -9;
+    const char *v = NULL;
+    size_t n = 0;
+    assert_int_equal(redlock_classify_peek(&err, &pttl, &fence, &v, &n),
+                     RL_PEEK_FAILED);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1256,6 +1303,7 @@ int main(void)
         cmocka_unit_test(test_acquire_form_pick),
         cmocka_unit_test(test_all_nodes),
         cmocka_unit_test(test_classify_set_nx),
+        cmocka_unit_test(test_classify_peek),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
