@@ -14,6 +14,9 @@
  *                                 done needs marks on > n - quorum nodes)
  *   LOST: rollback every node that got the SET and did not say busy/done,
  *         including nodes still pending (the delete queues behind the SET).
+ *   decided -> redlock_acquire_verdict(): the answer, the rollback set, or
+ *         the fence write-back first (its own round: redlock_fence_verdict)
+ *   no decision by the validity's end -> redlock_round_expire()
  */
 #include "redlock.h"
 
