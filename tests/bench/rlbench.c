@@ -957,7 +957,7 @@ static void d_client_line(struct conn *c, const char *line, size_t len)
  *     the daemon's Redis work without its socket, JSON and bookkeeping.
  *
  * Both classify replies and decide with the daemon's pure Redlock functions
- * (sidecar/redlock.c and replyview.c, linked in: reply classification,
+ * (sidecar/redlock.c, linked in, and replyview.h: reply classification,
  * quorum, validity, rollback set, answer), so they cannot drift from the
  * daemon's. */
 
