@@ -694,7 +694,7 @@ static enum redlock_node_result decode_status(enum node_status status)
 
 /* ---- outcomes --------------------------------------------------------- */
 
-static void op_send_fence(struct cluster_op *op);
+static void op_send_fence(struct cluster_op *op, int64_t value);
 
 static bool op_sets_ttl(const struct cluster_op *op);
 
@@ -745,7 +745,7 @@ static void op_finish_acquire(struct cluster_op *op)
         op_note_grant(op);
     }
     if (v.send_fence) {
-        op_send_fence(op);
+        op_send_fence(op, v.fence);
         return;
     }
     if (v.answer == RL_ANSWER_NONE) {
@@ -920,11 +920,12 @@ static void op_fence_cb(struct node *node, struct redisReply *reply,
     op_release_if_finished(op);
 }
 
-static void op_send_fence(struct cluster_op *op)
+/* Writes value, the acquisition's fence, back to every node. */
+static void op_send_fence(struct cluster_op *op, int64_t value)
 {
     struct cluster *c = op->c;
     char val[24];
-    op->fence_written = op->round.fence_max;
+    op->fence_written = value;
     int vl = snprintf(val, sizeof(val), "%lld", (long long)op->fence_written);
     const char *argv[4] = {op->key, c->fence_key, op->token, val};
     size_t lens[4] = {op->key_len, c->fence_key_len, PROTO_TOKEN_LEN,

@@ -660,6 +660,7 @@ void redlock_acquire_verdict(const struct redlock_round *r, bool fence,
     case RL_WON:
         if (fence) {
             v->send_fence = true;
+            v->fence = r->fence_max;
         } else {
             verdict_valid(v, r);
         }

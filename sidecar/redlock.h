@@ -357,9 +357,12 @@ struct redlock_verdict {
     enum redlock_answer answer;
     bool too_late;           /* NO_QUORUM although a quorum answered: the
                                 validity had run out by then */
-    bool send_fence;         /* acquire won with a fence: write the fence
-                                maximum back to every node, and answer only
-                                from its round (redlock_fence_verdict) */
+    bool send_fence;         /* acquire won with a fence: write fence back
+                                to every node, and answer only from that
+                                round (redlock_fence_verdict) */
+    int64_t fence;           /* send_fence: the value to write back, the
+                                largest counter the nodes that set the key
+                                returned */
     uint32_t rollback;       /* nodes to compare-and-delete the key on, bit
                                 i for node i; 0: none */
     int64_t validity_ms;     /* OK: the validity left */

@@ -923,10 +923,18 @@ static void test_acquire_verdict(void **state)
     assert_int_equal(v.valid_until_us, 10 * MS + 978 * MS);
     assert_false(v.send_fence);
     assert_int_equal(v.rollback, 0);
-    /* won with a fence: the write-back first, no answer yet */
+    assert_int_equal(v.fence, 0);
+    /* won with a fence: the write-back of the largest counter first, no
+     * answer yet */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    answer_at(&r, 0, RL_OK, 41, -1, 1 * MS);
+    answer_at(&r, 1, RL_BUSY, 0, 99, 1 * MS);
+    answer_at(&r, 2, RL_OK, 43, -1, 2 * MS);
+    answer_at(&r, 3, RL_OK, 42, -1, 3 * MS);
     redlock_acquire_verdict(&r, true, &v);
     assert_int_equal(v.answer, RL_ANSWER_NONE);
     assert_true(v.send_fence);
+    assert_int_equal(v.fence, 43);
     assert_int_equal(v.rollback, 0);
 
     /* busy: the nodes that may hold our key are rolled back */
