@@ -27,6 +27,7 @@
 #include "metrics.h"
 #include "node.h"
 #include "redlock.h"
+#include "replyview.h"
 #include "semaphore.h"
 #include "util.h"
 #include "tls.h"
@@ -39,13 +40,6 @@
 #define BATCH_MAX 64
 #define BLOOM_WORDS 16  /* 1024 bits per node */
 
-enum op_kind {
-    OPK_ACQUIRE,
-    OPK_EXTEND,
-    OPK_RELEASE,
-    OPK_COMPLETE,
-};
-
 enum op_phase {
     PHASE_MAIN = 0,  /* the operation's own script on every node */
     PHASE_FENCE = 1, /* acquire with fence: writing the maximum back */
@@ -55,7 +49,7 @@ enum op_phase {
  * answered its caller and every node command it sent has called back. */
 struct cluster_op {
     struct cluster *c;
-    enum op_kind kind;
+    enum redlock_op kind;
     enum op_phase phase;
     struct redlock_round round;
     struct redlock_round fence_round;
@@ -216,7 +210,7 @@ static uint32_t key_hash(const char *s, size_t n)
 
 static void op_deadline_cb(evutil_socket_t fd, short what, void *arg);
 
-static struct cluster_op *op_new(struct cluster *c, enum op_kind kind,
+static struct cluster_op *op_new(struct cluster *c, enum redlock_op kind,
                                  const char *resource, size_t len,
                                  const char *token, cluster_done_fn *cb,
                                  void *priv)
@@ -322,74 +316,13 @@ static void op_answer(struct cluster_op *op, const struct cluster_result *res)
     }
 }
 
-/* Bit i for each of n nodes; 32 nodes would shift by the width. */
-static uint32_t all_nodes_mask(int n)
-{
-    return n >= 32 ? UINT32_MAX : (1u << n) - 1u;
-}
-
 static void result_init(struct cluster_result *res)
 {
     memset(res, 0, sizeof(*res));
     res->pttl_min = -1;
 }
 
-/* ---- reply views ------------------------------------------------------ */
-
-/* The view redlock.c classifies: the reply and, for arrays, up to two
- * elements (every acquire form answers at most two). */
-struct reply_view {
-    struct redlock_reply top;
-    struct redlock_reply elem[2];
-};
-
-static void view_one(struct redlock_reply *v, const struct redisReply *r)
-{
-    memset(v, 0, sizeof(*v));
-    switch (r->type) {
-    case REDIS_REPLY_NIL:
-        v->kind = RLR_NIL;
-        break;
-    case REDIS_REPLY_STRING:
-    case REDIS_REPLY_STATUS:
-        v->kind = RLR_STRING;
-        v->str = r->str;
-        v->len = r->len;
-        break;
-    case REDIS_REPLY_ERROR:
-        v->kind = RLR_ERROR;
-        v->str = r->str;
-        v->len = r->len;
-        break;
-    case REDIS_REPLY_INTEGER:
-        v->kind = RLR_INTEGER;
-        v->integer = r->integer;
-        break;
-    default:
-        v->kind = RLR_OTHER;
-        break;
-    }
-}
-
-static const struct redlock_reply *reply_view(struct reply_view *v,
-                                              const struct redisReply *r)
-{
-    if (r->type != REDIS_REPLY_ARRAY) {
-        view_one(&v->top, r);
-        return &v->top;
-    }
-    memset(&v->top, 0, sizeof(v->top));
-    v->top.kind = RLR_ARRAY;
-    v->top.n_elem = r->elements;
-    v->top.elem = v->elem;
-    for (size_t k = 0; k < r->elements && k < 2; k++) {
-        view_one(&v->elem[k], r->element[k]);
-    }
-    if (r->elements > 2) {
-        v->top.kind = RLR_OTHER; /* no form answers more */
-    }
-    return &v->top;
-}
+/* ---- reply text ------------------------------------------------------- */
 
 static const char *reply_text(const struct redisReply *r)
 {
@@ -489,8 +422,8 @@ static void batch_cb(struct node *node, struct redisReply *reply,
         if (status == NODE_REPLY && (b->n == 1 || whole)) {
             /* Each key's own answer: 1, 0, or the error it met. */
             const struct redisReply *el = b->n == 1 ? reply : reply->element[j];
-            struct reply_view v;
-            res = redlock_classify_flag(reply_view(&v, el));
+            struct replyview v;
+            res = redlock_classify_flag(replyview_of(&v, el));
             if (res == RL_FAILED) {
                 log_warn(NULL, "node %d: script on one key: %s",
                          node_index(node) + 1,
@@ -514,12 +447,12 @@ static int batch_prepare_one(struct batch *b)
     char num[24];
     const char *argv[4] = {op->key, op->token, num, op->channel};
     size_t lens[4] = {op->key_len, PROTO_TOKEN_LEN, 0, op->channel_len};
-    if (e->rollback || op->kind == OPK_RELEASE) {
+    if (e->rollback || op->kind == RL_OP_RELEASE) {
         argv[2] = e->rollback ? "" : op->channel;
         lens[2] = e->rollback ? 0 : op->channel_len;
         return node_prepare(&b->prep, SCRIPT_RELEASE, 3, argv, lens);
     }
-    if (op->kind == OPK_EXTEND) {
+    if (op->kind == RL_OP_EXTEND) {
         lens[2] = dec_u64(num, op->ttl_ms);
         return node_prepare(&b->prep, SCRIPT_EXTEND, 3, argv, lens);
     }
@@ -541,19 +474,19 @@ static int batch_prepare(struct batch *b)
     }
     for (int j = 0; j < b->n; j++) {
         const struct cluster_op *op = b->e[j].op;
-        bool release = b->e[j].rollback || op->kind == OPK_RELEASE;
-        argv[a] = release ? "r" : op->kind == OPK_EXTEND ? "e" : "c";
+        bool release = b->e[j].rollback || op->kind == RL_OP_RELEASE;
+        argv[a] = release ? "r" : op->kind == RL_OP_EXTEND ? "e" : "c";
         lens[a++] = 1;
         argv[a] = op->token;
         lens[a++] = PROTO_TOKEN_LEN;
         argv[a] = nums[j];
-        lens[a++] = release ? 0
-                            : dec_u64(nums[j], op->kind == OPK_EXTEND
-                                                   ? op->ttl_ms
-                                                   : op->keep_ms);
+        lens[a++] =
+            release ? 0
+                    : dec_u64(nums[j], op->kind == RL_OP_EXTEND ? op->ttl_ms
+                                                                : op->keep_ms);
         /* A rollback publishes nothing: the key was never ours to
          * announce. An extend has nothing to announce. */
-        bool quiet = b->e[j].rollback || op->kind == OPK_EXTEND;
+        bool quiet = b->e[j].rollback || op->kind == RL_OP_EXTEND;
         argv[a] = quiet ? "" : op->channel;
         lens[a++] = quiet ? 0 : op->channel_len;
     }
@@ -720,18 +653,17 @@ static enum redlock_node_result decode_acquire(struct cluster_op *op,
 {
     int i = node_index(node);
     enum redlock_acquire_form form = (enum redlock_acquire_form)op->form[i];
-    struct reply_view v;
+    struct replyview v;
     enum redlock_node_result res =
-        redlock_classify_acquire(form, reply_view(&v, r), fence, pttl);
+        redlock_classify_acquire(form, replyview_of(&v, r), fence, pttl);
     if (res != RL_FAILED) {
         return res;
     }
     log_warn(NULL, "node %d: acquire: unexpected reply: %s", i + 1,
              reply_text(r));
-    if (form == RL_FORM_SET_GET_INCR && !op->c->fence_multi_refused[i]) {
-        /* Failed as a whole, or MULTI refused and the SET ran alone: the
-         * node is rolled back like any failure. Later fenced acquires use
-         * the script, which needs no +multi +exec. */
+    if (redlock_form_refused(form, res) && !op->c->fence_multi_refused[i]) {
+        /* Later fenced acquires use the script, which needs no +multi
+         * +exec. */
         op->c->fence_multi_refused[i] = true;
         log_warn(NULL,
                  "node %d: fenced acquire falls back to the script "
@@ -745,8 +677,8 @@ static enum redlock_node_result decode_acquire(struct cluster_op *op,
 static enum redlock_node_result decode_flag(struct node *node,
                                             const struct redisReply *r)
 {
-    struct reply_view v;
-    enum redlock_node_result res = redlock_classify_flag(reply_view(&v, r));
+    struct replyview v;
+    enum redlock_node_result res = redlock_classify_flag(replyview_of(&v, r));
     if (res == RL_FAILED) {
         log_warn(NULL, "node %d: script: unexpected reply: %s",
                  node_index(node) + 1, reply_text(r));
@@ -762,7 +694,7 @@ static enum redlock_node_result decode_status(enum node_status status)
 
 /* ---- outcomes --------------------------------------------------------- */
 
-static void op_send_fence(struct cluster_op *op);
+static void op_send_fence(struct cluster_op *op, int64_t value);
 
 static bool op_sets_ttl(const struct cluster_op *op);
 
@@ -776,47 +708,62 @@ static void op_note_grant(const struct cluster_op *op)
     }
 }
 
-static void op_finish_acquire(struct cluster_op *op, enum redlock_outcome out)
+/* The wire's error code for a verdict's answer. */
+static enum proto_err answer_err(enum redlock_answer a)
 {
+    switch (a) {
+    case RL_ANSWER_OK:
+        return ERR_NONE;
+    case RL_ANSWER_BUSY:
+        return ERR_BUSY;
+    case RL_ANSWER_DONE:
+        return ERR_DONE;
+    case RL_ANSWER_NOT_HELD:
+        return ERR_NOT_HELD;
+    case RL_ANSWER_NONE:
+    case RL_ANSWER_NO_QUORUM:
+        break;
+    }
+    return ERR_NO_QUORUM;
+}
+
+/* Fills res from verdict v (answer, validity, too_late). */
+static void result_from(struct cluster_result *res,
+                        const struct redlock_verdict *v)
+{
+    res->err = answer_err(v->answer);
+    res->validity_ms = v->validity_ms;
+    res->valid_until_us = v->valid_until_us;
+    res->too_late = v->too_late;
+}
+
+static void op_finish_acquire(struct cluster_op *op)
+{
+    struct redlock_verdict v;
+    redlock_acquire_verdict(&op->round, op->fence, &v);
+    if (op->round.outcome == RL_WON) {
+        op_note_grant(op);
+    }
+    if (v.send_fence) {
+        op_send_fence(op, v.fence);
+        return;
+    }
+    if (v.answer == RL_ANSWER_NONE) {
+        return;
+    }
     struct cluster_result res;
     result_init(&res);
     res.n_ok = op->round.n_ok;
     res.pttl_min = op->round.pttl_min;
-    switch (out) {
-    case RL_WON:
-        op_note_grant(op);
-        if (op->fence) {
-            op_send_fence(op);
-            return;
-        }
-        res.err = ERR_NONE;
-        res.validity_ms = op->round.validity_ms;
-        res.valid_until_us =
-            op->round.decided_us + (uint64_t)op->round.validity_ms * 1000u;
-        op_answer(op, &res);
-        return;
-    case RL_LOST_BUSY:
-        res.err = ERR_BUSY;
-        if (op->pttl_pending > 0) {
-            /* The waiter backs off on the holder's PTTL: answer when the
-             * PTTLs asked are in (pttl_cb). The rollback goes now. */
-            op->busy_deferred = true;
-        }
-        break;
-    case RL_LOST_DONE:
-        res.err = ERR_DONE;
-        break;
-    case RL_LOST_NOQUORUM:
-        res.err = ERR_NO_QUORUM;
-        res.too_late = op->round.too_late;
-        break;
-    case RL_UNDECIDED:
-        return;
+    result_from(&res, &v);
+    if (v.answer == RL_ANSWER_BUSY && op->pttl_pending > 0) {
+        /* The waiter backs off on the holder's PTTL: answer when the
+         * PTTLs asked are in (pttl_cb). The rollback goes now. */
+        op->busy_deferred = true;
     }
-    uint32_t rollback = redlock_rollback_set(&op->round);
-    if (rollback != 0) {
+    if (v.rollback != 0) {
         METRIC_INC(rollbacks);
-        op_remove_keys(op, rollback);
+        op_remove_keys(op, v.rollback);
     }
     if (!op->busy_deferred) {
         op_answer(op, &res);
@@ -859,50 +806,32 @@ static void op_ask_pttl(struct cluster_op *op, struct node *node)
     }
 }
 
-/* Whether the answers prove that no quorum can still hold the token: more
- * than n - quorum nodes are known to be without it. For extend those are
- * the nodes that said it was not there; a release or complete that applied
- * also leaves its node without the token. Fewer is no proof: the nodes that
- * failed or were not asked may hold it still. */
-static bool round_proves_gone(const struct cluster_op *op)
+static void op_finish_other(struct cluster_op *op)
 {
-    const struct redlock_round *r = &op->round;
-    int without = r->n_busy;
-    if (op->kind == OPK_RELEASE || op->kind == OPK_COMPLETE) {
-        without += r->n_ok;
-    }
-    return without > r->n_nodes - r->quorum;
-}
-
-static void op_finish_other(struct cluster_op *op, enum redlock_outcome out)
-{
-    struct cluster_result res;
-    result_init(&res);
-    const struct redlock_round *r = &op->round;
-    res.n_ok = r->n_ok;
-    res.start_us = r->start_us;
-    if (out == RL_UNDECIDED) {
+    struct redlock_verdict v;
+    redlock_other_verdict(op->kind, &op->round, &v);
+    if (v.answer == RL_ANSWER_NONE) {
         return;
     }
-    if (out == RL_WON) {
+    if (op->round.outcome == RL_WON) {
         op_note_grant(op);
-        res.err = ERR_NONE;
-        res.validity_ms = r->validity_ms;
-        res.valid_until_us = r->decided_us + (uint64_t)r->validity_ms * 1000u;
-    } else if (!round_proves_gone(op)) {
-        /* Too few answers to know: the lock may still stand on a quorum
-         * (its validity, for a renewal, stands too) and a retry may
-         * succeed. */
-        res.err = ERR_NO_QUORUM;
-        res.too_late = r->too_late;
-    } else if (op->kind == OPK_RELEASE && r->n_ok > 0) {
-        /* Deleted where it still was, and no quorum holds it now: what
-         * the caller asked. */
-        res.err = ERR_NONE;
-    } else {
-        res.err = ERR_NOT_HELD;
     }
+    struct cluster_result res;
+    result_init(&res);
+    res.n_ok = op->round.n_ok;
+    res.start_us = op->round.start_us;
+    result_from(&res, &v);
     op_answer(op, &res);
+}
+
+/* The round's caller hears its verdict, once the round is decided. */
+static void op_finish(struct cluster_op *op)
+{
+    if (op->kind == RL_OP_ACQUIRE) {
+        op_finish_acquire(op);
+    } else {
+        op_finish_other(op);
+    }
 }
 
 static void op_main_cb(struct node *node, struct redisReply *reply,
@@ -913,7 +842,7 @@ static void op_main_cb(struct node *node, struct redisReply *reply,
     enum redlock_node_result res;
     if (status != NODE_REPLY) {
         res = decode_status(status);
-    } else if (op->kind == OPK_ACQUIRE) {
+    } else if (op->kind == RL_OP_ACQUIRE) {
         res = decode_acquire(op, node, reply, &fence, &pttl);
     } else {
         res = decode_flag(node, reply);
@@ -929,8 +858,10 @@ static void op_node_answer(struct cluster_op *op, int i, struct node *node,
 {
     op->outstanding--;
     bool was_decided = op->round.outcome != RL_UNDECIDED;
-    if (res == RL_BUSY && op->want_pttl && !was_decided && node != NULL &&
-        op->form[i] != RL_FORM_SCRIPT) {
+    /* node: NULL for a batch's answer, never an acquire's. */
+    if (node != NULL &&
+        redlock_ask_holder_pttl((enum redlock_acquire_form)op->form[i], res,
+                                op->want_pttl, was_decided)) {
         op_ask_pttl(op, node);
     }
     enum redlock_outcome out =
@@ -939,13 +870,36 @@ static void op_node_answer(struct cluster_op *op, int i, struct node *node,
         /* A late answer after a lost acquisition: the rollback was queued
          * behind this SET already; nothing more to do. */
     } else if (out != RL_UNDECIDED) {
-        if (op->kind == OPK_ACQUIRE) {
-            op_finish_acquire(op, out);
-        } else {
-            op_finish_other(op, out);
-        }
+        op_finish(op);
     }
     op_release_if_finished(op);
+}
+
+/* The acquisition answers from its decided fence write-back. */
+static void op_fence_finish(struct cluster_op *op)
+{
+    struct redlock_verdict v;
+    redlock_fence_verdict(&op->round, &op->fence_round, cluster_now_us, &v);
+    if (v.answer == RL_ANSWER_NONE || op->answered) {
+        return;
+    }
+    struct cluster_result r;
+    result_init(&r);
+    r.n_ok = op->round.n_ok;
+    result_from(&r, &v);
+    if (v.answer == RL_ANSWER_OK) {
+        /* Not round.fence_max: answers that arrived after the round was
+         * won may have raised it past what a quorum now holds. */
+        r.fence = op->fence_written;
+        if (r.fence > op->c->fence_max_seen) {
+            op->c->fence_max_seen = r.fence;
+        }
+    }
+    if (v.rollback != 0) {
+        METRIC_INC(rollbacks);
+        op_remove_keys(op, v.rollback);
+    }
+    op_answer(op, &r);
 }
 
 /* Fence write-back answers: success once a quorum raised its counter while
@@ -961,48 +915,23 @@ static void op_fence_cb(struct node *node, struct redisReply *reply,
     enum redlock_outcome out = redlock_round_answer(
         &op->fence_round, node_index(node), res, 0, -1, cluster_now_us);
     if (!was_decided && out != RL_UNDECIDED) {
-        struct cluster_result r;
-        result_init(&r);
-        r.n_ok = op->round.n_ok;
-        /* Validity runs from the start of the acquisition, not of the
-         * write-back. */
-        uint64_t now = cluster_now_us();
-        int64_t v = redlock_validity_ms(op->ttl_ms, op->round.drift_factor,
-                                        now - op->round.start_us);
-        if (out == RL_WON && v > 0) {
-            r.err = ERR_NONE;
-            r.validity_ms = v;
-            r.valid_until_us = now + (uint64_t)v * 1000u;
-            /* Not round.fence_max: answers that arrived after the round
-             * was won may have raised it past what a quorum now holds. */
-            r.fence = op->fence_written;
-            if (r.fence > op->c->fence_max_seen) {
-                op->c->fence_max_seen = r.fence;
-            }
-            op_answer(op, &r);
-        } else {
-            r.err = ERR_NO_QUORUM;
-            r.too_late = out == RL_WON || op->fence_round.too_late;
-            METRIC_INC(rollbacks);
-            op_remove_keys(op, all_nodes_mask(op->c->n));
-            op_answer(op, &r);
-        }
+        op_fence_finish(op);
     }
     op_release_if_finished(op);
 }
 
-static void op_send_fence(struct cluster_op *op)
+/* Writes value, the acquisition's fence, back to every node. */
+static void op_send_fence(struct cluster_op *op, int64_t value)
 {
     struct cluster *c = op->c;
     char val[24];
-    op->fence_written = op->round.fence_max;
+    op->fence_written = value;
     int vl = snprintf(val, sizeof(val), "%lld", (long long)op->fence_written);
     const char *argv[4] = {op->key, c->fence_key, op->token, val};
     size_t lens[4] = {op->key_len, c->fence_key_len, PROTO_TOKEN_LEN,
                       (size_t)vl};
     op->phase = PHASE_FENCE;
-    redlock_round_start(&op->fence_round, c->n, op->ttl_ms,
-                        op->round.drift_factor, op->round.start_us, 0);
+    redlock_fence_start(&op->fence_round, &op->round);
     bool prepared =
         node_prepare(&op->prep_fence, SCRIPT_FENCE_RAISE, 4, argv, lens) == 0;
     uint64_t now = cluster_now_us();
@@ -1016,18 +945,11 @@ static void op_send_fence(struct cluster_op *op)
                                  cluster_now_us);
         }
     }
-    if (op->fence_round.outcome != RL_UNDECIDED && !op->answered) {
-        /* Not even a quorum could be asked: undo the acquisition. Answer
-         * now even when some write-backs went out: the round is decided,
-         * so their callbacks will not answer (and main-round replies may
-         * still be due too). */
-        struct cluster_result r;
-        result_init(&r);
-        r.err = ERR_NO_QUORUM;
-        METRIC_INC(rollbacks);
-        op_remove_keys(op, all_nodes_mask(c->n));
-        op_answer(op, &r);
-    }
+    /* Decided already: not even a quorum could be asked, so undo the
+     * acquisition. Answer now even when some write-backs went out: the
+     * round is decided, so their callbacks will not answer (and main-round
+     * replies may still be due too). */
+    op_fence_finish(op);
 }
 
 static void op_deadline_cb(evutil_socket_t fd, short what, void *arg)
@@ -1041,21 +963,8 @@ static void op_deadline_cb(evutil_socket_t fd, short what, void *arg)
     }
     /* The answers still due cannot help: count them as failed (their
      * callbacks still arrive and keep the op alive until then). */
-    enum redlock_outcome out = RL_UNDECIDED;
-    for (int i = 0; i < op->c->n && out == RL_UNDECIDED; i++) {
-        if (op->round.result[i] == RL_PENDING) {
-            out = redlock_round_answer(&op->round, i, RL_FAILED, 0, -1,
-                                       cluster_now_us);
-        }
-    }
-    if (out == RL_UNDECIDED) {
-        return;
-    }
-    op->round.too_late = true;
-    if (op->kind == OPK_ACQUIRE) {
-        op_finish_acquire(op, out);
-    } else {
-        op_finish_other(op, out);
+    if (redlock_round_expire(&op->round, cluster_now_us) != RL_UNDECIDED) {
+        op_finish(op);
     }
 }
 
@@ -1093,7 +1002,7 @@ static void queue_drain(struct cluster *c)
  * granted, while an acquire or extend asking for PROTO_TTL_MAX is. */
 static bool op_sets_ttl(const struct cluster_op *op)
 {
-    return op->kind == OPK_ACQUIRE || op->kind == OPK_EXTEND;
+    return redlock_op_sets_ttl(op->kind);
 }
 
 /* Sends the op now, or queues an acquire behind the admission limit. */
@@ -1103,7 +1012,7 @@ static void op_submit(struct cluster_op *op, uint32_t ttl_ms)
     op->ttl_ms = ttl_ms;
     /* While closing, nothing waits in the queue: the round is answered at
      * once (no node can be asked). */
-    if (op->kind == OPK_ACQUIRE && !c->closing &&
+    if (op->kind == RL_OP_ACQUIRE && !c->closing &&
         (c->acquires_sent >= ACQUIRES_SENT_MAX || c->queue_head != NULL)) {
         if (c->queue_len >= ACQUIRE_QUEUE_MAX) {
             struct cluster_result r;
@@ -1133,13 +1042,9 @@ static enum redlock_acquire_form acquire_form(const struct cluster_op *op,
                                               int i)
 {
     const struct cluster *c = op->c;
-    if (c->cfg->acquire_script || node_version(c->nodes[i]) < 70000) {
-        return RL_FORM_SCRIPT;
-    }
-    if (!op->fence) {
-        return RL_FORM_SET_GET;
-    }
-    return c->fence_multi_refused[i] ? RL_FORM_SCRIPT : RL_FORM_SET_GET_INCR;
+    return redlock_acquire_form_pick(c->cfg->acquire_script,
+                                     node_version(c->nodes[i]), op->fence,
+                                     c->fence_multi_refused[i]);
 }
 
 /* The command for node i: each form is formatted once per op, when the
@@ -1199,7 +1104,7 @@ static void op_dispatch(struct cluster_op *op)
     struct cluster *c = op->c;
     uint32_t ttl_ms = op->ttl_ms;
     uint64_t now = cluster_now_us();
-    if (op->kind == OPK_ACQUIRE) {
+    if (op->kind == RL_OP_ACQUIRE) {
         op->dispatched = true;
         c->acquires_sent++;
     }
@@ -1208,19 +1113,11 @@ static void op_dispatch(struct cluster_op *op)
      * we are still sending. */
     op->outstanding++;
     for (int i = 0; i < c->n; i++) {
-        /* Once the skipped nodes alone decide the round, asking the rest
-         * would only create keys to roll back. */
-        /* A quarantined node may have lost keys it once held: it must
-         * not help form a new quarantine-free quorum. */
-        bool skip = op->kind == OPK_ACQUIRE && c->quarantined[i];
-        /* A release or completion goes to every node that is up even when
-         * the round is lost already: a key it could delete would otherwise
-         * block the resource there until its TTL. */
-        bool send_all = op->kind == OPK_RELEASE || op->kind == OPK_COMPLETE;
         const struct node_prep *prep = NULL;
-        bool asked = (op->round.outcome == RL_UNDECIDED || send_all) &&
-                     !skip && send_node(c, i) != NULL;
-        if (asked && op->kind != OPK_ACQUIRE) {
+        bool asked =
+            redlock_round_asks(op->kind, &op->round, c->quarantined[i]) &&
+            send_node(c, i) != NULL;
+        if (asked && op->kind != RL_OP_ACQUIRE) {
             /* Release, extend, complete: one script per node per loop
              * turn over every such key (the round's clock started above,
              * before the batch goes out). */
@@ -1244,21 +1141,18 @@ static void op_dispatch(struct cluster_op *op)
     enum redlock_outcome out = redlock_round_outcome(&op->round);
     /* A short TTL can run out of validity before the node timeout: from
      * then on the round cannot be won, so stop waiting for it. */
-    if (out == RL_UNDECIDED && op_sets_ttl(op)) {
-        int64_t v = redlock_validity_ms(ttl_ms, c->cfg->drift_factor, 0);
-        if (v < c->cfg->node_timeout_ms) {
-            int64_t ms = v > 0 ? v : 0;
-            struct timeval tv = {(time_t)(ms / 1000),
-                                 (suseconds_t)(ms % 1000) * 1000};
-            evtimer_add(op->deadline_ev, &tv);
-        }
+    int64_t ms =
+        out == RL_UNDECIDED
+            ? redlock_round_deadline_ms(op->kind, ttl_ms, c->cfg->drift_factor,
+                                        c->cfg->node_timeout_ms)
+            : -1;
+    if (ms >= 0) {
+        struct timeval tv = {(time_t)(ms / 1000),
+                             (suseconds_t)(ms % 1000) * 1000};
+        evtimer_add(op->deadline_ev, &tv);
     }
     if (out != RL_UNDECIDED && !op->answered && op->phase == PHASE_MAIN) {
-        if (op->kind == OPK_ACQUIRE) {
-            op_finish_acquire(op, out);
-        } else {
-            op_finish_other(op, out);
-        }
+        op_finish(op);
     }
     op_release_if_finished(op);
 }
@@ -1270,7 +1164,7 @@ int cluster_acquire(struct cluster *c, const char *resource, size_t len,
                     bool want_pttl, cluster_done_fn *cb, void *priv)
 {
     struct cluster_op *op =
-        op_new(c, OPK_ACQUIRE, resource, len, token, cb, priv);
+        op_new(c, RL_OP_ACQUIRE, resource, len, token, cb, priv);
     if (op == NULL) {
         return -1;
     }
@@ -1287,7 +1181,7 @@ int cluster_extend(struct cluster *c, const char *resource, size_t len,
                    void *priv)
 {
     struct cluster_op *op =
-        op_new(c, OPK_EXTEND, resource, len, token, cb, priv);
+        op_new(c, RL_OP_EXTEND, resource, len, token, cb, priv);
     if (op == NULL) {
         return -1;
     }
@@ -1299,7 +1193,7 @@ int cluster_release(struct cluster *c, const char *resource, size_t len,
                     const char *token, cluster_done_fn *cb, void *priv)
 {
     struct cluster_op *op =
-        op_new(c, OPK_RELEASE, resource, len, token, cb, priv);
+        op_new(c, RL_OP_RELEASE, resource, len, token, cb, priv);
     if (op == NULL) {
         return -1;
     }
@@ -1313,7 +1207,7 @@ int cluster_complete(struct cluster *c, const char *resource, size_t len,
                      void *priv)
 {
     struct cluster_op *op =
-        op_new(c, OPK_COMPLETE, resource, len, token, cb, priv);
+        op_new(c, RL_OP_COMPLETE, resource, len, token, cb, priv);
     if (op == NULL) {
         return -1;
     }

@@ -26,6 +26,7 @@
 #include "ops.h"
 #include "proto.h"
 #include "redlock.h"
+#include "replyview.h"
 #include "semaphore.h"
 
 /* Entries looked at per page at most, matching or not: a prefix that
@@ -300,27 +301,17 @@ static void peek_finish(struct peek *p)
  * answer. */
 static void peek_record(struct peek *p, int i, const redisReply *r)
 {
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
-        r->element[0]->type != REDIS_REPLY_STRING ||
-        r->element[1]->type != REDIS_REPLY_INTEGER ||
-        r->element[2]->type != REDIS_REPLY_INTEGER) {
-        return;
+    struct replyview view;
+    int64_t fence = -1;
+    const char *v = NULL;
+    size_t n = 0;
+    p->peek[i] = redlock_classify_peek(replyview_of(&view, r), &p->pttl[i],
+                                       &fence, &v, &n);
+    if (p->peek[i] == RL_PEEK_HELD && token_is_ours(p, v, n)) {
+        p->mine = true;
     }
-    const char *v = r->element[0]->str;
-    size_t n = (size_t)r->element[0]->len;
-    p->pttl[i] = r->element[1]->integer;
-    if (n == 0) {
-        p->peek[i] = RL_PEEK_FREE;
-    } else if (n > 5 && memcmp(v, "done:", 5) == 0) {
-        p->peek[i] = RL_PEEK_DONE;
-    } else {
-        p->peek[i] = RL_PEEK_HELD;
-        if (token_is_ours(p, v, n)) {
-            p->mine = true;
-        }
-    }
-    if (r->element[2]->integer > p->fence_max) {
-        p->fence_max = r->element[2]->integer;
+    if (fence > p->fence_max) {
+        p->fence_max = fence;
     }
 }
 

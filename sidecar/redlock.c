@@ -14,6 +14,9 @@
  *                                 done needs marks on > n - quorum nodes)
  *   LOST: rollback every node that got the SET and did not say busy/done,
  *         including nodes still pending (the delete queues behind the SET).
+ *   decided -> redlock_acquire_verdict(): the answer, the rollback set, or
+ *         the fence write-back first (its own round: redlock_fence_verdict)
+ *   no decision by the validity's end -> redlock_round_expire()
  */
 #include "redlock.h"
 
@@ -319,6 +322,14 @@ enum redlock_node_result redlock_classify_acquire(enum redlock_acquire_form form
         }
     case RL_FORM_SET_GET:
         return classify_old_value(r);
+    case RL_FORM_SET_NX:
+        if (r->kind == RLR_NIL) {
+            return RL_BUSY;
+        }
+        return r->kind == RLR_STRING && r->len == 2 &&
+                       memcmp(r->str, "OK", 2) == 0
+                   ? RL_OK
+                   : RL_FAILED;
     case RL_FORM_SET_GET_INCR: {
         /* EXEC answers nil when the transaction was aborted (WATCH: never
          * used here) and an error when it could not run at all. */
@@ -583,4 +594,210 @@ uint64_t redlock_renew_early_us(uint32_t ttl_ms)
 {
     uint64_t early = (uint64_t)ttl_ms * 1000u / 64u;
     return early < 5000u ? early : 5000u;
+}
+
+/* ---- verdicts ----------------------------------------------------------- */
+
+bool redlock_op_sets_ttl(enum redlock_op op)
+{
+    return op == RL_OP_ACQUIRE || op == RL_OP_EXTEND;
+}
+
+bool redlock_round_asks(enum redlock_op op, const struct redlock_round *r,
+                        bool quarantined)
+{
+    if (op == RL_OP_ACQUIRE && quarantined) {
+        return false;
+    }
+    return r->outcome == RL_UNDECIDED || op == RL_OP_RELEASE ||
+           op == RL_OP_COMPLETE;
+}
+
+int64_t redlock_round_deadline_ms(enum redlock_op op, uint32_t ttl_ms,
+                                  double drift_factor, int node_timeout_ms)
+{
+    if (!redlock_op_sets_ttl(op)) {
+        return -1;
+    }
+    int64_t v = redlock_validity_ms(ttl_ms, drift_factor, 0);
+    if (v >= node_timeout_ms) {
+        return -1;
+    }
+    return v > 0 ? v : 0;
+}
+
+enum redlock_outcome redlock_round_expire(struct redlock_round *r,
+                                          redlock_clock_fn *clock)
+{
+    enum redlock_outcome out = r->outcome;
+    for (int i = 0; i < r->n_nodes && out == RL_UNDECIDED; i++) {
+        if (r->result[i] == RL_PENDING) {
+            out = redlock_round_answer(r, i, RL_FAILED, 0, -1, clock);
+            if (out != RL_UNDECIDED) {
+                r->too_late = true;
+            }
+        }
+    }
+    return out;
+}
+
+/* The validity a won round r measured, as a verdict's OK. */
+static void verdict_valid(struct redlock_verdict *v,
+                          const struct redlock_round *r)
+{
+    v->answer = RL_ANSWER_OK;
+    v->validity_ms = r->validity_ms;
+    v->valid_until_us = r->decided_us + (uint64_t)r->validity_ms * 1000u;
+}
+
+void redlock_acquire_verdict(const struct redlock_round *r, bool fence,
+                             struct redlock_verdict *v)
+{
+    memset(v, 0, sizeof(*v));
+    switch (r->outcome) {
+    case RL_UNDECIDED:
+        return;
+    case RL_WON:
+        if (fence) {
+            v->send_fence = true;
+            v->fence = r->fence_max;
+        } else {
+            verdict_valid(v, r);
+        }
+        return;
+    case RL_LOST_BUSY:
+        v->answer = RL_ANSWER_BUSY;
+        break;
+    case RL_LOST_DONE:
+        v->answer = RL_ANSWER_DONE;
+        break;
+    case RL_LOST_NOQUORUM:
+        v->answer = RL_ANSWER_NO_QUORUM;
+        v->too_late = r->too_late;
+        break;
+    }
+    v->rollback = redlock_rollback_set(r);
+}
+
+/* Whether r's answers prove that no quorum can still hold the token: more
+ * than n - quorum nodes are known to be without it. */
+static bool round_proves_gone(enum redlock_op op, const struct redlock_round *r)
+{
+    int without = r->n_busy;
+    if (op == RL_OP_RELEASE || op == RL_OP_COMPLETE) {
+        without += r->n_ok; /* applied: the token is gone there too */
+    }
+    return without > r->n_nodes - r->quorum;
+}
+
+void redlock_other_verdict(enum redlock_op op, const struct redlock_round *r,
+                           struct redlock_verdict *v)
+{
+    memset(v, 0, sizeof(*v));
+    if (r->outcome == RL_UNDECIDED) {
+        return;
+    }
+    if (r->outcome == RL_WON) {
+        verdict_valid(v, r);
+    } else if (!round_proves_gone(op, r)) {
+        /* The lock may still stand on a quorum (its validity, for a
+         * renewal, stands too) and a retry may succeed. */
+        v->answer = RL_ANSWER_NO_QUORUM;
+        v->too_late = r->too_late;
+    } else if (op == RL_OP_RELEASE && r->n_ok > 0) {
+        /* Deleted where it still was, and no quorum holds it now: what
+         * the caller asked. */
+        v->answer = RL_ANSWER_OK;
+    } else {
+        v->answer = RL_ANSWER_NOT_HELD;
+    }
+}
+
+void redlock_fence_start(struct redlock_round *fence,
+                         const struct redlock_round *acq)
+{
+    redlock_round_start(fence, acq->n_nodes, acq->ttl_ms, acq->drift_factor,
+                        acq->start_us, 0);
+}
+
+void redlock_fence_verdict(const struct redlock_round *acq,
+                           const struct redlock_round *fence,
+                           redlock_clock_fn *clock, struct redlock_verdict *v)
+{
+    memset(v, 0, sizeof(*v));
+    if (fence->outcome == RL_UNDECIDED) {
+        return;
+    }
+    if (fence->outcome == RL_WON) {
+        uint64_t now = clock();
+        int64_t left = redlock_validity_ms(acq->ttl_ms, acq->drift_factor,
+                                           now - acq->start_us);
+        if (left > 0) {
+            v->answer = RL_ANSWER_OK;
+            v->validity_ms = left;
+            v->valid_until_us = now + (uint64_t)left * 1000u;
+            return;
+        }
+    }
+    v->answer = RL_ANSWER_NO_QUORUM;
+    v->too_late = fence->outcome == RL_WON || fence->too_late;
+    v->rollback = redlock_all_nodes(acq->n_nodes);
+}
+
+bool redlock_ask_holder_pttl(enum redlock_acquire_form form,
+                             enum redlock_node_result res, bool want_pttl,
+                             bool decided)
+{
+    return want_pttl && res == RL_BUSY && !decided && form != RL_FORM_SCRIPT;
+}
+
+enum redlock_acquire_form redlock_acquire_form_pick(bool script_only,
+                                                    uint32_t server_version,
+                                                    bool fence,
+                                                    bool multi_refused)
+{
+    if (script_only || server_version < 70000) {
+        return RL_FORM_SCRIPT;
+    }
+    if (!fence) {
+        return RL_FORM_SET_GET;
+    }
+    return multi_refused ? RL_FORM_SCRIPT : RL_FORM_SET_GET_INCR;
+}
+
+bool redlock_form_refused(enum redlock_acquire_form form,
+                          enum redlock_node_result res)
+{
+    /* Failed as a whole, or MULTI refused and the SET ran alone: either
+     * way the node is rolled back like any failure. */
+    return form == RL_FORM_SET_GET_INCR && res == RL_FAILED;
+}
+
+uint32_t redlock_all_nodes(int n_nodes)
+{
+    return n_nodes >= 32 ? UINT32_MAX : (1u << n_nodes) - 1u;
+}
+
+enum redlock_peek redlock_classify_peek(const struct redlock_reply *r,
+                                        int64_t *pttl, int64_t *fence,
+                                        const char **value, size_t *value_len)
+{
+    if (r->kind != RLR_ARRAY || r->n_elem != 3 ||
+        r->elem[0].kind != RLR_STRING || r->elem[1].kind != RLR_INTEGER ||
+        r->elem[2].kind != RLR_INTEGER) {
+        return RL_PEEK_FAILED;
+    }
+    const struct redlock_reply *v = &r->elem[0];
+    *pttl = r->elem[1].integer;
+    *fence = r->elem[2].integer;
+    if (v->len == 0) {
+        return RL_PEEK_FREE;
+    }
+    /* "done:" and the completing token; a bare "done:" is no mark. */
+    if (v->len > 5 && memcmp(v->str, "done:", 5) == 0) {
+        return RL_PEEK_DONE;
+    }
+    *value = v->str;
+    *value_len = v->len;
+    return RL_PEEK_HELD;
 }

@@ -53,6 +53,9 @@ enum redlock_acquire_form {
                              nil set, "done:..." done mark, else held */
     RL_FORM_SET_GET_INCR, /* MULTI, that SET, INCR fence, EXEC: an array
                              of the SET's reply and the counter */
+    RL_FORM_SET_NX,       /* SET key token NX PX ttl: "OK" set, nil held
+                             (done or busy alike; rlbench's minimal cycle,
+                             never the daemon's) */
 };
 
 /* redlock_classify_acquire: what node's reply r to an acquire sent in
@@ -322,5 +325,152 @@ redlock_renew_decide(const struct redlock_renew_state *s, uint64_t now_us,
  * many locks, instead of one each): a 64th of ttl_ms, at most 5 ms. Early
  * is always safe; the give-up is never moved. */
 uint64_t redlock_renew_early_us(uint32_t ttl_ms);
+
+/* ---- what a round's caller hears, and what cluster.c does next ---------
+ *
+ * cluster.c sends and receives; every choice between answers, rollbacks,
+ * write-backs and deadlines is made here from the round's counts. */
+
+/* The operations a round carries. */
+enum redlock_op {
+    RL_OP_ACQUIRE = 0, /* SET NX PX (or the acquire script) */
+    RL_OP_EXTEND,      /* compare-and-pexpire */
+    RL_OP_RELEASE,     /* compare-and-delete */
+    RL_OP_COMPLETE,    /* compare-and-set to a done mark */
+};
+
+/* The answer the round's caller gets (cluster.c maps it to the wire's
+ * error codes). */
+enum redlock_answer {
+    RL_ANSWER_NONE = 0,  /* nothing yet: undecided, or a fence write-back
+                            goes first */
+    RL_ANSWER_OK,        /* done as asked */
+    RL_ANSWER_BUSY,      /* acquire: held by another token */
+    RL_ANSWER_DONE,      /* acquire: the resource was completed */
+    RL_ANSWER_NOT_HELD,  /* extend, release, complete: proved without the
+                            token on enough nodes that no quorum holds it */
+    RL_ANSWER_NO_QUORUM, /* too few answers to know, or too late */
+};
+
+/* What to do once a round is decided. */
+struct redlock_verdict {
+    enum redlock_answer answer;
+    bool too_late;           /* NO_QUORUM although a quorum answered: the
+                                validity had run out by then */
+    bool send_fence;         /* acquire won with a fence: write fence back
+                                to every node, and answer only from that
+                                round (redlock_fence_verdict) */
+    int64_t fence;           /* send_fence: the value to write back, the
+                                largest counter the nodes that set the key
+                                returned */
+    uint32_t rollback;       /* nodes to compare-and-delete the key on, bit
+                                i for node i; 0: none */
+    int64_t validity_ms;     /* OK: the validity left */
+    uint64_t valid_until_us; /* OK: the monotonic end of that validity */
+};
+
+/* redlock_op_sets_ttl: whether op sets a lock's TTL (acquire, extend).
+ * Release and complete run their rounds with the largest TTL so that the
+ * validity never ends them; that is not a TTL granted. */
+bool redlock_op_sets_ttl(enum redlock_op op);
+
+/* redlock_round_asks: whether op goes to a node while round r is being
+ * sent. quarantined: the node restarted and sits out; it may have lost
+ * keys it held, so it must not help an acquisition form a quorum (the
+ * others still ask it). Once r is decided only release and complete go
+ * on: a key they can delete would otherwise block the resource there
+ * until its TTL, while an acquire would only create keys to roll back. */
+bool redlock_round_asks(enum redlock_op op, const struct redlock_round *r,
+                        bool quarantined);
+
+/* redlock_round_deadline_ms: when, in ms after it was sent, a round of op
+ * with ttl_ms can no longer be won because its validity has run out, if
+ * that comes before the node timeout (node_timeout_ms), which ends a round
+ * anyway; -1 when it does not, or op sets no TTL. 0: at once (a TTL too
+ * short for any validity). */
+int64_t redlock_round_deadline_ms(enum redlock_op op, uint32_t ttl_ms,
+                                  double drift_factor, int node_timeout_ms);
+
+/* redlock_round_expire: the round's deadline passed undecided: the nodes
+ * still pending count as failed, one by one until the round is decided
+ * (their answers, should they come, are recorded no more), and a round
+ * decided that way is marked too_late. Returns the outcome. clock is
+ * passed on to redlock_round_answer (a failure never reads it). */
+enum redlock_outcome redlock_round_expire(struct redlock_round *r,
+                                          redlock_clock_fn *clock);
+
+/* redlock_acquire_verdict: what an acquisition does once its round r is
+ * decided (*v all zero, answer NONE, while it is not). Won: answer OK with
+ * the round's validity, or with fence send the write-back first. Lost:
+ * busy, done or no_quorum (too_late when a quorum came too late), and roll
+ * back every node that may hold the key (redlock_rollback_set). */
+void redlock_acquire_verdict(const struct redlock_round *r, bool fence,
+                             struct redlock_verdict *v);
+
+/* redlock_other_verdict: what an extend, release or complete (op) answers
+ * once its round r is decided (answer NONE while it is not). Won: OK with
+ * the round's validity. Lost: NOT_HELD needs proof, more than n - quorum
+ * nodes known to be without the token (that said not held; for release
+ * and complete, also those that applied it); fewer is NO_QUORUM, as the
+ * nodes that failed or were not asked may hold it still. A release that
+ * deleted the key somewhere and leaves no quorum holding it is OK. Never
+ * a rollback. */
+void redlock_other_verdict(enum redlock_op op, const struct redlock_round *r,
+                           struct redlock_verdict *v);
+
+/* redlock_fence_start: starts fence, the round of the fence write-back
+ * after acquisition acq was won: the same nodes, TTL and drift, and the
+ * clock started when acq was sent, because the lock's validity runs from
+ * then, not from the write-back. */
+void redlock_fence_start(struct redlock_round *fence,
+                         const struct redlock_round *acq);
+
+/* redlock_fence_verdict: what the acquisition acq answers once its fence
+ * write-back round fence is decided (answer NONE while it is not). OK when
+ * a quorum raised the counter and validity is left, measured from acq's
+ * start at the moment clock says (read only then); else NO_QUORUM, too_late
+ * when a quorum answered too late, and every node rolled back (answers
+ * that came after acq was won may have set the key anywhere). */
+void redlock_fence_verdict(const struct redlock_round *acq,
+                           const struct redlock_round *fence,
+                           redlock_clock_fn *clock, struct redlock_verdict *v);
+
+/* redlock_ask_holder_pttl: whether a node's answer res to an acquire sent
+ * in form is followed by PTTL: the caller wants the holder's PTTL
+ * (want_pttl), the answer was busy, the form's reply does not carry it
+ * (only the script's does), and the round was not decided before this
+ * answer (decided: a late answer, nobody waits for it). */
+bool redlock_ask_holder_pttl(enum redlock_acquire_form form,
+                             enum redlock_node_result res, bool want_pttl,
+                             bool decided);
+
+/* redlock_acquire_form_pick: the form of acquire a node gets: SET NX GET
+ * where the server has it (server_version, as 70000 for 7.0.0, at least
+ * 7.0), in MULTI with INCR when fence; the script on older servers, when
+ * script_only (configured), and for a fenced acquire on a node that
+ * refused MULTI/EXEC (multi_refused). */
+enum redlock_acquire_form redlock_acquire_form_pick(bool script_only,
+                                                    uint32_t server_version,
+                                                    bool fence,
+                                                    bool multi_refused);
+
+/* redlock_form_refused: whether node's answer res to an acquire sent in
+ * form shows that the node refuses MULTI/EXEC (an ACL without +multi
+ * +exec, say): then its later fenced acquires use the script. */
+bool redlock_form_refused(enum redlock_acquire_form form,
+                          enum redlock_node_result res);
+
+/* redlock_all_nodes: bit i for each of n_nodes nodes (1..32). */
+uint32_t redlock_all_nodes(int n_nodes);
+
+/* redlock_classify_peek: one node's answer r to the inspect script,
+ * {value, pttl, fence}: RL_PEEK_FREE (an empty value: no key), RL_PEEK_DONE
+ * (a done mark), RL_PEEK_HELD (a holder's token: *value and *value_len
+ * point at it, borrowed from r, for the caller to compare with its own),
+ * and then *pttl and *fence set from the reply; RL_PEEK_FAILED for any
+ * other shape, nothing set. No pointer may be NULL. */
+enum redlock_peek redlock_classify_peek(const struct redlock_reply *r,
+                                        int64_t *pttl, int64_t *fence,
+                                        const char **value, size_t *value_len);
 
 #endif

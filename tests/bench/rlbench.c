@@ -52,6 +52,7 @@
 #include <uuid/uuid.h>
 
 #include "redlock.h" /* the daemon's quorum and validity rules */
+#include "replyview.h"
 #include "scripts.h" /* the daemon's Lua scripts, not a copy */
 
 #define MAX_CONC 64
@@ -955,8 +956,10 @@ static void d_client_line(struct conn *c, const char *line, size_t len)
  *     daemon's own acquire and release scripts (sidecar/scripts.c), i.e.
  *     the daemon's Redis work without its socket, JSON and bookkeeping.
  *
- * Both decide with the daemon's pure Redlock functions (sidecar/redlock.c,
- * linked in), so quorum and validity cannot drift from the daemon's. */
+ * Both classify replies and decide with the daemon's pure Redlock functions
+ * (sidecar/redlock.c, linked in, and replyview.h: reply classification,
+ * quorum, validity, rollback set, answer), so they cannot drift from the
+ * daemon's. */
 
 /* The textbook compare-and-delete of the Redlock description: delete the key
  * only if it still holds our token. */
@@ -1124,11 +1127,10 @@ static void i_rollback_cb(redisAsyncContext *ac, void *r, void *privdata)
     inflight_cmds--;
 }
 
-/* Removes a failed acquisition's key on the nodes that may hold it (those
- * that did not answer busy or done, redlock.c's rollback set). */
-static void i_rollback(struct iop *op)
+/* Removes a failed acquisition's key on the nodes in set, those that may
+ * hold it (redlock.c's verdict). */
+static void i_rollback(struct iop *op, uint32_t set)
 {
-    uint32_t set = redlock_rollback_set(&op->round);
     for (int i = 0; i < n_nodes; i++) {
         if ((set & (1u << i)) && nodes[i].up &&
             i_send_delete(&nodes[i], op->cl, op->token, false, i_rollback_cb,
@@ -1138,23 +1140,28 @@ static void i_rollback(struct iop *op)
     }
 }
 
-static int outcome_err(enum redlock_outcome out, enum iop_kind kind)
+/* The error counter of a failed verdict's answer. */
+static int answer_err(enum redlock_answer a)
 {
-    switch (out) {
-    case RL_LOST_BUSY:
-        return kind == IOP_ACQUIRE ? ERR_BUSY_IDX : ERR_NOT_HELD_IDX;
-    case RL_LOST_DONE:
+    switch (a) {
+    case RL_ANSWER_BUSY:
+        return ERR_BUSY_IDX;
+    case RL_ANSWER_NOT_HELD:
+        return ERR_NOT_HELD_IDX;
+    case RL_ANSWER_DONE:
         return ERR_DONE_IDX;
     default:
         return ERR_NO_QUORUM_IDX;
     }
 }
 
-static void i_acquire_decided(struct iop *op, enum redlock_outcome out)
+static void i_acquire_decided(struct iop *op)
 {
     struct client *cl = op->cl;
     uint64_t t = now_us();
-    if (out == RL_WON) {
+    struct redlock_verdict v;
+    redlock_acquire_verdict(&op->round, false, &v);
+    if (v.answer == RL_ANSWER_OK) {
         if (R.phase == PH_MEASURE) {
             samples_add(&R.acq, t - cl->t_req);
             R.acq_ok++;
@@ -1163,8 +1170,8 @@ static void i_acquire_decided(struct iop *op, enum redlock_outcome out)
         i_start_release(cl);
         return;
     }
-    i_rollback(op);
-    run_record_err(outcome_err(out, IOP_ACQUIRE));
+    i_rollback(op, v.rollback);
+    run_record_err(answer_err(v.answer));
     if (run_loading()) {
         i_start_acquire(cl, true);
     } else {
@@ -1172,18 +1179,20 @@ static void i_acquire_decided(struct iop *op, enum redlock_outcome out)
     }
 }
 
-static void i_release_decided(struct iop *op, enum redlock_outcome out)
+static void i_release_decided(struct iop *op)
 {
     struct client *cl = op->cl;
     uint64_t t = now_us();
-    if (out == RL_WON) {
+    struct redlock_verdict v;
+    redlock_other_verdict(RL_OP_RELEASE, &op->round, &v);
+    if (v.answer == RL_ANSWER_OK) {
         if (R.phase == PH_MEASURE) {
             samples_add(&R.cyc, t - cl->t_cycle);
             R.cycles++;
         }
         R.cycles_all++;
     } else {
-        run_record_err(outcome_err(out, IOP_RELEASE));
+        run_record_err(answer_err(v.answer));
     }
     if (run_loading()) {
         i_start_acquire(cl, true);
@@ -1192,39 +1201,21 @@ static void i_release_decided(struct iop *op, enum redlock_outcome out)
     }
 }
 
-/* What one node's reply says, by the command that was sent. */
+/* What one node's reply says, by the command that was sent: the daemon's
+ * classifiers (the SET NX form is the minimal cycle's own). fence and pttl
+ * as redlock_classify_acquire sets them. */
 static enum redlock_node_result i_classify(const struct iop *op,
-                                           const redisReply *reply)
+                                           const redisReply *reply,
+                                           int64_t *fence, int64_t *pttl)
 {
-    if (reply == NULL) {
-        return RL_FAILED;
-    }
+    struct replyview v;
+    const struct redlock_reply *r = replyview_of(&v, reply);
     if (op->kind == IOP_RELEASE) {
-        if (reply->type != REDIS_REPLY_INTEGER) {
-            return RL_FAILED;
-        }
-        return reply->integer == 1 ? RL_OK : RL_BUSY;
+        return redlock_classify_flag(r);
     }
-    if (limit_kind == LIMIT_MINIMAL) {
-        /* SET NX: +OK set, nil held by someone else. */
-        if (reply->type == REDIS_REPLY_STATUS && reply->len == 2 &&
-            memcmp(reply->str, "OK", 2) == 0) {
-            return RL_OK;
-        }
-        return reply->type == REDIS_REPLY_NIL ? RL_BUSY : RL_FAILED;
-    }
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
-        reply->element[0]->type != REDIS_REPLY_INTEGER) {
-        return RL_FAILED;
-    }
-    switch (reply->element[0]->integer) {
-    case 1:
-        return RL_OK;
-    case 2:
-        return RL_DONE;
-    default:
-        return RL_BUSY;
-    }
+    return redlock_classify_acquire(
+        limit_kind == LIMIT_MINIMAL ? RL_FORM_SET_NX : RL_FORM_SCRIPT, r, fence,
+        pttl);
 }
 
 static void i_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
@@ -1237,14 +1228,16 @@ static void i_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
         /* An answer after its run ended (drain timed out): just account. */
         op->decided = true;
     } else {
-        enum redlock_outcome out = redlock_round_answer(
-            &op->round, nd->idx, i_classify(op, r), 0, -1, now_us);
+        int64_t fence = 0, pttl = -1;
+        enum redlock_node_result res = i_classify(op, r, &fence, &pttl);
+        enum redlock_outcome out =
+            redlock_round_answer(&op->round, nd->idx, res, fence, pttl, now_us);
         if (out != RL_UNDECIDED && !op->decided) {
             op->decided = true;
             if (op->kind == IOP_ACQUIRE) {
-                i_acquire_decided(op, out);
+                i_acquire_decided(op);
             } else {
-                i_release_decided(op, out);
+                i_release_decided(op);
             }
         }
     }
@@ -1297,10 +1290,9 @@ static void i_send_all(struct iop *op)
             redlock_round_answer(&op->round, i, RL_FAILED, 0, -1, now_us);
         }
     }
-    if (op->outstanding == 0 ||
-        op->round.n_ok + op->round.n_pending < op->round.quorum) {
-        /* Not even a quorum could be asked: this client stops (retrying at
-         * once would only recurse). */
+    if (redlock_round_outcome(&op->round) != RL_UNDECIDED) {
+        /* Not even a quorum could be asked (no answer can have come yet):
+         * this client stops (retrying at once would only recurse). */
         op->decided = true;
         run_record_err(ERR_NO_QUORUM_IDX);
         if (op->outstanding == 0) {

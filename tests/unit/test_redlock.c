@@ -785,6 +785,490 @@ static void test_renew_decide(void **state)
     assert_int_equal(redlock_renew_decide(&s, 4500, &wake), RL_RENEW_GIVE_UP);
 }
 
+/* ---- verdicts (issue 16 item 3) ---------------------------------------- */
+
+/* A round of n nodes sent at 0 (ttl 1000, drift 0.01: validity 988 at
+ * once) with node i answering res[i] at 1 ms; RL_PENDING leaves it open. */
+static void round_with(struct redlock_round *r, int n,
+                       const enum redlock_node_result *res)
+{
+    redlock_round_start(r, n, 1000, 0.01, 0, 0);
+    for (int i = 0; i < n; i++) {
+        if (res[i] != RL_PENDING) {
+            answer_at(r, i, res[i], 0, -1, 1 * MS);
+        }
+    }
+}
+
+static void test_op_sets_ttl_and_asks(void **state)
+{
+    (void)state;
+    assert_true(redlock_op_sets_ttl(RL_OP_ACQUIRE));
+    assert_true(redlock_op_sets_ttl(RL_OP_EXTEND));
+    assert_false(redlock_op_sets_ttl(RL_OP_RELEASE));
+    assert_false(redlock_op_sets_ttl(RL_OP_COMPLETE));
+
+    struct redlock_round r;
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    /* open round: everyone is asked, but a quarantined node never helps an
+     * acquisition to its quorum */
+    assert_true(redlock_round_asks(RL_OP_ACQUIRE, &r, false));
+    assert_false(redlock_round_asks(RL_OP_ACQUIRE, &r, true));
+    assert_true(redlock_round_asks(RL_OP_EXTEND, &r, true));
+    assert_true(redlock_round_asks(RL_OP_RELEASE, &r, true));
+    assert_true(redlock_round_asks(RL_OP_COMPLETE, &r, true));
+    /* decided by the skipped nodes alone (3 of 5 skipped): only release and
+     * complete still go, to delete what they can */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0x7u);
+    assert_int_equal(redlock_round_outcome(&r), RL_LOST_NOQUORUM);
+    assert_false(redlock_round_asks(RL_OP_ACQUIRE, &r, false));
+    assert_false(redlock_round_asks(RL_OP_EXTEND, &r, false));
+    assert_true(redlock_round_asks(RL_OP_RELEASE, &r, false));
+    assert_true(redlock_round_asks(RL_OP_COMPLETE, &r, true));
+    /* the boundary: 2 of 5 skipped leaves a quorum to ask */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0x3u);
+    assert_true(redlock_round_asks(RL_OP_ACQUIRE, &r, false));
+    /* one node, skipped: nothing but release and complete */
+    redlock_round_start(&r, 1, 1000, 0.01, 0, 0x1u);
+    assert_false(redlock_round_asks(RL_OP_ACQUIRE, &r, false));
+    assert_true(redlock_round_asks(RL_OP_RELEASE, &r, false));
+}
+
+static void test_round_deadline(void **state)
+{
+    (void)state;
+    /* a long TTL: the node timeout ends the round first */
+    assert_int_equal(redlock_round_deadline_ms(RL_OP_ACQUIRE, 30000, 0.01, 250),
+                     -1);
+    /* validity 200 - (2 + 2) = 196 < 250: the round ends there */
+    assert_int_equal(redlock_round_deadline_ms(RL_OP_ACQUIRE, 200, 0.01, 250),
+                     196);
+    assert_int_equal(redlock_round_deadline_ms(RL_OP_EXTEND, 200, 0.01, 250),
+                     196);
+    /* the boundary: validity equal to the node timeout arms nothing */
+    assert_int_equal(redlock_round_deadline_ms(RL_OP_ACQUIRE, 255, 0.01, 250),
+                     -1);
+    assert_int_equal(redlock_round_deadline_ms(RL_OP_ACQUIRE, 254, 0.01, 250),
+                     249);
+    /* clock drift takes its share: half the TTL at 0.5 */
+    assert_int_equal(redlock_round_deadline_ms(RL_OP_ACQUIRE, 400, 0.5, 250),
+                     198);
+    /* zero or negative validity: at once */
+    assert_int_equal(redlock_round_deadline_ms(RL_OP_ACQUIRE, 3, 0.01, 250), 0);
+    assert_int_equal(redlock_round_deadline_ms(RL_OP_ACQUIRE, 1, 0.01, 250), 0);
+    assert_int_equal(redlock_round_deadline_ms(RL_OP_ACQUIRE, 0, 0.0, 250), 0);
+    /* release and complete set no TTL: never an early end */
+    assert_int_equal(redlock_round_deadline_ms(RL_OP_RELEASE, 1, 0.01, 250),
+                     -1);
+    assert_int_equal(redlock_round_deadline_ms(RL_OP_COMPLETE, 1, 0.01, 250),
+                     -1);
+}
+
+static void test_round_expire(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    /* 2 ok, 3 pending: each failure is counted until certain */
+    const enum redlock_node_result two_ok[5] = {RL_OK, RL_OK, RL_PENDING,
+                                                RL_PENDING, RL_PENDING};
+    round_with(&r, 5, two_ok);
+    clock_reads = 0;
+    assert_int_equal(redlock_round_expire(&r, fake_clock), RL_LOST_NOQUORUM);
+    assert_true(r.too_late);
+    assert_int_equal(clock_reads, 0);
+    assert_int_equal(r.n_failed, 3);
+    assert_int_equal(redlock_rollback_set(&r), 0x1fu);
+
+    /* decided before the last pending node: that one stays pending */
+    const enum redlock_node_result busy[5] = {RL_BUSY, RL_BUSY, RL_OK,
+                                              RL_PENDING, RL_PENDING};
+    round_with(&r, 5, busy);
+    assert_int_equal(redlock_round_expire(&r, fake_clock), RL_LOST_BUSY);
+    assert_true(r.too_late);
+    assert_int_equal(r.result[3], RL_FAILED);
+    assert_int_equal(r.result[4], RL_PENDING);
+
+    /* already decided: nothing changes, too_late stays as it was */
+    const enum redlock_node_result won[5] = {RL_OK, RL_OK, RL_OK, RL_PENDING,
+                                             RL_PENDING};
+    round_with(&r, 5, won);
+    assert_int_equal(redlock_round_expire(&r, fake_clock), RL_WON);
+    assert_false(r.too_late);
+    assert_int_equal(r.n_pending, 2);
+
+    /* one node */
+    redlock_round_start(&r, 1, 1000, 0.01, 0, 0);
+    assert_int_equal(redlock_round_expire(&r, fake_clock), RL_LOST_NOQUORUM);
+    assert_true(r.too_late);
+}
+
+static void test_acquire_verdict(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    struct redlock_verdict v;
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    redlock_acquire_verdict(&r, false, &v);
+    assert_int_equal(v.answer, RL_ANSWER_NONE);
+    assert_int_equal(v.rollback, 0);
+
+    /* won: the round's validity, from the moment it was measured */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    answer_at(&r, 0, RL_OK, 0, -1, 1 * MS);
+    answer_at(&r, 1, RL_OK, 0, -1, 2 * MS);
+    answer_at(&r, 2, RL_OK, 0, -1, 10 * MS);
+    redlock_acquire_verdict(&r, false, &v);
+    assert_int_equal(v.answer, RL_ANSWER_OK);
+    assert_int_equal(v.validity_ms, 1000 - 10 - 12);
+    assert_int_equal(v.valid_until_us, 10 * MS + 978 * MS);
+    assert_false(v.send_fence);
+    assert_int_equal(v.rollback, 0);
+    assert_int_equal(v.fence, 0);
+    /* won with a fence: the write-back of the largest counter first, no
+     * answer yet */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    answer_at(&r, 0, RL_OK, 41, -1, 1 * MS);
+    answer_at(&r, 1, RL_BUSY, 0, 99, 1 * MS);
+    answer_at(&r, 2, RL_OK, 43, -1, 2 * MS);
+    answer_at(&r, 3, RL_OK, 42, -1, 3 * MS);
+    redlock_acquire_verdict(&r, true, &v);
+    assert_int_equal(v.answer, RL_ANSWER_NONE);
+    assert_true(v.send_fence);
+    assert_int_equal(v.fence, 43);
+    assert_int_equal(v.rollback, 0);
+
+    /* busy: the nodes that may hold our key are rolled back */
+    const enum redlock_node_result busy[5] = {RL_BUSY, RL_OK, RL_BUSY, RL_BUSY,
+                                              RL_PENDING};
+    round_with(&r, 5, busy);
+    redlock_acquire_verdict(&r, true, &v);
+    assert_int_equal(v.answer, RL_ANSWER_BUSY);
+    assert_false(v.send_fence);
+    assert_int_equal(v.rollback, (1u << 1) | (1u << 4));
+
+    /* done */
+    const enum redlock_node_result done[5] = {RL_DONE, RL_DONE, RL_DONE,
+                                              RL_PENDING, RL_PENDING};
+    round_with(&r, 5, done);
+    redlock_acquire_verdict(&r, false, &v);
+    assert_int_equal(v.answer, RL_ANSWER_DONE);
+    assert_int_equal(v.rollback, (1u << 3) | (1u << 4));
+
+    /* a quorum too late: no_quorum, too_late, everyone that said ok */
+    redlock_round_start(&r, 3, 100, 0.01, 0, 0);
+    answer_at(&r, 0, RL_OK, 0, -1, 50 * MS);
+    answer_at(&r, 1, RL_OK, 0, -1, 97 * MS); /* validity 100-97-3 = 0 */
+    redlock_acquire_verdict(&r, false, &v);
+    assert_int_equal(v.answer, RL_ANSWER_NO_QUORUM);
+    assert_true(v.too_late);
+    assert_int_equal(v.rollback, 0x7u);
+
+    /* 32 nodes: the mask reaches bit 31 */
+    redlock_round_start(&r, 32, 1000, 0.01, 0, 0);
+    for (int i = 0; i < 16; i++) {
+        answer_at(&r, i, RL_BUSY, 0, -1, 1 * MS);
+    }
+    assert_int_equal(answer_at(&r, 16, RL_BUSY, 0, -1, 1 * MS), RL_LOST_BUSY);
+    redlock_acquire_verdict(&r, false, &v);
+    assert_int_equal(v.answer, RL_ANSWER_BUSY);
+    assert_int_equal(v.rollback, 0xfffe0000u);
+}
+
+static void test_other_verdict(void **state)
+{
+    (void)state;
+    struct redlock_round r;
+    struct redlock_verdict v;
+    /* undecided */
+    redlock_round_start(&r, 5, 1000, 0.01, 0, 0);
+    redlock_other_verdict(RL_OP_RELEASE, &r, &v);
+    assert_int_equal(v.answer, RL_ANSWER_NONE);
+
+    /* won: ok with validity, never a rollback */
+    const enum redlock_node_result won[5] = {RL_OK, RL_OK, RL_OK, RL_FAILED,
+                                             RL_PENDING};
+    round_with(&r, 5, won);
+    redlock_other_verdict(RL_OP_EXTEND, &r, &v);
+    assert_int_equal(v.answer, RL_ANSWER_OK);
+    assert_int_equal(v.validity_ms, 1000 - 1 - 12);
+    assert_int_equal(v.valid_until_us, 1 * MS + 987 * MS);
+    assert_int_equal(v.rollback, 0);
+
+    /* 3 of 5 not held: proof (more than n - quorum = 2) */
+    const enum redlock_node_result gone[5] = {RL_BUSY, RL_BUSY, RL_BUSY,
+                                              RL_PENDING, RL_PENDING};
+    round_with(&r, 5, gone);
+    for (int op = RL_OP_EXTEND; op <= RL_OP_COMPLETE; op++) {
+        redlock_other_verdict((enum redlock_op)op, &r, &v);
+        assert_int_equal(v.answer, RL_ANSWER_NOT_HELD);
+    }
+    /* 2 not held, 3 failed: the failed ones may hold it still */
+    const enum redlock_node_result two[5] = {RL_BUSY, RL_BUSY, RL_FAILED,
+                                             RL_FAILED, RL_FAILED};
+    round_with(&r, 5, two);
+    for (int op = RL_OP_EXTEND; op <= RL_OP_COMPLETE; op++) {
+        redlock_other_verdict((enum redlock_op)op, &r, &v);
+        assert_int_equal(v.answer, RL_ANSWER_NO_QUORUM);
+        assert_false(v.too_late);
+    }
+    /* 2 applied, 1 not held, 2 failed: a release or complete leaves 3
+     * without the token; an extend that applied keeps it there */
+    const enum redlock_node_result mixed[5] = {RL_OK, RL_OK, RL_BUSY, RL_FAILED,
+                                               RL_FAILED};
+    round_with(&r, 5, mixed);
+    assert_int_equal(r.outcome, RL_LOST_BUSY);
+    redlock_other_verdict(RL_OP_RELEASE, &r, &v);
+    assert_int_equal(v.answer, RL_ANSWER_OK);
+    assert_int_equal(v.validity_ms, 0);
+    redlock_other_verdict(RL_OP_COMPLETE, &r, &v);
+    assert_int_equal(v.answer, RL_ANSWER_NOT_HELD);
+    redlock_other_verdict(RL_OP_EXTEND, &r, &v);
+    assert_int_equal(v.answer, RL_ANSWER_NO_QUORUM);
+
+    /* a release where none deleted it: not held */
+    redlock_other_verdict(RL_OP_RELEASE, &r, &v);
+    round_with(&r, 5, gone);
+    redlock_other_verdict(RL_OP_RELEASE, &r, &v);
+    assert_int_equal(v.answer, RL_ANSWER_NOT_HELD);
+
+    /* an extend whose quorum came too late */
+    redlock_round_start(&r, 3, 100, 0.01, 0, 0);
+    answer_at(&r, 0, RL_OK, 0, -1, 99 * MS);
+    answer_at(&r, 1, RL_OK, 0, -1, 99 * MS);
+    redlock_other_verdict(RL_OP_EXTEND, &r, &v);
+    assert_int_equal(v.answer, RL_ANSWER_NO_QUORUM);
+    assert_true(v.too_late);
+
+    /* n = 4: quorum 3, proof needs 2 without the token */
+    const enum redlock_node_result four1[4] = {RL_BUSY, RL_FAILED, RL_FAILED,
+                                               RL_PENDING};
+    round_with(&r, 4, four1);
+    redlock_other_verdict(RL_OP_EXTEND, &r, &v);
+    assert_int_equal(v.answer, RL_ANSWER_NO_QUORUM);
+    const enum redlock_node_result four2[4] = {RL_BUSY, RL_BUSY, RL_PENDING,
+                                               RL_PENDING};
+    round_with(&r, 4, four2);
+    redlock_other_verdict(RL_OP_EXTEND, &r, &v);
+    assert_int_equal(v.answer, RL_ANSWER_NOT_HELD);
+
+    /* n = 1 */
+    const enum redlock_node_result one_busy[1] = {RL_BUSY};
+    round_with(&r, 1, one_busy);
+    redlock_other_verdict(RL_OP_RELEASE, &r, &v);
+    assert_int_equal(v.answer, RL_ANSWER_NOT_HELD);
+    const enum redlock_node_result one_failed[1] = {RL_FAILED};
+    round_with(&r, 1, one_failed);
+    redlock_other_verdict(RL_OP_RELEASE, &r, &v);
+    assert_int_equal(v.answer, RL_ANSWER_NO_QUORUM);
+}
+
+static void test_fence_verdict(void **state)
+{
+    (void)state;
+    struct redlock_round acq, fence;
+    struct redlock_verdict v;
+    redlock_round_start(&acq, 5, 1000, 0.01, 100 * MS, 0);
+    answer_at(&acq, 0, RL_OK, 4, -1, 101 * MS);
+    answer_at(&acq, 1, RL_OK, 5, -1, 101 * MS);
+    answer_at(&acq, 2, RL_OK, 6, -1, 102 * MS);
+    assert_int_equal(acq.outcome, RL_WON);
+
+    /* the write-back's clock starts with the acquisition */
+    redlock_fence_start(&fence, &acq);
+    assert_int_equal(fence.start_us, 100 * MS);
+    assert_int_equal(fence.n_nodes, 5);
+    assert_int_equal(fence.ttl_ms, 1000);
+    assert_int_equal(fence.outcome, RL_UNDECIDED);
+    clock_reads = 0;
+    redlock_fence_verdict(&acq, &fence, fake_clock, &v);
+    assert_int_equal(v.answer, RL_ANSWER_NONE);
+    assert_int_equal(clock_reads, 0);
+
+    /* a quorum raised it: validity from the acquisition's start, read
+     * when the verdict is asked */
+    answer_at(&fence, 0, RL_OK, 0, -1, 103 * MS);
+    answer_at(&fence, 1, RL_OK, 0, -1, 103 * MS);
+    answer_at(&fence, 2, RL_OK, 0, -1, 104 * MS);
+    fake_now = 105 * MS;
+    clock_reads = 0;
+    redlock_fence_verdict(&acq, &fence, fake_clock, &v);
+    assert_int_equal(clock_reads, 1);
+    assert_int_equal(v.answer, RL_ANSWER_OK);
+    assert_int_equal(v.validity_ms, 1000 - 5 - 12);
+    assert_int_equal(v.valid_until_us, 105 * MS + 983 * MS);
+    assert_int_equal(v.rollback, 0);
+
+    /* won, but no validity left by the time it is read: rolled back */
+    fake_now = 100 * MS + 988 * MS; /* validity exactly 0 */
+    redlock_fence_verdict(&acq, &fence, fake_clock, &v);
+    assert_int_equal(v.answer, RL_ANSWER_NO_QUORUM);
+    assert_true(v.too_late);
+    assert_int_equal(v.rollback, 0x1fu);
+
+    /* the write-back lost its quorum: every node rolled back */
+    redlock_fence_start(&fence, &acq);
+    for (int i = 0; i < 3; i++) {
+        answer_at(&fence, i, RL_FAILED, 0, -1, 110 * MS);
+    }
+    assert_int_equal(fence.outcome, RL_LOST_NOQUORUM);
+    clock_reads = 0;
+    redlock_fence_verdict(&acq, &fence, fake_clock, &v);
+    assert_int_equal(clock_reads, 0);
+    assert_int_equal(v.answer, RL_ANSWER_NO_QUORUM);
+    assert_false(v.too_late);
+    assert_int_equal(v.rollback, 0x1fu);
+
+    /* its quorum came too late on its own */
+    redlock_fence_start(&fence, &acq);
+    for (int i = 0; i < 3; i++) {
+        answer_at(&fence, i, RL_OK, 0, -1, 1100 * MS);
+    }
+    assert_int_equal(fence.outcome, RL_LOST_NOQUORUM);
+    redlock_fence_verdict(&acq, &fence, fake_clock, &v);
+    assert_true(v.too_late);
+
+    /* 32 nodes, none could be asked: all 32 rolled back */
+    redlock_round_start(&acq, 32, 1000, 0.01, 0, 0);
+    redlock_fence_start(&fence, &acq);
+    for (int i = 0; i < 32; i++) {
+        answer_at(&fence, i, RL_SKIPPED, 0, -1, 1 * MS);
+    }
+    redlock_fence_verdict(&acq, &fence, fake_clock, &v);
+    assert_int_equal(v.answer, RL_ANSWER_NO_QUORUM);
+    assert_int_equal(v.rollback, UINT32_MAX);
+    /* one node */
+    redlock_round_start(&acq, 1, 1000, 0.01, 0, 0);
+    redlock_fence_start(&fence, &acq);
+    answer_at(&fence, 0, RL_FAILED, 0, -1, 1 * MS);
+    redlock_fence_verdict(&acq, &fence, fake_clock, &v);
+    assert_int_equal(v.rollback, 0x1u);
+}
+
+static void test_ask_holder_pttl(void **state)
+{
+    (void)state;
+    assert_true(redlock_ask_holder_pttl(RL_FORM_SET_GET, RL_BUSY, true, false));
+    assert_true(
+        redlock_ask_holder_pttl(RL_FORM_SET_GET_INCR, RL_BUSY, true, false));
+    /* the script's reply carries it */
+    assert_false(redlock_ask_holder_pttl(RL_FORM_SCRIPT, RL_BUSY, true, false));
+    /* not wanted, not busy, or nobody waits any more */
+    assert_false(
+        redlock_ask_holder_pttl(RL_FORM_SET_GET, RL_BUSY, false, false));
+    assert_false(
+        redlock_ask_holder_pttl(RL_FORM_SET_GET, RL_DONE, true, false));
+    assert_false(redlock_ask_holder_pttl(RL_FORM_SET_GET, RL_OK, true, false));
+    assert_false(redlock_ask_holder_pttl(RL_FORM_SET_GET, RL_BUSY, true, true));
+}
+
+static void test_acquire_form_pick(void **state)
+{
+    (void)state;
+    assert_int_equal(redlock_acquire_form_pick(false, 70000, false, false),
+                     RL_FORM_SET_GET);
+    assert_int_equal(redlock_acquire_form_pick(false, 70000, true, false),
+                     RL_FORM_SET_GET_INCR);
+    assert_int_equal(redlock_acquire_form_pick(false, 70000, true, true),
+                     RL_FORM_SCRIPT);
+    /* refused MULTI does not matter without a fence */
+    assert_int_equal(redlock_acquire_form_pick(false, 70200, false, true),
+                     RL_FORM_SET_GET);
+    /* older servers and --acquire-script */
+    assert_int_equal(redlock_acquire_form_pick(false, 60999, false, false),
+                     RL_FORM_SCRIPT);
+    assert_int_equal(redlock_acquire_form_pick(false, 0, true, false),
+                     RL_FORM_SCRIPT);
+    assert_int_equal(redlock_acquire_form_pick(true, 70400, false, false),
+                     RL_FORM_SCRIPT);
+
+    assert_true(redlock_form_refused(RL_FORM_SET_GET_INCR, RL_FAILED));
+    assert_false(redlock_form_refused(RL_FORM_SET_GET_INCR, RL_BUSY));
+    assert_false(redlock_form_refused(RL_FORM_SET_GET_INCR, RL_OK));
+    assert_false(redlock_form_refused(RL_FORM_SET_GET, RL_FAILED));
+    assert_false(redlock_form_refused(RL_FORM_SCRIPT, RL_FAILED));
+}
+
+static void test_all_nodes(void **state)
+{
+    (void)state;
+    assert_int_equal(redlock_all_nodes(1), 0x1u);
+    assert_int_equal(redlock_all_nodes(5), 0x1fu);
+    assert_int_equal(redlock_all_nodes(31), 0x7fffffffu);
+    assert_int_equal(redlock_all_nodes(32), UINT32_MAX);
+}
+
+static void test_classify_set_nx(void **state)
+{
+    (void)state;
+    const struct {
+        struct redlock_reply r;
+        enum redlock_node_result want;
+    } cases[] = {
+        {rv_str("OK"), RL_OK},
+        {rv_nil(), RL_BUSY},
+        {rv_err("ERR wrong number of arguments"), RL_FAILED},
+        {rv_str("QUEUED"), RL_FAILED},
+        {rv_str("O"), RL_FAILED},
+        {rv_int(1), RL_FAILED},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        int64_t fence = 0, pttl = -1;
+        assert_int_equal(redlock_classify_acquire(RL_FORM_SET_NX, &cases[k].r,
+                                                  &fence, &pttl),
+                         cases[k].want);
+        /* the plain SET carries neither */
+        assert_int_equal(fence, 0);
+        assert_int_equal(pttl, -1);
+    }
+}
+
+static void test_classify_peek(void **state)
+{
+    (void)state;
+    const char *tok = "0123456789abcdef0123456789abcdef";
+    struct {
+        struct redlock_reply e[3];
+        size_t n;
+        enum redlock_peek want;
+        int64_t pttl, fence;
+    } cases[] = {
+        {{rv_str(""), rv_int(-2), rv_int(0)}, 3, RL_PEEK_FREE, -2, 0},
+        {{rv_str("done:abc"), rv_int(900), rv_int(7)}, 3, RL_PEEK_DONE, 900, 7},
+        {{rv_str(tok), rv_int(400), rv_int(12)}, 3, RL_PEEK_HELD, 400, 12},
+        /* a bare "done:" is a value like any other, no mark */
+        {{rv_str("done:"), rv_int(5), rv_int(0)}, 3, RL_PEEK_HELD, 5, 0},
+        /* a key without expiry */
+        {{rv_str(tok), rv_int(-1), rv_int(0)}, 3, RL_PEEK_HELD, -1, 0},
+        /* shapes the script never answers */
+        {{rv_nil(), rv_int(5), rv_int(0)}, 3, RL_PEEK_FAILED, -9, -9},
+        {{rv_str(""), rv_str("5"), rv_int(0)}, 3, RL_PEEK_FAILED, -9, -9},
+        {{rv_str(""), rv_int(5), rv_nil()}, 3, RL_PEEK_FAILED, -9, -9},
+        {{rv_str(""), rv_int(5), rv_int(0)}, 2, RL_PEEK_FAILED, -9, -9},
+    };
+    for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+        struct redlock_reply r = rv_arr(cases[k].e, cases[k].n);
+        int64_t pttl = -9, fence = -9;
+        const char *v = NULL;
+        size_t n = 0;
+        assert_int_equal(redlock_classify_peek(&r, &pttl, &fence, &v, &n),
+                         cases[k].want);
+        assert_int_equal(pttl, cases[k].pttl);
+        assert_int_equal(fence, cases[k].fence);
+        if (cases[k].want == RL_PEEK_HELD) {
+            assert_ptr_equal(v, cases[k].e[0].str);
+            assert_int_equal(n, cases[k].e[0].len);
+        } else {
+            assert_null(v);
+        }
+    }
+    struct redlock_reply err = rv_err("NOSCRIPT");
+    int64_t pttl = -9, fence = -9;
+    const char *v = NULL;
+    size_t n = 0;
+    assert_int_equal(redlock_classify_peek(&err, &pttl, &fence, &v, &n),
+                     RL_PEEK_FAILED);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -817,6 +1301,17 @@ int main(void)
         cmocka_unit_test(test_renew_schedule),
         cmocka_unit_test(test_renew_decide),
         cmocka_unit_test(test_renew_early),
+        cmocka_unit_test(test_op_sets_ttl_and_asks),
+        cmocka_unit_test(test_round_deadline),
+        cmocka_unit_test(test_round_expire),
+        cmocka_unit_test(test_acquire_verdict),
+        cmocka_unit_test(test_other_verdict),
+        cmocka_unit_test(test_fence_verdict),
+        cmocka_unit_test(test_ask_holder_pttl),
+        cmocka_unit_test(test_acquire_form_pick),
+        cmocka_unit_test(test_all_nodes),
+        cmocka_unit_test(test_classify_set_nx),
+        cmocka_unit_test(test_classify_peek),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
