@@ -584,3 +584,21 @@ uint64_t redlock_renew_early_us(uint32_t ttl_ms)
     uint64_t early = (uint64_t)ttl_ms * 1000u / 64u;
     return early < 5000u ? early : 5000u;
 }
+
+uint32_t redlock_wake_publishers(uint32_t usable, int n, int quorum,
+                                 unsigned start)
+{
+    if (n <= 0 || n > REDLOCK_MAX_NODES) {
+        return 0;
+    }
+    int want = n - quorum + 1;
+    uint32_t out = 0;
+    for (int k = 0; k < n && want > 0; k++) {
+        int i = (int)((start + (unsigned)k) % (unsigned)n);
+        if (usable & (1u << i)) {
+            out |= 1u << i;
+            want--;
+        }
+    }
+    return out;
+}
