@@ -996,8 +996,8 @@ def build(args):
         "`acquire([resource], ttl)` then `lock.release()`, retryCount 0, "
         "N async workers, one ioredis client per node (also with "
         "`enableAutoPipelining`).\n"
-        "- Runs are interleaved (daemon, minimal limit, daemon on shared connections, scripts limit, "
-        "node-redlock, then the next concurrency, then the next "
+        "- Runs are interleaved (daemon, minimal limit, daemon on shared "
+        "connections, scripts limit, node-redlock, then the next concurrency, then the next "
         "repetition; the daemon and the limits swap order every "
         "repetition) so that drifts of a shared machine hit all alike; "
         "tables show medians.\n")
