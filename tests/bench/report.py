@@ -597,6 +597,24 @@ def targets_table(summary, renew, g=None):
                    "at %d clients | %s (%s vs %s µs/cycle) | %s |" % (
                        c, "n/a" if v is None else "%.2f ×" % v, fmt(dc, 1),
                        fmt(lc, 1), yes(None if v is None else v <= 1.10)))
+    # The same targets for clients sharing connections (as the client
+    # libraries talk); rows of their own, beside the per-connection ones.
+    for c in (64, 256):
+        for key, what, ok in (("cps", "daemon ≥ 0.9 × minimal limit", 0.9),
+                              ("cpu_us_per_cycle", "Redis CPU per cycle "
+                               "within 10%% of the minimal limit's", 1.10)):
+            ds = agg(g, "daemon-shared", c, key)
+            if ds is None:
+                continue
+            lv = agg(g, "limit", c, key)
+            v = ds / lv if lv else None
+            good = None if v is None else (v >= ok if key == "cps"
+                                           else v <= ok)
+            out.append(("| " + what + " at %d clients, a connection per 16 "
+                        "clients | %s (%s vs %s) | %s |") % (
+                            c, "n/a" if v is None else "%.2f ×" % v,
+                            fmt(ds, 1 if key != "cps" else 0),
+                            fmt(lv, 1 if key != "cps" else 0), yes(good)))
     s = summary.get(256, {})
     d, lim = s.get("daemon"), s.get("limit")
     v = d / lim if d and lim else None
