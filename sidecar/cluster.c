@@ -146,6 +146,7 @@ struct cluster {
                                                              hashes */
     struct event *batch_ev; /* owned */
     bool batch_armed;
+    unsigned wake_turn; /* whose turn to announce (batch_publishers) */
     struct batch *free_batches;
     int free_batch_count;
     struct cluster_op *free_ops;
@@ -354,6 +355,7 @@ struct batch {
      * answer that send that prep (the owner is recycled at 0). */
     struct batch *owner;
     int refs;
+    bool publish; /* this node announces its releases and completes */
     struct batch *next_free;
 };
 
@@ -445,11 +447,13 @@ static int batch_prepare_one(struct batch *b)
     const struct batch_entry *e = &b->e[0];
     const struct cluster_op *op = e->op;
     char num[24];
-    const char *argv[4] = {op->key, op->token, num, op->channel};
-    size_t lens[4] = {op->key_len, PROTO_TOKEN_LEN, 0, op->channel_len};
+    bool quiet = e->rollback || !b->publish;
+    const char *argv[4] = {op->key, op->token, num, quiet ? "" : op->channel};
+    size_t lens[4] = {op->key_len, PROTO_TOKEN_LEN, 0,
+                      quiet ? 0 : op->channel_len};
     if (e->rollback || op->kind == RL_OP_RELEASE) {
-        argv[2] = e->rollback ? "" : op->channel;
-        lens[2] = e->rollback ? 0 : op->channel_len;
+        argv[2] = argv[3];
+        lens[2] = lens[3];
         return node_prepare(&b->prep, SCRIPT_RELEASE, 3, argv, lens);
     }
     if (op->kind == RL_OP_EXTEND) {
@@ -486,7 +490,8 @@ static int batch_prepare(struct batch *b)
                                                                 : op->keep_ms);
         /* A rollback publishes nothing: the key was never ours to
          * announce. An extend has nothing to announce. */
-        bool quiet = b->e[j].rollback || op->kind == RL_OP_EXTEND;
+        bool quiet =
+            b->e[j].rollback || op->kind == RL_OP_EXTEND || !b->publish;
         argv[a] = quiet ? "" : op->channel;
         lens[a++] = quiet ? 0 : op->channel_len;
     }
@@ -498,7 +503,7 @@ static int batch_prepare(struct batch *b)
 /* Whether batches a and b hold the same entries in the same order. */
 static bool batch_same(const struct batch *a, const struct batch *b)
 {
-    if (a->n != b->n) {
+    if (a->n != b->n || a->publish != b->publish) {
         return false;
     }
     for (int j = 0; j < a->n; j++) {
@@ -514,12 +519,13 @@ static bool batch_same(const struct batch *a, const struct batch *b)
  * cannot be sent, every entry fails there at once. Returns the batch sent
  * with a command of its own (a template for the next node), else NULL. */
 static struct batch *batch_send_like(struct cluster *c, int i,
-                                     struct batch *like)
+                                     struct batch *like, uint32_t publishers)
 {
     struct batch *b = c->open[i];
     if (b == NULL) {
         return NULL;
     }
+    b->publish = (publishers >> i) & 1u;
     c->open[i] = NULL; /* entries added from here on start anew */
     memset(c->open_bloom[i], 0, sizeof(c->open_bloom[i]));
     struct node *node = send_node(c, i);
@@ -544,9 +550,23 @@ static struct batch *batch_send_like(struct cluster *c, int i,
     return NULL;
 }
 
+/* The nodes that announce this turn's releases and completes; the turn
+ * moves on to the next ones at its end (batch_ev_cb). */
+static uint32_t batch_publishers(const struct cluster *c)
+{
+    uint32_t up = 0;
+    for (int i = 0; i < c->n; i++) {
+        struct node *node = send_node(c, i);
+        if (node != NULL && node_is_up(node)) {
+            up |= 1u << i;
+        }
+    }
+    return redlock_wake_publishers(up, c->n, c->quorum, c->wake_turn);
+}
+
 static void batch_send(struct cluster *c, int i)
 {
-    (void)batch_send_like(c, i, NULL);
+    (void)batch_send_like(c, i, NULL, batch_publishers(c));
 }
 
 /* End of the loop turn: every open batch goes out. Batches opened by the
@@ -558,11 +578,15 @@ static void batch_ev_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct cluster *c = arg;
     c->batch_armed = false;
-    struct batch *like = NULL;
+    uint32_t publishers = batch_publishers(c);
+    c->wake_turn++;
+    /* One template for the nodes that announce, one for the others. */
+    struct batch *like[2] = {NULL, NULL};
     for (int i = 0; i < c->n; i++) {
-        struct batch *sent = batch_send_like(c, i, like);
+        int p = (int)((publishers >> i) & 1u);
+        struct batch *sent = batch_send_like(c, i, like[p], publishers);
         if (sent != NULL) {
-            like = sent;
+            like[p] = sent;
         }
     }
 }

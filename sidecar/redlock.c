@@ -801,3 +801,21 @@ enum redlock_peek redlock_classify_peek(const struct redlock_reply *r,
     *value_len = v->len;
     return RL_PEEK_HELD;
 }
+
+uint32_t redlock_wake_publishers(uint32_t usable, int n, int quorum,
+                                 unsigned start)
+{
+    if (n <= 0 || n > REDLOCK_MAX_NODES) {
+        return 0;
+    }
+    int want = n - quorum + 1;
+    uint32_t out = 0;
+    for (int k = 0; k < n && want > 0; k++) {
+        int i = (int)((start + (unsigned)k) % (unsigned)n);
+        if (usable & (1u << i)) {
+            out |= 1u << i;
+            want--;
+        }
+    }
+    return out;
+}

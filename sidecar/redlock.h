@@ -473,4 +473,14 @@ enum redlock_peek redlock_classify_peek(const struct redlock_reply *r,
                                         int64_t *pttl, int64_t *fence,
                                         const char **value, size_t *value_len);
 
+/* redlock_wake_publishers: the nodes (a bit mask) whose release or complete
+ * announces itself on the resource's wake-up channel: n - quorum + 1 of the
+ * usable ones, taken in turn from node start % n on, so that any n - quorum
+ * of them failing still leaves one to announce, and the PUBLISH work is
+ * shared among the nodes. Every usable node when there are fewer. Every
+ * waiting daemon listens on every node, so one announcement suffices; the
+ * others would cost each node a PUBLISH per key for nothing. */
+uint32_t redlock_wake_publishers(uint32_t usable, int n, int quorum,
+                                 unsigned start);
+
 #endif

@@ -24,6 +24,7 @@ import sys
 
 IMPLS = [
     ("daemon", "redlockd (socket, NDJSON)"),
+    ("daemon-shared", "redlockd, a connection per 16 clients"),
     ("limit", "minimal limit"),
     ("limit-scripts", "limit, daemon's scripts"),
     ("node-redlock", "node-redlock"),
@@ -48,7 +49,13 @@ compare-and-delete `EVALSHA` on all five nodes. No socket, no JSON.
 acquire and release Lua scripts (`sidecar/scripts.c`): the daemon's Redis \
 work without its socket, JSON and bookkeeping.
 - **redlockd**: `rlbench` driving the daemon over its unix socket \
-(NDJSON), one connection per client.
+(NDJSON), one connection per client: every request costs the daemon a \
+read and a write on its own socket, and the generator as much.
+- **redlockd, a connection per 16 clients**: the same clients sharing \
+connections (64 clients on 4, 256 on 16), requests pipelined and matched \
+by id, as the client libraries talk (one connection per client object, \
+many requests in flight); the limit shares its node connections the same \
+way.
 - **node-redlock**: `redlock@5.0.0-beta.2` on `ioredis`, one client per \
 node, retryCount 0.
 - **cycles/s**: acquire + release of a client's own resource (ttl 10 s), \
@@ -259,15 +266,24 @@ def work_tables(rows, where):
            "daemon / minimal limit, Redis CPU µs/cycle",
            "daemon / scripts limit, cycles/s",
            "daemon / node-redlock, cycles/s"]
+    shared = any(i == "daemon-shared" for (i, _) in g)
+    if shared:
+        hdr[2:2] = ["shared connections / minimal limit, cycles/s",
+                    "shared connections / minimal limit, Redis CPU "
+                    "µs/cycle"]
     out.append("| " + " | ".join(hdr) + " |")
     out.append("|" + "---|" * len(hdr))
     for c in concs:
-        out.append("| %d | %s | %s | %s | %s | %s |" % (
-            c, ratio_cell(g, c, "daemon", "limit"),
-            ratio_cell(g, c, "daemon", "limit", "cmds_per_cycle"),
-            ratio_cell(g, c, "daemon", "limit", "cpu_us_per_cycle"),
-            ratio_cell(g, c, "daemon", "limit-scripts"),
-            ratio_cell(g, c, "daemon", "node-redlock", nd=1)))
+        cells = [str(c), ratio_cell(g, c, "daemon", "limit")]
+        if shared:
+            cells += [ratio_cell(g, c, "daemon-shared", "limit"),
+                      ratio_cell(g, c, "daemon-shared", "limit",
+                                 "cpu_us_per_cycle")]
+        cells += [ratio_cell(g, c, "daemon", "limit", "cmds_per_cycle"),
+                  ratio_cell(g, c, "daemon", "limit", "cpu_us_per_cycle"),
+                  ratio_cell(g, c, "daemon", "limit-scripts"),
+                  ratio_cell(g, c, "daemon", "node-redlock", nd=1)]
+        out.append("| " + " | ".join(cells) + " |")
     out.append("")
     c = 64 if 64 in concs else concs[-1]
     mixes = [(n, cmd_mix(g, i, c)) for i, n in impls]
@@ -581,6 +597,24 @@ def targets_table(summary, renew, g=None):
                    "at %d clients | %s (%s vs %s µs/cycle) | %s |" % (
                        c, "n/a" if v is None else "%.2f ×" % v, fmt(dc, 1),
                        fmt(lc, 1), yes(None if v is None else v <= 1.10)))
+    # The same targets for clients sharing connections (as the client
+    # libraries talk); rows of their own, beside the per-connection ones.
+    for c in (64, 256):
+        for key, what, ok in (("cps", "daemon ≥ 0.9 × minimal limit", 0.9),
+                              ("cpu_us_per_cycle", "Redis CPU per cycle "
+                               "within 10%% of the minimal limit's", 1.10)):
+            ds = agg(g, "daemon-shared", c, key)
+            if ds is None:
+                continue
+            lv = agg(g, "limit", c, key)
+            v = ds / lv if lv else None
+            good = None if v is None else (v >= ok if key == "cps"
+                                           else v <= ok)
+            out.append(("| " + what + " at %d clients, a connection per 16 "
+                        "clients | %s (%s vs %s) | %s |") % (
+                            c, "n/a" if v is None else "%.2f ×" % v,
+                            fmt(ds, 1 if key != "cps" else 0),
+                            fmt(lv, 1 if key != "cps" else 0), yes(good)))
     s = summary.get(256, {})
     d, lim = s.get("daemon"), s.get("limit")
     v = d / lim if d and lim else None
@@ -980,8 +1014,8 @@ def build(args):
         "`acquire([resource], ttl)` then `lock.release()`, retryCount 0, "
         "N async workers, one ioredis client per node (also with "
         "`enableAutoPipelining`).\n"
-        "- Runs are interleaved (daemon, minimal limit, scripts limit, "
-        "node-redlock, then the next concurrency, then the next "
+        "- Runs are interleaved (daemon, minimal limit, daemon on shared "
+        "connections, scripts limit, node-redlock, then the next concurrency, then the next "
         "repetition; the daemon and the limits swap order every "
         "repetition) so that drifts of a shared machine hit all alike; "
         "tables show medians.\n")

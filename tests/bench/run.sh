@@ -439,6 +439,17 @@ compare() {
             --duration "$DUR" --warmup "$WARM" --daemon-pid "$DAEMON_PID" \
             --redis-pids "$RP" --redis "$(redis_addrs 5)"
     }
+    # The same clients sharing connections, pipelined and matched by id,
+    # as the client libraries talk (one connection per client object, many
+    # requests in flight): a connection per 16 clients.
+    run_daemon_shared() { # rep concurrency
+        [ "$2" -ge 32 ] || return 0
+        log "rep $1, $2 client(s): daemon, $(($2 / 16)) shared connections"
+        rl "$res" "r$1" --socket "$SOCK" --mode cycle --concurrency "$2" \
+            --conns $(($2 / 16)) --impl daemon-shared \
+            --duration "$DUR" --warmup "$WARM" --daemon-pid "$DAEMON_PID" \
+            --redis-pids "$RP" --redis "$(redis_addrs 5)"
+    }
     run_limit() { # rep concurrency minimal|scripts
         log "rep $1, $2 client(s): in-process limit, $3 ($TRANSPORT)"
         rl "$res" "r$1" --inproc --limit "$3" --redis "$(redis_addrs 5)" \
@@ -460,9 +471,11 @@ compare() {
             if [ $((rep % 2)) = 1 ]; then
                 run_daemon "$rep" "$c"
                 run_limit "$rep" "$c" minimal
+                run_daemon_shared "$rep" "$c"
                 run_limit "$rep" "$c" scripts
             else
                 run_limit "$rep" "$c" scripts
+                run_daemon_shared "$rep" "$c"
                 run_limit "$rep" "$c" minimal
                 run_daemon "$rep" "$c"
             fi

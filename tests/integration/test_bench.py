@@ -88,6 +88,8 @@ def test_daemon_run_reports_redis_work(cluster, daemon):
     assert r["impl"] == "daemon" and r["errors"] == "0", r
     assert r["settled"] == "1" and r["stat_nodes"] == "5", r
     assert float(r["cmds_per_cycle"]) >= 10.0, r
+    # A release announces on n - quorum + 1 nodes, not on all five.
+    assert _mix(r).get("publish") == pytest.approx(3.0, abs=0.005), r
 
 
 def test_no_redis_stats(cluster):
@@ -146,3 +148,31 @@ def test_report_pins_sections_and_keeps_them(tmp_path):
     assert re.search(r"## After.*## Before.*## What is measured", text,
                      re.S), text
     assert "## Older" not in text  # regenerated: only pinned parts stay
+
+
+def test_report_shared_connections_row(tmp_path):
+    """The daemon on shared connections gets its row and its own ratio
+    columns beside the per-connection daemon's."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "commit-compare.txt").write_text(
+        "abc1234 2026-12-01T00:00:00Z 98c0982\n")
+    (out / "machine.txt").write_text("CPU(s): 2\n")
+    res = "".join(_line("daemon", 64, "r%d" % k, 500, 18, 30) +
+                  _line("daemon-shared", 64, "r%d" % k, 950, 18, 19) +
+                  _line("limit", 64, "r%d" % k, 1000, 20, 20)
+                  for k in (1, 2, 3))
+    (out / "results.txt").write_text(res)
+    md = tmp_path / "BENCHMARKS.md"
+    md.write_text("# redlockd benchmarks\n")
+    text = _report(out, md, "--pin", "Shared")
+    assert ("| 64 | redlockd, a connection per 16 clients | 950 "
+            "(950–950) |") in text, text
+    assert ("| daemon ≥ 0.9 × minimal limit at 64 clients, a connection "
+            "per 16 clients | 0.95 × (950 vs 1,000) | yes |") in text, text
+    assert ("| Redis CPU per cycle within 10% of the minimal limit's at 64 "
+            "clients, a connection per 16 clients | 0.95 × (19.0 vs 20.0) "
+            "| yes |") in text, text
+    assert ("| 64 | 0.50 (paired 0.50: 0.50, 0.50, 0.50) | 0.95 (paired "
+            "0.95: 0.95, 0.95, 0.95) | 0.95 (paired 0.95: 0.95, 0.95, 0.95) "
+            "| 0.90 ") in text, text

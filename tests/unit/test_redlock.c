@@ -1269,6 +1269,29 @@ static void test_classify_peek(void **state)
                      RL_PEEK_FAILED);
 }
 
+/* n - quorum + 1 usable nodes announce, in turn from start: any n - quorum
+ * of them failing still leaves one. */
+static void test_wake_publishers(void **state)
+{
+    (void)state;
+    assert_int_equal(redlock_wake_publishers(0x1f, 5, 3, 0), 0x07);
+    assert_int_equal(redlock_wake_publishers(0x1f, 5, 3, 1), 0x0e);
+    assert_int_equal(redlock_wake_publishers(0x1f, 5, 3, 4), 0x13);
+    assert_int_equal(redlock_wake_publishers(0x1f, 5, 3, 9), 0x13);
+    /* A node that is down is skipped, the next usable one takes its turn. */
+    assert_int_equal(redlock_wake_publishers(0x1d, 5, 3, 0), 0x0d);
+    assert_int_equal(redlock_wake_publishers(0x18, 5, 3, 0), 0x18);
+    assert_int_equal(redlock_wake_publishers(0, 5, 3, 2), 0);
+    /* One node: itself; three: two of them. */
+    assert_int_equal(redlock_wake_publishers(0x1, 1, 1, 7), 0x1);
+    assert_int_equal(redlock_wake_publishers(0x7, 3, 2, 2), 0x5);
+    /* 32 nodes, quorum 17: 16 announce, wrapping past bit 31. */
+    uint32_t m = redlock_wake_publishers(0xffffffffu, 32, 17, 24);
+    assert_int_equal(__builtin_popcount(m), 16);
+    assert_int_equal(m, 0x00ffu | 0xff000000u);
+    assert_int_equal(redlock_wake_publishers(0xffffffffu, 33, 17, 0), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1312,6 +1335,7 @@ int main(void)
         cmocka_unit_test(test_all_nodes),
         cmocka_unit_test(test_classify_set_nx),
         cmocka_unit_test(test_classify_peek),
+        cmocka_unit_test(test_wake_publishers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
