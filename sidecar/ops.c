@@ -101,7 +101,7 @@ static void reply_error(struct call *call, enum proto_err err, const char *msg)
     rsp.id_len = call->req.id_len;
     rsp.err = err;
     rsp.message = msg;
-    server_call_done(call, &rsp);
+    call_done(call, &rsp);
 }
 
 static void reply_ok(struct call *call, const char *lock, const char *resource,
@@ -131,7 +131,7 @@ static void reply_ok(struct call *call, const char *lock, const char *resource,
     rsp.validity_ms = validity_ms;
     rsp.has_fence = has_fence;
     rsp.fence = fence;
-    server_call_done(call, &rsp);
+    call_done(call, &rsp);
 }
 
 #define TOO_LATE_MESSAGE                                                       \
@@ -270,7 +270,6 @@ static void waitq_push(struct ops *o, struct waitq *q, struct call *call)
     q->tail = call;
     q->n_waiting++;
     call->waitq = q;
-    call->waiting = true;
     call->waited = true;
     if (call->session != NULL) {
         call->session->waiters++;
@@ -299,7 +298,6 @@ static void waitq_unlink(struct ops *o, struct call *call)
     call->wnext = call->wprev = NULL;
     q->n_waiting--;
     call->waitq = NULL;
-    call->waiting = false;
     if (call->retry_ev != NULL) {
         event_free(call->retry_ev);
         call->retry_ev = NULL;
@@ -574,14 +572,14 @@ static bool acquire_won(struct ops *o, struct call *call,
     uint64_t now = cluster_now_us();
     metrics_observe_acquire(now - call->start_us);
     observe_wait(call, now);
-    if (call->client == NULL || o->shutting_down) {
+    if (call->abandoned || o->shutting_down) {
         /* Nobody is left to hold it, or everything is being let go. */
         cluster_release(o->cluster, call->req.resource, call->req.resource_len,
                         call->token, NULL, NULL);
         METRIC_INC(session_releases);
         reply_error(call, ERR_SHUTTING_DOWN,
-                    call->client == NULL ? "client closed"
-                                         : err_message(ERR_SHUTTING_DOWN));
+                    call->abandoned ? "client closed"
+                                    : err_message(ERR_SHUTTING_DOWN));
         return false;
     }
     /* op_acquire checked the limits too, but every acquisition then in
@@ -633,7 +631,7 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
     }
     call->round_us += cluster_now_us() - call->round_start_us;
     if (call->req.permits > 0 && res->err == ERR_BUSY &&
-        ++call->slots_tried < call->req.permits && call->client != NULL &&
+        ++call->slots_tried < call->req.permits && !call->abandoned &&
         !o->shutting_down) {
         /* That slot is taken; another may be free: try it now. */
         if (q != NULL) {
@@ -671,17 +669,17 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
 
     uint64_t now = cluster_now_us();
     bool can_wait = (res->err == ERR_BUSY || res->err == ERR_NO_QUORUM) &&
-                    call->wait_until_us > now && call->client != NULL &&
+                    call->wait_until_us > now && !call->abandoned &&
                     !o->shutting_down;
     if (can_wait) {
         bool fresh = false;
         if (q == NULL) {
             /* Refused before waitq_get(), which would leave an empty queue
              * (and its wake-up watch) behind. */
-            const char *refusal = waiter_refusal(o, call);
-            if (refusal != NULL) {
+            const char *why = waiter_refusal(o, call);
+            if (why != NULL) {
                 METRIC_INC(acquire_error);
-                reply_error(call, ERR_LIMIT, refusal);
+                reply_error(call, ERR_LIMIT, why);
                 return;
             }
             char qbuf[SEM_NAME_MAX + 1];
@@ -813,6 +811,26 @@ static struct lock *call_lock(struct ops *o, const struct call *call)
     return call_addresses(call, l) ? l : NULL;
 }
 
+/* The table's lock (or NULL) and the resource a release, extend or
+ * complete acts on. Returns NULL, having answered not_held, when neither
+ * the request nor the table names a resource for the token. */
+static const char *call_target(struct ops *o, struct call *call,
+                               struct lock **l, size_t *len)
+{
+    *l = call_lock(o, call);
+    *len = 0;
+    const char *res = call_resource(call, *l, len);
+    if (res == NULL) {
+        char msg[PROTO_MSG_MAX];
+        snprintf(msg, sizeof(msg),
+                 "unknown token (pass \"resource\" to %s a lock taken "
+                 "through another daemon)",
+                 proto_op_name(call->req.op));
+        reply_error(call, ERR_NOT_HELD, msg);
+    }
+    return res;
+}
+
 /* A release or complete of a table lock answered err. The token finds the
  * lock op_release or op_complete counted, or none (dropped meanwhile). The
  * lock leaves the table only on proof that no quorum holds it (ok, or
@@ -860,14 +878,11 @@ static void release_done_cb(const struct cluster_result *res, void *priv)
 
 static void op_release(struct ops *o, struct call *call)
 {
-    struct lock *l = call_lock(o, call);
-    size_t len = 0;
-    const char *res = call_resource(call, l, &len);
+    struct lock *l;
+    size_t len;
+    const char *res = call_target(o, call, &l, &len);
     if (res == NULL) {
         METRIC_INC(release_not_held);
-        reply_error(call, ERR_NOT_HELD,
-                    "unknown token (pass \"resource\" to release a "
-                    "lock taken through another daemon)");
         return;
     }
     if (l != NULL) {
@@ -940,14 +955,11 @@ static void extend_done_cb(const struct cluster_result *res, void *priv)
 
 static void op_extend(struct ops *o, struct call *call)
 {
-    struct lock *l = call_lock(o, call);
-    size_t len = 0;
-    const char *res = call_resource(call, l, &len);
+    struct lock *l;
+    size_t len;
+    const char *res = call_target(o, call, &l, &len);
     if (res == NULL) {
         METRIC_INC(extend_not_held);
-        reply_error(call, ERR_NOT_HELD,
-                    "unknown token (pass \"resource\" to extend a "
-                    "lock taken through another daemon)");
         return;
     }
     uint32_t ttl = call->req.has_ttl ? call->req.ttl_ms
@@ -979,14 +991,11 @@ static void complete_done_cb(const struct cluster_result *res, void *priv)
 
 static void op_complete(struct ops *o, struct call *call)
 {
-    struct lock *l = call_lock(o, call);
-    size_t len = 0;
-    const char *res = call_resource(call, l, &len);
+    struct lock *l;
+    size_t len;
+    const char *res = call_target(o, call, &l, &len);
     if (res == NULL) {
         METRIC_INC(complete_not_held);
-        reply_error(call, ERR_NOT_HELD,
-                    "unknown token (pass \"resource\" to complete "
-                    "a lock taken through another daemon)");
         return;
     }
     if (l != NULL) {
@@ -1039,7 +1048,7 @@ static void log_lost(const struct lock *l, const char *why)
 /* Sends l's owner, if it is an NDJSON session, the lost event. */
 static void lock_tell_lost(const struct lock *l)
 {
-    if (l->owner != NULL && l->owner->client != NULL) {
+    if (l->owner != NULL && l->owner->event_cb != NULL) {
         char buf[PROTO_RESPONSE_MAX];
         const char *r = l->resource;
         size_t rl = l->resource_len;
@@ -1048,7 +1057,7 @@ static void lock_tell_lost(const struct lock *l)
         size_t n =
             proto_encode_event("lost", l->token, r, rl, buf, sizeof(buf));
         if (n > 0) {
-            server_send_event(l->owner->client, buf, n);
+            l->owner->event_cb(l->owner, buf, n);
         }
     }
 }
@@ -1196,8 +1205,8 @@ static bool lock_renew_early(const struct ops *o, const struct lock *l,
 }
 
 /* When to give up on a renewal of l sent at now (the decision's wake). */
-static uint64_t lock_renew_give_up_at(const struct ops *o,
-                                      const struct lock *l, uint64_t now)
+static uint64_t lock_renew_give_up_at(const struct ops *o, const struct lock *l,
+                                      uint64_t now)
 {
     struct redlock_renew_state st = lock_renew_state(o, l);
     st.sent_us = now > 0 ? now : 1;
@@ -1397,10 +1406,10 @@ static void op_acquire(struct ops *o, struct call *call)
     struct waitq *q = waitq_find(o, qname, qlen);
     if (q != NULL && q->head != NULL && call->req.wait_ms > 0) {
         /* Others are already waiting: first come, first served. */
-        const char *refusal = waiter_refusal(o, call);
-        if (refusal != NULL) {
+        const char *why = waiter_refusal(o, call);
+        if (why != NULL) {
             METRIC_INC(acquire_error);
-            reply_error(call, ERR_LIMIT, refusal);
+            reply_error(call, ERR_LIMIT, why);
             return;
         }
         waitq_push(o, q, call);
@@ -1478,7 +1487,7 @@ void ops_call_abandoned(struct ops *o, struct call *call)
          * leaves the queue (a head whose attempt is in flight). */
         call->session->waiters--;
     }
-    call->client = NULL;
+    call->abandoned = true;
     call->session = NULL;
     if (call->waitq == NULL) {
         return; /* in flight: acquire_won releases what it wins */
@@ -1562,8 +1571,8 @@ void ops_shutdown(struct ops *o)
             lock_tell_lost(x);
             told++;
         }
-        if (s->client != NULL) {
-            server_close_client(s->client); /* releases s's locks */
+        if (s->close_cb != NULL) {
+            s->close_cb(s); /* releases s's locks */
         } else {
             ops_client_closed(o, s);
         }
@@ -1581,11 +1590,6 @@ void ops_shutdown(struct ops *o)
 bool ops_idle(const struct ops *o)
 {
     return cluster_inflight(o->cluster) == 0 && o->inspect_inflight == 0;
-}
-
-bool ops_shutting_down(const struct ops *o)
-{
-    return o->shutting_down;
 }
 
 char *ops_health_json(struct ops *o, const char *id, size_t id_len,
