@@ -323,4 +323,22 @@ redlock_renew_decide(const struct redlock_renew_state *s, uint64_t now_us,
  * is always safe; the give-up is never moved. */
 uint64_t redlock_renew_early_us(uint32_t ttl_ms);
 
+/* redlock_renew_failed: what follows a renewal of s that failed at now_us;
+ * not_held: a quorum answered that the lock is not held. RL_RENEW_GIVE_UP
+ * when not held or past the give-up time; else RL_RENEW_WAIT, with
+ * *retry_us when to try again: a quarter of the time left before the
+ * give-up, at most 10 ms, so that several retries fit before it. */
+enum redlock_renew_action
+redlock_renew_failed(const struct redlock_renew_state *s, bool not_held,
+                     uint64_t now_us, uint64_t *retry_us);
+
+/* redlock_extend_failed_until_us: a lock valid until valid_until_us was
+ * extended to ttl_ms at start_us and the extend failed. It may have reached
+ * some nodes, which then let the key go at start + ttl: the lock's validity
+ * is bounded by start_us plus the validity of ttl_ms (drift_factor taken
+ * off, no time spent), never above valid_until_us. */
+uint64_t redlock_extend_failed_until_us(uint64_t valid_until_us,
+                                        uint32_t ttl_ms, double drift_factor,
+                                        uint64_t start_us);
+
 #endif
