@@ -468,13 +468,6 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
 
 /* ---- release, extend, complete ------------------------------------------ */
 
-/* A lock leaves the table (renew_drop): the next waiter for its resource
- * may go. The release (if any) was already queued on every node. */
-static void lock_drop(struct ops *o, struct lock *l)
-{
-    renew_drop(o->renew, l);
-}
-
 /* l leaves the table through a call from another connection (its token
  * passed on): released, completed, or proved gone by an extend. Its owner
  * would learn of it at its next renewal at best, so it is told now. Not
@@ -489,7 +482,7 @@ static void lock_drop_by(struct ops *o, struct lock *l, const struct call *call,
                   l->resource, why);
         renew_tell_lost(l);
     }
-    lock_drop(o, l);
+    renew_drop(o->renew, l);
 }
 
 /* Resolves which resource a token refers to: the request's, else the
@@ -882,7 +875,7 @@ void ops_client_closed(struct ops *o, struct lock_owner *session)
         cluster_release(o->cluster, l->resource, l->resource_len, l->token,
                         NULL, NULL);
         METRIC_INC(session_releases);
-        lock_drop(o, l);
+        renew_drop(o->renew, l);
     }
 }
 

@@ -3,6 +3,7 @@ held, or no renewal answered before the give-up) leaves the table from
 inside the renewal's callback or the lock timer; the next waiter's attempt
 is then scheduled, not run there, and the waiter still gets the lock."""
 
+import contextlib
 import time
 
 from rl import SLOW, assert_ok, lock_key, poll_until, rname
@@ -16,15 +17,21 @@ def _queued(c, res):
                for e in r["locks"])
 
 
-def _wait_behind(daemon, holder, res, wait_ms):
-    """A second connection whose acquire of res (held by holder) is queued;
-    returns it with its request's id."""
-    w = daemon.client(timeout=30.0 * SLOW)
-    w.send({"op": "acquire", "id": "w", "resource": res, "ttl_ms": 20000,
-            "wait_ms": wait_ms})
-    ok, _ = poll_until(lambda: _queued(holder, res), 5.0 * SLOW)
-    assert ok, "the waiter never showed up in the queue"
-    return w
+@contextlib.contextmanager
+def _held_with_waiter(daemon, res, ttl):
+    """A renewing lock of ttl ms on res, and a second connection's acquire
+    of res queued behind it: yields (holder, the holder's answer, waiter);
+    the waiter's request has the id "w"."""
+    with daemon.client(timeout=10.0 * SLOW) as holder, \
+            daemon.client(timeout=30.0 * SLOW) as w:
+        r = holder.call("acquire", resource=res, ttl_ms=ttl, renew=True)
+        assert_ok(r, "holder's renewing acquire")
+        w.send({"op": "acquire", "id": "w", "resource": res,
+                "ttl_ms": 20000, "wait_ms": int(20000 * SLOW)})
+        ok, _ = poll_until(lambda: _queued(holder, res), 5.0 * SLOW)
+        assert ok, "the waiter never showed up in the queue"
+        assert holder.events == [], holder.events
+        yield holder, r, w
 
 
 def _assert_waiter_holds(cluster, w, res, timeout):
@@ -44,19 +51,12 @@ def test_waiter_gets_lock_when_renewal_finds_it_not_held(cluster, daemon):
     res = rname("wlost")
     key = lock_key(res)
     ttl = int(1500 * SLOW)
-    with daemon.client(timeout=10.0 * SLOW) as holder:
-        r = holder.call("acquire", resource=res, ttl_ms=ttl, renew=True)
-        assert_ok(r, "holder's renewing acquire")
-        w = _wait_behind(daemon, holder, res, int(20000 * SLOW))
-        try:
-            assert holder.events == [], holder.events
-            cluster.each("DEL", key)
-            ev = holder.wait_event(timeout=ttl / 1000.0 + 5.0 * SLOW)
-            assert ev.get("event") == "lost", ev
-            assert ev.get("lock") == r["lock"], ev
-            _assert_waiter_holds(cluster, w, res, 10.0 * SLOW)
-        finally:
-            w.close()
+    with _held_with_waiter(daemon, res, ttl) as (holder, r, w):
+        cluster.each("DEL", key)
+        ev = holder.wait_event(timeout=ttl / 1000.0 + 5.0 * SLOW)
+        assert ev.get("event") == "lost", ev
+        assert ev.get("lock") == r["lock"], ev
+        _assert_waiter_holds(cluster, w, res, 10.0 * SLOW)
 
 
 def test_waiter_gets_lock_when_renewal_gives_up(cluster, daemon):
@@ -66,21 +66,15 @@ def test_waiter_gets_lock_when_renewal_gives_up(cluster, daemon):
     they are back."""
     res = rname("wgive")
     ttl = int(600 * SLOW)
-    with daemon.client(timeout=10.0 * SLOW) as holder:
-        r = holder.call("acquire", resource=res, ttl_ms=ttl, renew=True)
-        assert_ok(r, "holder's renewing acquire")
-        w = _wait_behind(daemon, holder, res, int(20000 * SLOW))
+    with _held_with_waiter(daemon, res, ttl) as (holder, r, w):
+        for nd in cluster.nodes[:3]:
+            nd.pause()
         try:
-            for nd in cluster.nodes[:3]:
-                nd.pause()
-            try:
-                ev = holder.wait_event(timeout=5.0 * SLOW)
-                assert ev.get("event") == "lost", ev
-                assert ev.get("lock") == r["lock"], ev
-                # Let the waiter's attempts meet the paused quorum.
-                time.sleep(0.3 * SLOW)
-            finally:
-                cluster.resume_all()
-            _assert_waiter_holds(cluster, w, res, 15.0 * SLOW)
+            ev = holder.wait_event(timeout=5.0 * SLOW)
+            assert ev.get("event") == "lost", ev
+            assert ev.get("lock") == r["lock"], ev
+            # Let the waiter's attempts meet the paused quorum.
+            time.sleep(0.3 * SLOW)
         finally:
-            w.close()
+            cluster.resume_all()
+        _assert_waiter_holds(cluster, w, res, 15.0 * SLOW)
