@@ -2,7 +2,7 @@
  *
  * Calls go down, answers come up: the server allocates a call (inside a
  * struct of its own), sets done, and passes it to ops_submit(). Whoever
- * answers it (ops, inspect, waitq) calls call_done() exactly once; from
+ * answers it (ops, inspect) calls call_done() exactly once; from
  * then on the call is the server's again and may already be freed. Nothing
  * below the server names it: done is the only way up. */
 #ifndef REDLOCKD_CALL_H
