@@ -375,14 +375,11 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
             bool sem = call->req.permits > 0;
             bool held = acquire_won(o, call, res);
             /* The next in line waits for this lock's release (a local wake)
-             * or its expiry, whichever comes first, within its wait; at
-             * once if it was given straight back. */
+             * or its expiry, whichever comes first, within its wait. */
             if (q->head != NULL) {
-                uint64_t now = cluster_now_us();
-                uint64_t left = wait_left_ms(q->head, now);
-                /* A semaphore may have more slots free: at once. */
-                uint64_t d = held && !sem ? (uint64_t)res->validity_ms + 1 : 0;
-                waitq_arm(q->head, d < left ? d : left);
+                uint64_t left = wait_left_ms(q->head, cluster_now_us());
+                waitq_arm(q->head, redlock_handoff_delay_ms(
+                                       held, sem, res->validity_ms, left));
             } else {
                 waitq_free_if_empty(o->waitqs, q);
             }

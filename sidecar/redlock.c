@@ -611,3 +611,11 @@ uint64_t redlock_extend_failed_until_us(uint64_t valid_until_us,
     uint64_t bound = start_us + (uint64_t)(v > 0 ? v : 0) * 1000u;
     return bound < valid_until_us ? bound : valid_until_us;
 }
+
+uint64_t redlock_handoff_delay_ms(bool held, bool semaphore,
+                                  int64_t validity_ms, uint64_t wait_left_ms)
+{
+    uint64_t d =
+        held && !semaphore && validity_ms >= 0 ? (uint64_t)validity_ms + 1 : 0;
+    return d < wait_left_ms ? d : wait_left_ms;
+}

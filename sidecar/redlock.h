@@ -341,4 +341,14 @@ uint64_t redlock_extend_failed_until_us(uint64_t valid_until_us,
                                         uint32_t ttl_ms, double drift_factor,
                                         uint64_t start_us);
 
+/* redlock_handoff_delay_ms: when the next waiter in line tries after the
+ * head's acquisition won. held: the head kept the lock (it may have given
+ * it straight back: client gone, limit, shutdown); semaphore: it took one
+ * slot of several. A mutex held by the head cannot be free before its
+ * validity (validity_ms) ends, + 1 ms, unless its release wakes the queue
+ * first; a semaphore may have more slots free, and a lock given back is
+ * free: at once. Never past the waiter's wait_left_ms. */
+uint64_t redlock_handoff_delay_ms(bool held, bool semaphore,
+                                  int64_t validity_ms, uint64_t wait_left_ms);
+
 #endif

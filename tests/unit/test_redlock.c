@@ -837,6 +837,19 @@ static void test_extend_failed_until(void **state)
                      5000);
 }
 
+/* After the head won, the next in line waits for the lock's validity (a
+ * release wakes it sooner), within its own wait; a semaphore's next waiter
+ * and one behind a lock given straight back try at once. */
+static void test_handoff_delay(void **state)
+{
+    (void)state;
+    assert_int_equal(redlock_handoff_delay_ms(true, false, 980, 5000), 981);
+    assert_int_equal(redlock_handoff_delay_ms(true, false, 980, 300), 300);
+    assert_int_equal(redlock_handoff_delay_ms(true, true, 980, 5000), 0);
+    assert_int_equal(redlock_handoff_delay_ms(false, false, 980, 5000), 0);
+    assert_int_equal(redlock_handoff_delay_ms(true, false, 980, 0), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -871,6 +884,7 @@ int main(void)
         cmocka_unit_test(test_renew_early),
         cmocka_unit_test(test_renew_failed),
         cmocka_unit_test(test_extend_failed_until),
+        cmocka_unit_test(test_handoff_delay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
