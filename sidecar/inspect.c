@@ -18,12 +18,12 @@
 
 #include <hiredis/hiredis.h>
 
+#include "call.h"
 #include "cluster.h"
 #include "config.h"
 #include "locks.h"
 #include "log.h"
 #include "node.h"
-#include "ops.h"
 #include "proto.h"
 #include "redlock.h"
 #include "replyview.h"
@@ -118,7 +118,7 @@ static void reply(struct call *call, enum proto_err err, const char *msg,
         rsp.extra = extra->p;
         rsp.extra_len = extra->len;
     }
-    server_call_done(call, &rsp);
+    call_done(call, &rsp);
 }
 
 /* ---- locks ----------------------------------------------------------- */

@@ -2,7 +2,7 @@
  * nodes say of one resource.
  *
  * Called by ops for the locks and inspect operations; answers through
- * server_call_done() like every operation. Tokens are capabilities: neither
+ * call_done() like every operation. Tokens are capabilities: neither
  * answer ever carries one. */
 #ifndef REDLOCKD_INSPECT_H
 #define REDLOCKD_INSPECT_H

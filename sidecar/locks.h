@@ -15,10 +15,23 @@
 #include "proto.h"
 
 struct lock_table;
-struct client;
+struct lock_owner;
 
-/* The session side of a connection: embedded in struct client, it heads the
- * list of locks that die with the connection. */
+/* Sends the owner's connection an unsolicited event line (json[0..len), no
+ * newline), such as a lost event. */
+typedef void lock_owner_event_fn(struct lock_owner *owner, const char *json,
+                                 size_t len);
+
+/* Closes the owner's connection at shutdown: its calls in flight are
+ * answered shutting_down, what is queued for it is written, and its session
+ * locks are released (ops_client_closed) before this returns; the owner may
+ * be freed by then. */
+typedef void lock_owner_close_fn(struct lock_owner *owner);
+
+/* The session side of a connection: embedded in the server's connection, it
+ * heads the list of locks that die with the connection. Ops and the lock
+ * table hold it as an opaque handle; they reach the connection only through
+ * the callbacks the server set. */
 struct lock_owner {
     struct lock *head; /* borrowed: locks are owned by the table */
     size_t count;
@@ -27,9 +40,11 @@ struct lock_owner {
     struct lock *defer_head, *defer_tail; /* borrowed: locks whose renewal
                                              waits for this connection's
                                              budget, oldest first */
-    struct client *client; /* borrowed: the connection that embeds this */
-    uint64_t conn_id;      /* server: the connection's id, for listings */
-    bool has_cred;         /* server: pid/uid/gid read by SO_PEERCRED */
+    /* server: set at accept; ops reaches the connection only so */
+    lock_owner_event_fn *event_cb;
+    lock_owner_close_fn *close_cb;
+    uint64_t conn_id; /* server: the connection's id, for listings */
+    bool has_cred;    /* server: pid/uid/gid read by SO_PEERCRED */
     int pid;
     unsigned uid, gid;
 };

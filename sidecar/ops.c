@@ -15,15 +15,15 @@
  * the request's resource when one is given; only a request that names the
  * lock's own resource (or none) may change or drop the table's entry.
  *
- * One timer serves every lock through the table's deadline heap: renewals
- * that are due, and the removal of locks whose validity ended. */
+ * Dispatch and replies live here; the wait queues are waitq.c's, and
+ * renewal, expiry and lost events renew.c's. Both report up by callback:
+ * waitq when a head's attempt is due or a waiter's wait ran out, renew when
+ * a lock left the table (its waiters may go). */
 #include "ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include <event2/event.h>
 
 #include "cluster.h"
 #include "config.h"
@@ -33,64 +33,25 @@
 #include "metrics.h"
 #include "node.h"
 #include "redlock.h"
+#include "renew.h"
 #include "semaphore.h"
+#include "waitq.h"
 #include "wake.h"
 
-/* The callers waiting for one resource, first come, first served. Owned by
- * the ops hash; freed when it empties. */
-struct waitq {
-    char *resource; /* owned */
-    size_t resource_len;
-    struct call *head, *tail; /* borrowed calls, linked by wnext/wprev */
-    bool head_trying;         /* the head has an acquisition in flight */
-    bool woken;               /* a release came while the head was trying */
-    size_t n_waiting;         /* calls in the queue, for listings */
-    struct waitq *hnext;      /* hash chain */
-};
-
 struct ops {
-    struct event_base *base;  /* borrowed */
     const struct config *cfg; /* borrowed */
     struct cluster *cluster;  /* owned */
     struct lock_table *locks; /* owned */
     struct wake *wake;        /* owned: pub/sub wake-ups from elsewhere */
+    struct waitq_set *waitqs; /* owned: the wait queues */
+    struct renew *renew;      /* owned: renewals, expiry, lost events */
     struct sem_seen *sem;     /* owned: permits asked per semaphore */
-    struct event *lock_timer; /* owned: next lock deadline */
-    uint64_t lock_timer_due;
-    struct waitq **wq_buckets; /* owned */
-    size_t wq_n_buckets;
-    int n_waiters;
-    int renew_inflight;   /* renewals sent, not yet answered */
-    int inspect_inflight; /* inspections sent, not yet answered */
+    int inspect_inflight;     /* inspections sent, not yet answered */
     bool shutting_down;
 };
 
-/* A renewal in flight; owned by the cluster callback. The lock is looked up
- * again by token, since it may be released meanwhile. */
-struct renew_ctx {
-    struct ops *ops;
-    char token[PROTO_TOKEN_LEN + 1];
-};
-
-static void waiter_try(struct ops *o, struct call *call);
 static void waiter_finish(struct ops *o, struct call *call, enum proto_err err,
                           const char *msg);
-static void lock_timer_rearm(struct ops *o);
-static void lock_timer_kick(struct ops *o);
-
-/* Renewals in flight at once, across all locks. */
-#define RENEW_INFLIGHT_MAX 2048
-
-/* Renewals in flight at once for the locks of one connection: a client
- * with many short renewing locks must not take every slot above while
- * others' renewals fall due. */
-#define RENEW_CONN_INFLIGHT_MAX 256
-
-/* A renewal held back for want of a slot looks again this much later. */
-#define RENEW_HOLD_BACK_US 5000
-/* The farthest ahead the lock timer looks for renewals that may go out
- * early (redlock_renew_early_us never exceeds it). */
-#define RENEW_EARLY_MAX_US 5000u
 
 /* ---- replies ------------------------------------------------------------ */
 
@@ -101,7 +62,7 @@ static void reply_error(struct call *call, enum proto_err err, const char *msg)
     rsp.id_len = call->req.id_len;
     rsp.err = err;
     rsp.message = msg;
-    server_call_done(call, &rsp);
+    call_done(call, &rsp);
 }
 
 static void reply_ok(struct call *call, const char *lock, const char *resource,
@@ -131,7 +92,7 @@ static void reply_ok(struct call *call, const char *lock, const char *resource,
     rsp.validity_ms = validity_ms;
     rsp.has_fence = has_fence;
     rsp.fence = fence;
-    server_call_done(call, &rsp);
+    call_done(call, &rsp);
 }
 
 #define TOO_LATE_MESSAGE                                                       \
@@ -171,76 +132,7 @@ static const char *result_message(const struct cluster_result *res)
     return err_message(res->err);
 }
 
-/* ---- wait queues -------------------------------------------------------- */
-
-static size_t resource_hash(const char *s, size_t len)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ULL;
-    }
-    return (size_t)h;
-}
-
-static struct waitq **waitq_slot(struct ops *o, const char *res, size_t len)
-{
-    size_t h = resource_hash(res, len) & (o->wq_n_buckets - 1);
-    struct waitq **pp = &o->wq_buckets[h];
-    while (*pp != NULL && ((*pp)->resource_len != len ||
-                           memcmp((*pp)->resource, res, len) != 0)) {
-        pp = &(*pp)->hnext;
-    }
-    return pp;
-}
-
-static struct waitq *waitq_find(struct ops *o, const char *res, size_t len)
-{
-    return *waitq_slot(o, res, len);
-}
-
-static struct waitq *waitq_get(struct ops *o, const char *res, size_t len)
-{
-    struct waitq **pp = waitq_slot(o, res, len);
-    if (*pp != NULL) {
-        return *pp;
-    }
-    struct waitq *q = calloc(1, sizeof(*q));
-    if (q == NULL) {
-        return NULL;
-    }
-    q->resource = malloc(len + 1);
-    if (q->resource == NULL) {
-        free(q);
-        return NULL;
-    }
-    memcpy(q->resource, res, len);
-    q->resource[len] = '\0';
-    q->resource_len = len;
-    *pp = q;
-    /* Hear of releases in other daemons while anyone waits here; on
-     * failure the waiters still retry on their back-off. */
-    if (o->wake != NULL && wake_watch(o->wake, res, len) != 0) {
-        log_warn(NULL, "cannot watch a resource for wake-ups (out of memory)");
-    }
-    return q;
-}
-
-static void waitq_free_if_empty(struct ops *o, struct waitq *q)
-{
-    if (q->head != NULL || q->head_trying) {
-        return;
-    }
-    struct waitq **pp = waitq_slot(o, q->resource, q->resource_len);
-    if (*pp == q) {
-        *pp = q->hnext;
-    }
-    if (o->wake != NULL) {
-        wake_unwatch(o->wake, q->resource, q->resource_len);
-    }
-    free(q->resource);
-    free(q);
-}
+/* ---- waiters ------------------------------------------------------------ */
 
 /* Whether one more waiter may queue: NULL, or why not. A call counts
  * against its connection's --max-conn-waiters while it is queued and its
@@ -248,7 +140,7 @@ static void waitq_free_if_empty(struct ops *o, struct waitq *q)
  * it never has more than one waiter). */
 static const char *waiter_refusal(const struct ops *o, const struct call *call)
 {
-    if (o->n_waiters >= o->cfg->max_waiters) {
+    if (waitq_count(o->waitqs) >= o->cfg->max_waiters) {
         return "too many waiters in this daemon (--max-waiters)";
     }
     if (call->session != NULL &&
@@ -258,136 +150,24 @@ static const char *waiter_refusal(const struct ops *o, const struct call *call)
     return NULL;
 }
 
-static void waitq_push(struct ops *o, struct waitq *q, struct call *call)
-{
-    call->wnext = NULL;
-    call->wprev = q->tail;
-    if (q->tail != NULL) {
-        q->tail->wnext = call;
-    } else {
-        q->head = call;
-    }
-    q->tail = call;
-    q->n_waiting++;
-    call->waitq = q;
-    call->waiting = true;
-    call->waited = true;
-    if (call->session != NULL) {
-        call->session->waiters++;
-    }
-    o->n_waiters++;
-    METRIC_ADD(waiters, 1);
-}
-
-/* Takes a call out of its queue and stops its retry timer. */
-static void waitq_unlink(struct ops *o, struct call *call)
-{
-    struct waitq *q = call->waitq;
-    if (q == NULL) {
-        return;
-    }
-    if (call->wprev != NULL) {
-        call->wprev->wnext = call->wnext;
-    } else {
-        q->head = call->wnext;
-    }
-    if (call->wnext != NULL) {
-        call->wnext->wprev = call->wprev;
-    } else {
-        q->tail = call->wprev;
-    }
-    call->wnext = call->wprev = NULL;
-    q->n_waiting--;
-    call->waitq = NULL;
-    call->waiting = false;
-    if (call->retry_ev != NULL) {
-        event_free(call->retry_ev);
-        call->retry_ev = NULL;
-    }
-    if (call->session != NULL) {
-        call->session->waiters--;
-    }
-    o->n_waiters--;
-    METRIC_ADD(waiters, -1);
-}
-
-/* A queued call's timer: the head retries; anyone else has waited out
- * wait_ms behind the head and answers busy. */
-static void retry_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct call *call = arg;
-    struct ops *o = call->ops;
-    struct waitq *q = call->waitq;
-    if (q == NULL) {
-        return;
-    }
-    if (q->head == call) {
-        if (!q->head_trying) {
-            waiter_try(o, call);
-        }
-        return;
-    }
-    METRIC_INC(acquire_busy);
-    waiter_finish(o, call, ERR_BUSY,
-                  "the resource is held by another owner "
-                  "(wait_ms ran out in the queue)");
-}
-
-/* Arms a queued call's timer for delay_ms. Without a timer the call could
- * never be answered, and as the head it would stall its queue: it fails
- * with internal, and the next in line goes on. */
-static void waiter_arm(struct ops *o, struct call *call, uint64_t delay_ms)
-{
-    if (call->retry_ev == NULL) {
-        call->retry_ev = evtimer_new(o->base, retry_cb, call);
-        if (call->retry_ev == NULL) {
-            log_error(NULL, "out of memory arming a retry timer");
-            METRIC_INC(acquire_error);
-            waiter_finish(o, call, ERR_INTERNAL, err_message(ERR_INTERNAL));
-            return;
-        }
-    }
-    struct timeval tv = {(time_t)(delay_ms / 1000),
-                         (suseconds_t)(delay_ms % 1000) * 1000};
-    evtimer_add(call->retry_ev, &tv);
-}
-
 static uint64_t wait_left_ms(const struct call *call, uint64_t now)
 {
     return call->wait_until_us > now ? (call->wait_until_us - now) / 1000u : 0;
-}
-
-/* Wakes the queue of a resource: its head tries now (a local release was
- * queued on every node before this, so the head's SET lands after it). */
-static void waitq_wake(struct ops *o, const char *res, size_t len)
-{
-    char qname[SEM_NAME_MAX + 1];
-    const char *r;
-    size_t rl;
-    int k;
-    if (sem_parse(res, len, &r, &rl, &k) && k >= 0) {
-        /* A slot came free: any waiter of its semaphore may take it. */
-        len = sem_queue_name(r, rl, qname);
-        res = qname;
-    }
-    struct waitq *q = waitq_find(o, res, len);
-    if (q == NULL || q->head == NULL) {
-        return;
-    }
-    if (q->head_trying) {
-        q->woken = true;
-        return;
-    }
-    waiter_try(o, q->head);
 }
 
 /* A release or completion was announced by a node (perhaps from another
  * daemon). */
 static void wake_cb(const char *resource, size_t len, void *priv)
 {
-    waitq_wake(priv, resource, len);
+    struct ops *o = priv;
+    waitq_wake(o->waitqs, resource, len);
+}
+
+/* A lock left the table (renew_drop): the next waiter may go. */
+static void lock_freed_cb(const char *resource, size_t len, void *arg)
+{
+    struct ops *o = arg;
+    waitq_wake(o->waitqs, resource, len);
 }
 
 /* A call that queued is answered: the time it spent waiting, apart from its
@@ -401,22 +181,14 @@ static void observe_wait(const struct call *call, uint64_t now)
     metrics_observe_wait(total > call->round_us ? total - call->round_us : 0);
 }
 
-/* Answers and removes a waiting call; the next in line starts trying. */
+/* Answers and removes a waiting call; the next in line's attempt is due
+ * (waitq_leave). */
 static void waiter_finish(struct ops *o, struct call *call, enum proto_err err,
                           const char *msg)
 {
-    struct waitq *q = call->waitq;
-    bool was_head = q != NULL && q->head == call;
-    waitq_unlink(o, call);
+    waitq_leave(o->waitqs, call);
     observe_wait(call, cluster_now_us());
     reply_error(call, err, msg);
-    if (q != NULL) {
-        if (was_head && q->head != NULL && !q->head_trying) {
-            waiter_try(o, q->head);
-        } else {
-            waitq_free_if_empty(o, q);
-        }
-    }
 }
 
 /* ---- acquire --------------------------------------------------------------
@@ -478,77 +250,28 @@ static void acquire_start(struct ops *o, struct call *call)
     }
 }
 
-/* The head of a queue tries (again); once shutting down it is answered
- * instead (a release or a wake-up during teardown must start nothing). */
-static void waiter_try(struct ops *o, struct call *call)
+/* The head of a queue tries (again) (waitq_try_fn); once shutting down it
+ * is answered instead (a release or a wake-up during teardown must start
+ * nothing). */
+static void waiter_try_cb(struct call *call, void *arg)
 {
-    struct waitq *q = call->waitq;
+    struct ops *o = arg;
     if (o->shutting_down) {
         waiter_finish(o, call, ERR_SHUTTING_DOWN,
                       err_message(ERR_SHUTTING_DOWN));
         return;
     }
-    if (call->retry_ev != NULL) {
-        evtimer_del(call->retry_ev);
-    }
-    q->head_trying = true;
-    q->woken = false;
+    waitq_begin_try(call);
     acquire_start(o, call);
 }
 
-/* The renewal state of l, for redlock_renew_decide(). */
-static struct redlock_renew_state lock_renew_state(const struct ops *o,
-                                                   const struct lock *l)
+/* A call behind the head waited out wait_ms (waitq_expired_fn). */
+static void waiter_expired_cb(struct call *call, void *arg)
 {
-    struct redlock_renew_state st = {
-        .valid_until_us = l->valid_until_us,
-        .ttl_ms = l->ttl_ms,
-        .node_timeout_ms = (uint32_t)o->cfg->node_timeout_ms,
-        .next_renew_us = l->next_renew_us,
-        .sent_us = l->renew_sent_us,
-        .paused = l->ending > 0,
-    };
-    return st;
-}
-
-/* Sets l's deadline in the heap from what it waits for now: the end of its
- * validity, or for a renewing lock the next renewal or the give-up. */
-static void lock_reschedule(struct ops *o, struct lock *l, uint64_t now)
-{
-    uint64_t due = l->valid_until_us;
-    if (l->renew) {
-        struct redlock_renew_state st = lock_renew_state(o, l);
-        if (redlock_renew_decide(&st, now, &due) != RL_RENEW_WAIT) {
-            due = now;
-        }
-    }
-    locks_set_deadline(o->locks, l, due);
-    lock_timer_rearm(o);
-}
-
-/* A new validity for l (acquired, renewed, extended): the next renewal is
- * due by redlock_renew_next_us(). */
-static void lock_schedule(struct ops *o, struct lock *l, uint64_t now)
-{
-    if (l->renew) {
-        uint64_t give_up = redlock_renew_give_up_us(
-            l->valid_until_us, l->ttl_ms, (uint32_t)o->cfg->node_timeout_ms);
-        l->next_renew_us = redlock_renew_next_us(now, give_up, l->ttl_ms,
-                                                 (double)random() / RAND_MAX);
-    }
-    lock_reschedule(o, l, now);
-}
-
-/* A release or complete of l ended without dropping it: once no other is
- * in flight, l is held as far as we know, so its renewal goes on, at once
- * if one fell due meanwhile, and a lock whose validity ran short is given
- * up (with a lost event) by the timer. */
-static void lock_ending_ended(struct ops *o, struct lock *l)
-{
-    if (--l->ending > 0) {
-        return;
-    }
-    lock_reschedule(o, l, cluster_now_us());
+    METRIC_INC(acquire_busy);
+    waiter_finish(arg, call, ERR_BUSY,
+                  "the resource is held by another owner "
+                  "(wait_ms ran out in the queue)");
 }
 
 /* The --max-locks or --max-conn-locks refusal for one more lock, or NULL. */
@@ -574,14 +297,14 @@ static bool acquire_won(struct ops *o, struct call *call,
     uint64_t now = cluster_now_us();
     metrics_observe_acquire(now - call->start_us);
     observe_wait(call, now);
-    if (call->client == NULL || o->shutting_down) {
+    if (call->abandoned || o->shutting_down) {
         /* Nobody is left to hold it, or everything is being let go. */
         cluster_release(o->cluster, call->req.resource, call->req.resource_len,
                         call->token, NULL, NULL);
         METRIC_INC(session_releases);
         reply_error(call, ERR_SHUTTING_DOWN,
-                    call->client == NULL ? "client closed"
-                                         : err_message(ERR_SHUTTING_DOWN));
+                    call->abandoned ? "client closed"
+                                    : err_message(ERR_SHUTTING_DOWN));
         return false;
     }
     /* op_acquire checked the limits too, but every acquisition then in
@@ -617,7 +340,7 @@ static bool acquire_won(struct ops *o, struct call *call,
             l->renew_until_us = now + call->req.renew_max_ms * 1000u;
         }
     }
-    lock_schedule(o, l, now);
+    renew_schedule(o->renew, l, now);
     reply_ok(call, l->token, l->resource, l->resource_len, res->validity_ms,
              call->req.fence, res->fence);
     return true;
@@ -633,7 +356,7 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
     }
     call->round_us += cluster_now_us() - call->round_start_us;
     if (call->req.permits > 0 && res->err == ERR_BUSY &&
-        ++call->slots_tried < call->req.permits && call->client != NULL &&
+        ++call->slots_tried < call->req.permits && !call->abandoned &&
         !o->shutting_down) {
         /* That slot is taken; another may be free: try it now. */
         if (q != NULL) {
@@ -646,22 +369,19 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
 
     if (res->err == ERR_NONE) {
         if (q != NULL) {
-            waitq_unlink(o, call);
+            waitq_unlink(o->waitqs, call);
             q->woken = false;
+            /* Read before the answer gives the call back to the server. */
+            bool sem = call->req.permits > 0;
             bool held = acquire_won(o, call, res);
             /* The next in line waits for this lock's release (a local wake)
-             * or its expiry, whichever comes first, within its wait; at
-             * once if it was given straight back. */
+             * or its expiry, whichever comes first, within its wait. */
             if (q->head != NULL) {
-                uint64_t now = cluster_now_us();
-                uint64_t left = wait_left_ms(q->head, now);
-                /* A semaphore may have more slots free: at once. */
-                uint64_t d = held && call->req.permits == 0
-                                 ? (uint64_t)res->validity_ms + 1
-                                 : 0;
-                waiter_arm(o, q->head, d < left ? d : left);
+                uint64_t left = wait_left_ms(q->head, cluster_now_us());
+                waitq_arm(q->head, redlock_handoff_delay_ms(
+                                       held, sem, res->validity_ms, left));
             } else {
-                waitq_free_if_empty(o, q);
+                waitq_free_if_empty(o->waitqs, q);
             }
             return;
         }
@@ -671,35 +391,37 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
 
     uint64_t now = cluster_now_us();
     bool can_wait = (res->err == ERR_BUSY || res->err == ERR_NO_QUORUM) &&
-                    call->wait_until_us > now && call->client != NULL &&
+                    call->wait_until_us > now && !call->abandoned &&
                     !o->shutting_down;
     if (can_wait) {
         bool fresh = false;
         if (q == NULL) {
             /* Refused before waitq_get(), which would leave an empty queue
              * (and its wake-up watch) behind. */
-            const char *refusal = waiter_refusal(o, call);
-            if (refusal != NULL) {
+            const char *why = waiter_refusal(o, call);
+            if (why != NULL) {
                 METRIC_INC(acquire_error);
-                reply_error(call, ERR_LIMIT, refusal);
+                reply_error(call, ERR_LIMIT, why);
                 return;
             }
             char qbuf[SEM_NAME_MAX + 1];
             size_t qlen;
             const char *qname = call_queue(call, qbuf, &qlen);
-            fresh = waitq_find(o, qname, qlen) == NULL;
-            q = waitq_get(o, qname, qlen);
-            if (q == NULL) {
+            fresh = waitq_find(o->waitqs, qname, qlen) == NULL;
+            q = waitq_get(o->waitqs, qname, qlen);
+            if (q == NULL || waitq_push(o->waitqs, q, call) != 0) {
                 log_error(NULL, "acquire: out of memory queueing a waiter");
+                if (q != NULL) {
+                    waitq_free_if_empty(o->waitqs, q);
+                }
                 METRIC_INC(acquire_error);
                 reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
                 return;
             }
-            waitq_push(o, q, call);
             if (q->head != call) {
                 /* Someone queued meanwhile is ahead: wait our turn, at most
                  * until our own wait runs out. */
-                waiter_arm(o, call, wait_left_ms(call, now));
+                waitq_arm(call, wait_left_ms(call, now));
                 return;
             }
         }
@@ -715,7 +437,7 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
                                               (double)random() / RAND_MAX);
         q->woken = false;
         if (left > 0) {
-            waiter_arm(o, call, delay);
+            waitq_arm(call, delay);
             return;
         }
     }
@@ -743,23 +465,6 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
 
 /* ---- release, extend, complete ------------------------------------------ */
 
-static void lock_renew_ended(struct ops *o, struct lock *l, uint64_t now);
-
-/* A lock leaves the table: the next waiter for its resource may go. The
- * release (if any) was already queued on every node. */
-static void lock_drop(struct ops *o, struct lock *l)
-{
-    char res[SEM_NAME_MAX + 1];
-    size_t len = l->resource_len;
-    memcpy(res, l->resource, len);
-    lock_renew_ended(o, l, cluster_now_us());
-    locks_remove(o->locks, l);
-    METRIC_ADD(locks_held, -1);
-    waitq_wake(o, res, len);
-}
-
-static void lock_tell_lost(const struct lock *l);
-
 /* l leaves the table through a call from another connection (its token
  * passed on): released, completed, or proved gone by an extend. Its owner
  * would learn of it at its next renewal at best, so it is told now. Not
@@ -772,9 +477,9 @@ static void lock_drop_by(struct ops *o, struct lock *l, const struct call *call,
         char tag[9];
         log_debug(NULL, "lock %s on '%.64s': %s", log_token_hash(l->token, tag),
                   l->resource, why);
-        lock_tell_lost(l);
+        renew_tell_lost(l);
     }
-    lock_drop(o, l);
+    renew_drop(o->renew, l);
 }
 
 /* Resolves which resource a token refers to: the request's, else the
@@ -813,6 +518,26 @@ static struct lock *call_lock(struct ops *o, const struct call *call)
     return call_addresses(call, l) ? l : NULL;
 }
 
+/* The table's lock (or NULL) and the resource a release, extend or
+ * complete acts on. Returns NULL, having answered not_held, when neither
+ * the request nor the table names a resource for the token. */
+static const char *call_target(struct ops *o, struct call *call,
+                               struct lock **l, size_t *len)
+{
+    *l = call_lock(o, call);
+    *len = 0;
+    const char *res = call_resource(call, *l, len);
+    if (res == NULL) {
+        char msg[PROTO_MSG_MAX];
+        snprintf(msg, sizeof(msg),
+                 "unknown token (pass \"resource\" to %s a lock taken "
+                 "through another daemon)",
+                 proto_op_name(call->req.op));
+        reply_error(call, ERR_NOT_HELD, msg);
+    }
+    return res;
+}
+
 /* A release or complete of a table lock answered err. The token finds the
  * lock op_release or op_complete counted, or none (dropped meanwhile). The
  * lock leaves the table only on proof that no quorum holds it (ok, or
@@ -835,7 +560,7 @@ static void lock_ending_answered(struct ops *o, struct call *call,
     if (call->req.op == OP_RELEASE) {
         l->renew = false;
     }
-    lock_ending_ended(o, l);
+    renew_ending_ended(o->renew, l);
 }
 
 static void release_done_cb(const struct cluster_result *res, void *priv)
@@ -860,14 +585,11 @@ static void release_done_cb(const struct cluster_result *res, void *priv)
 
 static void op_release(struct ops *o, struct call *call)
 {
-    struct lock *l = call_lock(o, call);
-    size_t len = 0;
-    const char *res = call_resource(call, l, &len);
+    struct lock *l;
+    size_t len;
+    const char *res = call_target(o, call, &l, &len);
     if (res == NULL) {
         METRIC_INC(release_not_held);
-        reply_error(call, ERR_NOT_HELD,
-                    "unknown token (pass \"resource\" to release a "
-                    "lock taken through another daemon)");
         return;
     }
     if (l != NULL) {
@@ -879,30 +601,10 @@ static void op_release(struct ops *o, struct call *call)
     if (cluster_release(o->cluster, res, len, call->req.lock, release_done_cb,
                         call) != 0) {
         if (l != NULL) {
-            lock_ending_ended(o, l);
+            renew_ending_ended(o->renew, l);
         }
         reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
     }
-}
-
-/* An extend to ttl_ms sent at start_us failed, but it may have reached some
- * nodes, which then let the key go at start + ttl: a shorter ttl bounds the
- * lock's validity from then on. A renewing lock renews at once (with its own
- * ttl), or is given up, with a lost event, before that bound. */
-static void extend_failed_ttl(struct ops *o, struct lock *l, uint32_t ttl_ms,
-                              uint64_t start_us)
-{
-    int64_t v = redlock_validity_ms(ttl_ms, o->cfg->drift_factor, 0);
-    uint64_t bound = start_us + (uint64_t)(v > 0 ? v : 0) * 1000u;
-    if (bound >= l->valid_until_us) {
-        return;
-    }
-    l->valid_until_us = bound;
-    uint64_t now = cluster_now_us();
-    if (l->renew && l->renew_sent_us == 0 && l->ending == 0) {
-        l->next_renew_us = now;
-    }
-    lock_reschedule(o, l, now);
 }
 
 static void extend_done_cb(const struct cluster_result *res, void *priv)
@@ -919,7 +621,7 @@ static void extend_done_cb(const struct cluster_result *res, void *priv)
             if (call->req.has_ttl) {
                 l->ttl_ms = call->req.ttl_ms;
             }
-            lock_schedule(o, l, cluster_now_us());
+            renew_schedule(o->renew, l, cluster_now_us());
         }
         reply_ok(call, call->req.lock, r, len, res->validity_ms, false, 0);
         return;
@@ -932,7 +634,7 @@ static void extend_done_cb(const struct cluster_result *res, void *priv)
     } else {
         METRIC_INC(extend_error);
         if (l != NULL && call->req.has_ttl) {
-            extend_failed_ttl(o, l, call->req.ttl_ms, res->start_us);
+            renew_extend_failed(o->renew, l, call->req.ttl_ms, res->start_us);
         }
     }
     reply_error(call, res->err, result_message(res));
@@ -940,14 +642,11 @@ static void extend_done_cb(const struct cluster_result *res, void *priv)
 
 static void op_extend(struct ops *o, struct call *call)
 {
-    struct lock *l = call_lock(o, call);
-    size_t len = 0;
-    const char *res = call_resource(call, l, &len);
+    struct lock *l;
+    size_t len;
+    const char *res = call_target(o, call, &l, &len);
     if (res == NULL) {
         METRIC_INC(extend_not_held);
-        reply_error(call, ERR_NOT_HELD,
-                    "unknown token (pass \"resource\" to extend a "
-                    "lock taken through another daemon)");
         return;
     }
     uint32_t ttl = call->req.has_ttl ? call->req.ttl_ms
@@ -979,14 +678,11 @@ static void complete_done_cb(const struct cluster_result *res, void *priv)
 
 static void op_complete(struct ops *o, struct call *call)
 {
-    struct lock *l = call_lock(o, call);
-    size_t len = 0;
-    const char *res = call_resource(call, l, &len);
+    struct lock *l;
+    size_t len;
+    const char *res = call_target(o, call, &l, &len);
     if (res == NULL) {
         METRIC_INC(complete_not_held);
-        reply_error(call, ERR_NOT_HELD,
-                    "unknown token (pass \"resource\" to complete "
-                    "a lock taken through another daemon)");
         return;
     }
     if (l != NULL) {
@@ -997,331 +693,10 @@ static void op_complete(struct ops *o, struct call *call)
     if (cluster_complete(o->cluster, res, len, call->req.lock,
                          call->req.keep_ms, complete_done_cb, call) != 0) {
         if (l != NULL) {
-            lock_ending_ended(o, l);
+            renew_ending_ended(o->renew, l);
         }
         reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
     }
-}
-
-/* ---- renewal and expiry ---------------------------------------------------
- */
-
-/* Logs a lost lock, at most LOST_LOG_PER_S lines a second: a quorum lost
- * under 100,000 locks must not become 100,000 lines. The rest are counted
- * and summed up in the next second's first line (and in the metric). */
-#define LOST_LOG_PER_S 20
-
-static void log_lost(const struct lock *l, const char *why)
-{
-    static uint64_t second;
-    static unsigned logged, suppressed;
-    uint64_t now_s = cluster_now_us() / 1000000u;
-    if (now_s != second) {
-        if (suppressed > 0) {
-            log_warn(NULL,
-                     "%u more lock(s) lost in the previous second "
-                     "(not logged one by one)",
-                     suppressed);
-        }
-        second = now_s;
-        logged = suppressed = 0;
-    }
-    if (logged >= LOST_LOG_PER_S) {
-        suppressed++;
-        return;
-    }
-    logged++;
-    char tag[9];
-    log_warn(NULL, "lock %s on '%.64s' lost: %s", log_token_hash(l->token, tag),
-             l->resource, why);
-}
-
-/* Sends l's owner, if it is an NDJSON session, the lost event. */
-static void lock_tell_lost(const struct lock *l)
-{
-    if (l->owner != NULL && l->owner->client != NULL) {
-        char buf[PROTO_RESPONSE_MAX];
-        const char *r = l->resource;
-        size_t rl = l->resource_len;
-        int k;
-        (void)sem_parse(l->resource, l->resource_len, &r, &rl, &k);
-        size_t n =
-            proto_encode_event("lost", l->token, r, rl, buf, sizeof(buf));
-        if (n > 0) {
-            server_send_event(l->owner->client, buf, n);
-        }
-    }
-}
-
-static void lock_lost(struct ops *o, struct lock *l, const char *why)
-{
-    log_lost(l, why);
-    METRIC_INC(locks_lost);
-    lock_tell_lost(l);
-    /* Whatever nodes still hold it let go now rather than at expiry. */
-    cluster_release(o->cluster, l->resource, l->resource_len, l->token, NULL,
-                    NULL);
-    lock_drop(o, l);
-}
-
-/* Whether the timer would send l's renewal at now. */
-static bool lock_renew_would_send(const struct ops *o, const struct lock *l,
-                                  uint64_t now)
-{
-    if (!l->renew || (l->renew_until_us != 0 && now >= l->renew_until_us)) {
-        return false;
-    }
-    struct redlock_renew_state st = lock_renew_state(o, l);
-    uint64_t wake = 0;
-    return redlock_renew_decide(&st, now, &wake) == RL_RENEW_SEND;
-}
-
-/* l's renewal in flight ended (answered, or l leaves the table): a slot of
- * its owner's budget comes free, and the owner's oldest renewal waiting
- * for one is due now. A deferred lock that no longer renews (a release or
- * complete in flight, extended meanwhile, past its last moment) waits for
- * what it waits for instead, and the slot goes to the next. */
-static void lock_renew_ended(struct ops *o, struct lock *l, uint64_t now)
-{
-    if (l->renew_sent_us == 0) {
-        return;
-    }
-    l->renew_sent_us = 0;
-    if (l->owner == NULL) {
-        return;
-    }
-    l->owner->renewing--;
-    struct lock *next;
-    while ((next = locks_undefer(l->owner)) != NULL) {
-        if (lock_renew_would_send(o, next, now)) {
-            locks_set_deadline(o->locks, next, now);
-            lock_timer_kick(o);
-            return;
-        }
-        lock_reschedule(o, next, now);
-    }
-}
-
-static void renew_done_cb(const struct cluster_result *res, void *priv)
-{
-    struct renew_ctx *ctx = priv;
-    struct ops *o = ctx->ops;
-    struct lock *l = locks_find(o->locks, ctx->token);
-    free(ctx);
-    /* Renewals held back for want of a slot look again within
-     * RENEW_HOLD_BACK_US. */
-    o->renew_inflight--;
-    if (l == NULL) {
-        return; /* released meanwhile */
-    }
-    uint64_t now = cluster_now_us();
-    lock_renew_ended(o, l, now);
-    if (l->ending > 0 && res->err != ERR_NONE) {
-        /* A release or complete is in flight and its answer decides: a
-         * renewal that met the delete or the done mark says nothing.
-         * lock_ending_ended() goes on with renewal if that fails; the
-         * give-up time holds meanwhile. */
-        METRIC_INC(renew_failed);
-        lock_reschedule(o, l, now);
-        return;
-    }
-    if (res->err == ERR_NONE) {
-        METRIC_INC(renew_ok);
-        l->valid_until_us = res->valid_until_us;
-        lock_schedule(o, l, now);
-        return;
-    }
-    METRIC_INC(renew_failed);
-    uint64_t give_up = redlock_renew_give_up_us(
-        l->valid_until_us, l->ttl_ms, (uint32_t)o->cfg->node_timeout_ms);
-    if (res->err == ERR_NOT_HELD || now >= give_up) {
-        lock_lost(o, l,
-                  res->err == ERR_NOT_HELD ? "no longer held by a quorum"
-                                           : "renewal failed");
-        return;
-    }
-    /* Still valid: try again soon, well before the validity ends. */
-    uint64_t left = give_up - now;
-    uint64_t again = left / 4 < 10000 ? left / 4 : 10000;
-    l->next_renew_us = now + again;
-    lock_reschedule(o, l, now);
-}
-
-/* Sends l's renewal; give_up_us is when to give up on it. */
-static void lock_renew(struct ops *o, struct lock *l, uint64_t now,
-                       uint64_t give_up_us)
-{
-    struct renew_ctx *ctx = malloc(sizeof(*ctx));
-    if (ctx == NULL) {
-        log_error(NULL, "renew: out of memory");
-        /* Try again shortly; the give-up stands. */
-        uint64_t again = now + 10000;
-        locks_set_deadline(o->locks, l,
-                           again < give_up_us ? again : give_up_us);
-        return;
-    }
-    ctx->ops = o;
-    memcpy(ctx->token, l->token, sizeof(ctx->token));
-    l->renew_sent_us = now > 0 ? now : 1;
-    o->renew_inflight++;
-    if (l->owner != NULL) {
-        l->owner->renewing++;
-    }
-    /* Until the renewal answers, the next event is giving up on it. */
-    locks_set_deadline(o->locks, l, give_up_us);
-    if (cluster_extend(o->cluster, l->resource, l->resource_len, l->token,
-                       l->ttl_ms, renew_done_cb, ctx) != 0) {
-        free(ctx);
-        o->renew_inflight--;
-        lock_renew_ended(o, l, now);
-    }
-}
-
-/* Whether l's renewal, not yet due at now, may go out now with others
- * (redlock_renew_early_us): a renewing lock, nothing in flight, its
- * renewal within the early margin, and room in both renewal budgets. */
-static bool lock_renew_early(const struct ops *o, const struct lock *l,
-                             uint64_t now)
-{
-    if (!l->renew || o->renew_inflight >= RENEW_INFLIGHT_MAX ||
-        (l->owner != NULL && l->owner->renewing >= RENEW_CONN_INFLIGHT_MAX) ||
-        (l->renew_until_us != 0 && now >= l->renew_until_us)) {
-        return false;
-    }
-    struct redlock_renew_state st = lock_renew_state(o, l);
-    uint64_t early = redlock_renew_early_us(l->ttl_ms);
-    st.next_renew_us = st.next_renew_us > early ? st.next_renew_us - early : 0;
-    uint64_t wake = 0;
-    return redlock_renew_decide(&st, now, &wake) == RL_RENEW_SEND;
-}
-
-/* When to give up on a renewal of l sent at now (the decision's wake). */
-static uint64_t lock_renew_give_up_at(const struct ops *o,
-                                      const struct lock *l, uint64_t now)
-{
-    struct redlock_renew_state st = lock_renew_state(o, l);
-    st.sent_us = now > 0 ? now : 1;
-    uint64_t wake = 0;
-    (void)redlock_renew_decide(&st, now, &wake);
-    return wake;
-}
-
-/* Why a renewing lock is given up, from its state. */
-static const char *lock_give_up_reason(const struct lock *l)
-{
-    if (l->renew_sent_us != 0) {
-        return "renewal did not answer before the validity ran short";
-    }
-    if (l->ending > 0) {
-        return "a release or complete in flight did not answer before the "
-               "validity ran short";
-    }
-    return "no renewal succeeded before the validity ran short";
-}
-
-static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct ops *o = arg;
-    o->lock_timer_due = 0;
-    uint64_t now = cluster_now_us();
-    /* Bounded per tick so a burst of due locks cannot starve clients. */
-    for (int budget = 4096; budget > 0; budget--) {
-        uint64_t due;
-        struct lock *l = locks_peek_due(o->locks, &due);
-        if (l == NULL || due > now + RENEW_EARLY_MAX_US) {
-            break;
-        }
-        if (due > now) {
-            /* Not due yet: only a renewal that may go out early (with
-             * this wake-up's others, in the same batches) is taken now;
-             * anything else waits for its own time, and so does every
-             * lock behind it. */
-            if (!lock_renew_early(o, l, now)) {
-                break;
-            }
-            lock_renew(o, l, now, lock_renew_give_up_at(o, l, now));
-            continue;
-        }
-        if (!l->renew) {
-            if (now >= l->valid_until_us) {
-                /* Expired by design (no renewal): forget it quietly. */
-                lock_drop(o, l);
-            } else {
-                locks_set_deadline(o->locks, l, l->valid_until_us);
-            }
-            continue;
-        }
-        /* Renewal, release or complete in flight alike: the lost event
-         * comes before the validity ends. A renewal that is due goes out
-         * while the lock is valid, even when this timer fires late. */
-        struct redlock_renew_state st = lock_renew_state(o, l);
-        uint64_t wake = 0;
-        enum redlock_renew_action act = redlock_renew_decide(&st, now, &wake);
-        if (act == RL_RENEW_GIVE_UP) {
-            lock_lost(o, l, lock_give_up_reason(l));
-            continue;
-        }
-        if (act == RL_RENEW_WAIT) {
-            locks_set_deadline(o->locks, l, wake);
-            continue;
-        }
-        if (l->renew_until_us != 0 && now >= l->renew_until_us) {
-            l->renew = false; /* renew_max_ms reached: expire normally */
-            locks_set_deadline(o->locks, l, l->valid_until_us);
-            continue;
-        }
-        if (o->renew_inflight >= RENEW_INFLIGHT_MAX) {
-            /* Enough renewals in flight: a burst (100k locks taken
-             * together) is metered out instead of queueing past the node
-             * timeout. There is slack: renewals start by ttl/3. l looks
-             * again shortly (not past its last moment); the locks behind
-             * it go on, so a give-up never waits for a slot. */
-            uint64_t again = now + RENEW_HOLD_BACK_US;
-            uint64_t last = redlock_renew_last_us(l->valid_until_us, l->ttl_ms);
-            locks_set_deadline(o->locks, l, again < last ? again : last);
-            continue;
-        }
-        if (l->owner != NULL && l->owner->renewing >= RENEW_CONN_INFLIGHT_MAX) {
-            /* This connection has its share in flight: its own renewals
-             * wait for one of them to answer (lock_renew_ended), others'
-             * go on. The give-up stands. */
-            locks_defer(l);
-            locks_set_deadline(
-                o->locks, l,
-                redlock_renew_last_us(l->valid_until_us, l->ttl_ms));
-            continue;
-        }
-        lock_renew(o, l, now, wake);
-    }
-    lock_timer_rearm(o);
-}
-
-/* Runs the lock timer again at once (a renewal slot came free). */
-static void lock_timer_kick(struct ops *o)
-{
-    struct timeval now = {0, 0};
-    evtimer_add(o->lock_timer, &now);
-    o->lock_timer_due = 1;
-}
-
-static void lock_timer_rearm(struct ops *o)
-{
-    uint64_t due;
-    if (locks_peek_due(o->locks, &due) == NULL) {
-        return;
-    }
-    if (o->lock_timer_due != 0 && o->lock_timer_due <= due &&
-        evtimer_pending(o->lock_timer, NULL)) {
-        return;
-    }
-    uint64_t now = cluster_now_us();
-    uint64_t wait = due > now ? due - now : 0;
-    struct timeval tv = {(time_t)(wait / 1000000u),
-                         (suseconds_t)(wait % 1000000u)};
-    evtimer_add(o->lock_timer, &tv);
-    o->lock_timer_due = due;
 }
 
 /* ---- entry points ---------------------------------------------------------
@@ -1394,17 +769,22 @@ static void op_acquire(struct ops *o, struct call *call)
     char qbuf[SEM_NAME_MAX + 1];
     size_t qlen;
     const char *qname = call_queue(call, qbuf, &qlen);
-    struct waitq *q = waitq_find(o, qname, qlen);
+    struct waitq *q = waitq_find(o->waitqs, qname, qlen);
     if (q != NULL && q->head != NULL && call->req.wait_ms > 0) {
         /* Others are already waiting: first come, first served. */
-        const char *refusal = waiter_refusal(o, call);
-        if (refusal != NULL) {
+        const char *why = waiter_refusal(o, call);
+        if (why != NULL) {
             METRIC_INC(acquire_error);
-            reply_error(call, ERR_LIMIT, refusal);
+            reply_error(call, ERR_LIMIT, why);
             return;
         }
-        waitq_push(o, q, call);
-        waiter_arm(o, call, call->req.wait_ms);
+        if (waitq_push(o->waitqs, q, call) != 0) {
+            log_error(NULL, "acquire: out of memory queueing a waiter");
+            METRIC_INC(acquire_error);
+            reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
+            return;
+        }
+        waitq_arm(call, call->req.wait_ms);
         return;
     }
     acquire_start(o, call);
@@ -1413,16 +793,8 @@ static void op_acquire(struct ops *o, struct call *call)
 /* The calls queued for a resource here (inspect_waiters_fn). */
 static size_t resource_waiters(const char *resource, size_t len, void *priv)
 {
-    char qname[SEM_NAME_MAX + 1];
-    const char *r;
-    size_t rl;
-    int k;
-    if (sem_parse(resource, len, &r, &rl, &k) && k >= 0) {
-        len = sem_queue_name(r, rl, qname); /* a slot: its semaphore's */
-        resource = qname;
-    }
-    struct waitq *q = waitq_find(priv, resource, len);
-    return q != NULL ? q->n_waiting : 0;
+    struct ops *o = priv;
+    return waitq_waiting(o->waitqs, resource, len);
 }
 
 void ops_submit(struct ops *o, struct call *call)
@@ -1478,7 +850,7 @@ void ops_call_abandoned(struct ops *o, struct call *call)
          * leaves the queue (a head whose attempt is in flight). */
         call->session->waiters--;
     }
-    call->client = NULL;
+    call->abandoned = true;
     call->session = NULL;
     if (call->waitq == NULL) {
         return; /* in flight: acquire_won releases what it wins */
@@ -1500,34 +872,23 @@ void ops_client_closed(struct ops *o, struct lock_owner *session)
         cluster_release(o->cluster, l->resource, l->resource_len, l->token,
                         NULL, NULL);
         METRIC_INC(session_releases);
-        lock_drop(o, l);
+        renew_drop(o->renew, l);
     }
+}
+
+/* A waiter taken out at shutdown (waitq_answer_fn). */
+static void answer_shutting_down(struct call *call, void *arg)
+{
+    (void)arg;
+    reply_error(call, ERR_SHUTTING_DOWN, err_message(ERR_SHUTTING_DOWN));
 }
 
 /* Answers every waiter shutting_down, except a head whose attempt is in
  * flight (its answer comes from the cluster). */
 static void answer_waiters(struct ops *o)
 {
-    if (o->wq_buckets == NULL) {
-        return;
-    }
-    for (size_t b = 0; b < o->wq_n_buckets; b++) {
-        struct waitq *q = o->wq_buckets[b];
-        while (q != NULL) {
-            struct waitq *next = q->hnext;
-            struct call *c = q->head;
-            while (c != NULL) {
-                struct call *cn = c->wnext;
-                if (!(c == q->head && q->head_trying)) {
-                    waitq_unlink(o, c);
-                    reply_error(c, ERR_SHUTTING_DOWN,
-                                err_message(ERR_SHUTTING_DOWN));
-                }
-                c = cn;
-            }
-            waitq_free_if_empty(o, q);
-            q = next;
-        }
+    if (o->waitqs != NULL) {
+        waitq_drain(o->waitqs, answer_shutting_down, NULL);
     }
 }
 
@@ -1559,11 +920,11 @@ void ops_shutdown(struct ops *o)
             continue;
         }
         for (struct lock *x = s->head; x != NULL; x = x->own_next) {
-            lock_tell_lost(x);
+            renew_tell_lost(x);
             told++;
         }
-        if (s->client != NULL) {
-            server_close_client(s->client); /* releases s's locks */
+        if (s->close_cb != NULL) {
+            s->close_cb(s); /* releases s's locks */
         } else {
             ops_client_closed(o, s);
         }
@@ -1581,11 +942,6 @@ void ops_shutdown(struct ops *o)
 bool ops_idle(const struct ops *o)
 {
     return cluster_inflight(o->cluster) == 0 && o->inspect_inflight == 0;
-}
-
-bool ops_shutting_down(const struct ops *o)
-{
-    return o->shutting_down;
 }
 
 char *ops_health_json(struct ops *o, const char *id, size_t id_len,
@@ -1633,22 +989,25 @@ struct ops *ops_create(struct event_base *base, const struct config *cfg)
     if (o == NULL) {
         return NULL;
     }
-    o->base = base;
     o->cfg = cfg;
-    o->wq_n_buckets = 1024;
-    o->wq_buckets = calloc(o->wq_n_buckets, sizeof(*o->wq_buckets));
     o->locks = locks_create();
-    o->lock_timer = evtimer_new(base, lock_timer_cb, o);
-    if (o->wq_buckets == NULL || o->locks == NULL || o->lock_timer == NULL) {
+    o->sem = sem_seen_create();
+    if (o->locks == NULL || o->sem == NULL) {
         ops_destroy(o);
         return NULL;
     }
-    o->sem = sem_seen_create();
-    /* The wake before the cluster: the cluster's teardown runs callbacks
-     * that reach the wait queues and so the wake (see ops_destroy). */
+    /* The wake and the wait queues before the cluster: the cluster's
+     * teardown runs callbacks that reach them (see ops_destroy). */
     o->wake = wake_create(base, cfg, wake_cb, o);
-    o->cluster = o->wake != NULL ? cluster_create(base, cfg, NULL, NULL) : NULL;
-    if (o->cluster == NULL || o->wake == NULL || o->sem == NULL) {
+    o->waitqs = o->wake != NULL ? waitq_set_create(base, o->wake, waiter_try_cb,
+                                                   waiter_expired_cb, o)
+                                : NULL;
+    o->cluster =
+        o->waitqs != NULL ? cluster_create(base, cfg, NULL, NULL) : NULL;
+    o->renew = o->cluster != NULL ? renew_create(base, cfg, o->locks,
+                                                 o->cluster, lock_freed_cb, o)
+                                  : NULL;
+    if (o->renew == NULL) {
         ops_destroy(o);
         return NULL;
     }
@@ -1663,32 +1022,19 @@ void ops_destroy(struct ops *o)
     /* Teardown in reverse order of start-up. From here on nothing new
      * starts: waiters are answered, and the callbacks that closing the
      * cluster runs (every pending one, exactly once) answer their calls
-     * and start no attempt; they still reach the wait queues, the wake,
-     * the lock table and the timer, which go after it. */
+     * and start no attempt; they still reach the renewals, the wait
+     * queues, the wake and the lock table, which go after it. */
     o->shutting_down = true;
     answer_waiters(o);
     if (o->cluster != NULL) {
         cluster_destroy(o->cluster);
         o->cluster = NULL;
     }
+    renew_destroy(o->renew);
     wake_destroy(o->wake);
     o->wake = NULL;
-    if (o->lock_timer != NULL) {
-        event_free(o->lock_timer);
-    }
+    waitq_set_destroy(o->waitqs);
     locks_destroy(o->locks);
     sem_seen_destroy(o->sem);
-    if (o->wq_buckets != NULL) {
-        for (size_t b = 0; b < o->wq_n_buckets; b++) {
-            struct waitq *q = o->wq_buckets[b];
-            while (q != NULL) {
-                struct waitq *next = q->hnext;
-                free(q->resource);
-                free(q);
-                q = next;
-            }
-        }
-        free(o->wq_buckets);
-    }
     free(o);
 }

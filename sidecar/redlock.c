@@ -819,3 +819,38 @@ uint32_t redlock_wake_publishers(uint32_t usable, int n, int quorum,
     }
     return out;
 }
+
+/* A failed renewal is tried again at most this soon. */
+#define RENEW_RETRY_MAX_US 10000u
+
+enum redlock_renew_action
+redlock_renew_failed(const struct redlock_renew_state *s, bool not_held,
+                     uint64_t now_us, uint64_t *retry_us)
+{
+    uint64_t give_up = redlock_renew_give_up_us(s->valid_until_us, s->ttl_ms,
+                                                s->node_timeout_ms);
+    if (not_held || now_us >= give_up) {
+        return RL_RENEW_GIVE_UP;
+    }
+    uint64_t again = (give_up - now_us) / 4u;
+    *retry_us =
+        now_us + (again < RENEW_RETRY_MAX_US ? again : RENEW_RETRY_MAX_US);
+    return RL_RENEW_WAIT;
+}
+
+uint64_t redlock_extend_failed_until_us(uint64_t valid_until_us,
+                                        uint32_t ttl_ms, double drift_factor,
+                                        uint64_t start_us)
+{
+    int64_t v = redlock_validity_ms(ttl_ms, drift_factor, 0);
+    uint64_t bound = start_us + (uint64_t)(v > 0 ? v : 0) * 1000u;
+    return bound < valid_until_us ? bound : valid_until_us;
+}
+
+uint64_t redlock_handoff_delay_ms(bool held, bool semaphore,
+                                  int64_t validity_ms, uint64_t wait_left_ms)
+{
+    uint64_t d =
+        held && !semaphore && validity_ms >= 0 ? (uint64_t)validity_ms + 1 : 0;
+    return d < wait_left_ms ? d : wait_left_ms;
+}

@@ -483,4 +483,32 @@ enum redlock_peek redlock_classify_peek(const struct redlock_reply *r,
 uint32_t redlock_wake_publishers(uint32_t usable, int n, int quorum,
                                  unsigned start);
 
+/* redlock_renew_failed: what follows a renewal of s that failed at now_us;
+ * not_held: a quorum answered that the lock is not held. RL_RENEW_GIVE_UP
+ * when not held or past the give-up time; else RL_RENEW_WAIT, with
+ * *retry_us when to try again: a quarter of the time left before the
+ * give-up, at most 10 ms, so that several retries fit before it. */
+enum redlock_renew_action
+redlock_renew_failed(const struct redlock_renew_state *s, bool not_held,
+                     uint64_t now_us, uint64_t *retry_us);
+
+/* redlock_extend_failed_until_us: a lock valid until valid_until_us was
+ * extended to ttl_ms at start_us and the extend failed. It may have reached
+ * some nodes, which then let the key go at start + ttl: the lock's validity
+ * is bounded by start_us plus the validity of ttl_ms (drift_factor taken
+ * off, no time spent), never above valid_until_us. */
+uint64_t redlock_extend_failed_until_us(uint64_t valid_until_us,
+                                        uint32_t ttl_ms, double drift_factor,
+                                        uint64_t start_us);
+
+/* redlock_handoff_delay_ms: when the next waiter in line tries after the
+ * head's acquisition won. held: the head kept the lock (it may have given
+ * it straight back: client gone, limit, shutdown); semaphore: it took one
+ * slot of several. A mutex held by the head cannot be free before its
+ * validity (validity_ms) ends, + 1 ms, unless its release wakes the queue
+ * first; a semaphore may have more slots free, and a lock given back is
+ * free: at once. Never past the waiter's wait_left_ms. */
+uint64_t redlock_handoff_delay_ms(bool held, bool semaphore,
+                                  int64_t validity_ms, uint64_t wait_left_ms);
+
 #endif

@@ -8,11 +8,11 @@
  *            out as each completes, carrying the request's id)
  *   HTTP:   http_parse -> http_route -> struct call -> ops_submit
  *           (one request at a time, so answers keep request order)
- *   answer -> server_call_done -> output buffer -> socket, written at the
- *             end of the loop turn (flush_ev), one write for every answer
- *             that turn produced; EV_WRITE is enabled on the bufferevent
- *             only while the socket is full, which saves the epoll_ctl pair
- *             bufferevent spends on each answer
+ *   answer -> call_done_cb (each call's done) -> output buffer -> socket,
+ *             written at the end of the loop turn (flush_ev), one write for
+ *             every answer that turn produced; EV_WRITE is enabled on the
+ *             bufferevent only while the socket is full, which saves the
+ *             epoll_ctl pair bufferevent spends on each answer
  *
  * Back-pressure: a connection stops being read while it has max_inflight
  * calls outstanding or more than OUT_HIGH bytes unsent, and resumes when
@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,18 @@
 #define REFUSAL_WAIT_MS 1000
 #define REFUSALS_MAX 32
 
+/* A call as the server keeps it: what ops sees, and how to answer it. */
+struct server_call {
+    struct call call;      /* first: handed to ops; its done is call_done_cb */
+    struct server *srv;    /* borrowed: NULL once server_destroy ran */
+    struct client *client; /* borrowed: NULL once the client closed */
+    struct server_call *next, *prev; /* the client's in-flight list, or
+                                        the server's orphans */
+    bool http;                       /* answer as HTTP */
+    bool keep_alive;                 /* HTTP keep-alive */
+    bool head_only;                  /* HTTP HEAD, no body */
+};
+
 enum framing {
     FRAMING_UNKNOWN = 0, /* nothing but whitespace read yet */
     FRAMING_NDJSON,      /* first byte '{' */
@@ -79,7 +92,7 @@ struct client {
     struct bufferevent *bev; /* owned */
     enum framing framing;
     struct lock_owner session; /* NDJSON: locks that die with us */
-    struct call *calls;        /* in-flight calls (owned by the server) */
+    struct server_call *calls; /* in-flight calls (owned by the server) */
     int inflight;
     bool read_paused;
     bool closing;            /* close once the output is flushed */
@@ -115,8 +128,9 @@ struct server {
     int n_clients;         /* lock socket: bounded by --max-connections */
     int n_metrics_clients; /* metrics listener: METRICS_MAX_CONNECTIONS */
     uint64_t next_id;
-    struct call *free_calls;
+    struct server_call *free_calls;
     int free_calls_count;
+    struct server_call *orphans; /* in flight, their client closed */
     struct http_limits http_limits;
     struct refusal *refusals; /* owned: connections refused, not answered */
     int n_refusals;
@@ -136,6 +150,7 @@ struct refusal {
 
 static void client_read_cb(struct bufferevent *bev, void *arg);
 static void client_maybe_resume(struct client *cl);
+static void session_close_cb(struct lock_owner *owner);
 
 /* Reading is ours, not the bufferevent's: its reads cost an
  * ioctl(FIONREAD) each. */
@@ -154,66 +169,71 @@ static void client_reading(struct client *cl, bool on)
 /* ---- calls ----------------------------------------------------------------
  */
 
-static struct call *call_new(struct server *s, struct client *cl)
+static void call_done_cb(struct call *call, const struct response *rsp);
+
+static struct server_call *call_new(struct server *s, struct client *cl)
 {
-    struct call *call = s->free_calls;
-    if (call != NULL) {
-        s->free_calls = call->next;
+    struct server_call *sc = s->free_calls;
+    if (sc != NULL) {
+        s->free_calls = sc->next;
         s->free_calls_count--;
     } else {
-        call = malloc(sizeof(*call));
-        if (call == NULL) {
+        sc = malloc(sizeof(*sc));
+        if (sc == NULL) {
             return NULL;
         }
     }
-    memset(call, 0, sizeof(*call));
-    call->client = cl;
-    call->start_us = cluster_now_us();
+    memset(sc, 0, sizeof(*sc));
+    sc->call.done = call_done_cb;
+    sc->call.start_us = cluster_now_us();
+    sc->srv = s;
+    sc->client = cl;
     /* link into the client's in-flight list */
-    call->next = cl->calls;
-    call->prev = NULL;
+    sc->next = cl->calls;
+    sc->prev = NULL;
     if (cl->calls != NULL) {
-        cl->calls->prev = call;
+        cl->calls->prev = sc;
     }
-    cl->calls = call;
+    cl->calls = sc;
     cl->inflight++;
-    return call;
+    return sc;
 }
 
-static void call_unlink(struct client *cl, struct call *call)
+/* Unlinks sc from the list headed by *head. */
+static void call_list_unlink(struct server_call **head, struct server_call *sc)
 {
-    if (call->prev != NULL) {
-        call->prev->next = call->next;
+    if (sc->prev != NULL) {
+        sc->prev->next = sc->next;
     } else {
-        cl->calls = call->next;
+        *head = sc->next;
     }
-    if (call->next != NULL) {
-        call->next->prev = call->prev;
+    if (sc->next != NULL) {
+        sc->next->prev = sc->prev;
     }
-    call->next = call->prev = NULL;
+    sc->next = sc->prev = NULL;
+}
+
+static void call_unlink(struct client *cl, struct server_call *sc)
+{
+    call_list_unlink(&cl->calls, sc);
     cl->inflight--;
 }
 
-static void call_free(struct server *s, struct call *call)
+static void call_free(struct server *s, struct server_call *sc)
 {
     if (s == NULL) {
         /* The server is gone: see server_destroy(). */
-        free(call);
+        free(sc);
         return;
     }
     if (s->free_calls_count < 4096) {
-        call->next = s->free_calls;
-        s->free_calls = call;
+        sc->next = s->free_calls;
+        s->free_calls = sc;
         s->free_calls_count++;
     } else {
-        free(call);
+        free(sc);
     }
 }
-
-/* The server is a singleton per process; calls outlive their clients, so
- * they need a way back to the pool. NULL after server_destroy(): calls
- * still in flight then are freed by call_free() directly. */
-static struct server *the_server;
 
 /* ---- client lifecycle -----------------------------------------------------
  */
@@ -229,9 +249,17 @@ static void client_detach(struct client *cl)
     }
     cl->detached = true;
     while (cl->calls != NULL) {
-        struct call *call = cl->calls;
-        call_unlink(cl, call);
-        ops_call_abandoned(s->ops, call);
+        /* Calls outlive their client: an orphan goes back to the pool
+         * when ops answers it, or is freed then after server_destroy. */
+        struct server_call *sc = cl->calls;
+        call_unlink(cl, sc);
+        sc->client = NULL;
+        sc->next = s->orphans;
+        if (s->orphans != NULL) {
+            s->orphans->prev = sc;
+        }
+        s->orphans = sc;
+        ops_call_abandoned(s->ops, &sc->call);
     }
     if (cl->session.head != NULL) {
         ops_client_closed(s->ops, &cl->session);
@@ -615,12 +643,15 @@ static void write_http_error(struct client *cl, int status, enum proto_err err,
 
 static void http_next(struct client *cl);
 
-void server_call_done(struct call *call, const struct response *rsp)
+/* Every call's done (call.h): answers on the client's connection, if it is
+ * still there, and takes the call back. */
+static void call_done_cb(struct call *call, const struct response *rsp)
 {
-    struct server *s = the_server;
-    struct client *cl = call->client;
+    struct server_call *sc = (struct server_call *)call; /* first member */
+    struct server *s = sc->srv;
+    struct client *cl = sc->client;
     if (cl != NULL) {
-        call_unlink(cl, call);
+        call_unlink(cl, sc);
         if (rsp != NULL && !cl->closing) {
             char stack[PROTO_RESPONSE_MAX];
             char *buf = stack;
@@ -634,11 +665,11 @@ void server_call_done(struct call *call, const struct response *rsp)
                 buf != NULL ? proto_encode_response(rsp, buf, cap - 1) : 0;
             if (n == 0) {
                 log_error(cl->subject, "response did not fit its buffer");
-            } else if (call->http) {
+            } else if (sc->http) {
                 int status =
                     rsp->err == ERR_NONE ? 200 : proto_err_status(rsp->err);
                 write_http(cl, status, "application/json", buf, n,
-                           call->keep_alive, NULL, call->head_only);
+                           sc->keep_alive, NULL, sc->head_only);
             } else {
                 buf[n++] = '\n';
                 client_answer(cl, buf, n);
@@ -647,9 +678,9 @@ void server_call_done(struct call *call, const struct response *rsp)
                 free(buf);
             }
         }
-        bool http = call->http;
-        bool keep_alive = call->keep_alive;
-        call_free(s, call);
+        bool http = sc->http;
+        bool keep_alive = sc->keep_alive;
+        call_free(s, sc);
         if (cl->closing) {
             return;
         }
@@ -671,12 +702,24 @@ void server_call_done(struct call *call, const struct response *rsp)
         client_recheck_limits(cl);
         return;
     }
-    call_free(s, call);
+    if (s != NULL) {
+        call_list_unlink(&s->orphans, sc);
+    }
+    call_free(s, sc);
 }
 
-void server_send_event(struct client *cl, const char *json, size_t len)
+/* The connection that embeds a session. */
+static struct client *client_of(struct lock_owner *owner)
 {
-    if (cl == NULL || cl->closing || cl->framing != FRAMING_NDJSON) {
+    return (struct client *)((char *)owner - offsetof(struct client, session));
+}
+
+/* A session's event_cb (locks.h): an event line, NDJSON only. */
+static void session_event_cb(struct lock_owner *owner, const char *json,
+                             size_t len)
+{
+    struct client *cl = client_of(owner);
+    if (cl->closing || cl->framing != FRAMING_NDJSON) {
         return;
     }
     client_out(cl, json, len);
@@ -715,21 +758,22 @@ static bool ndjson_line(struct client *cl, const char *line, size_t len)
     if (line_is_blank(line, len)) {
         return true;
     }
-    struct call *call = call_new(s, cl);
-    if (call == NULL) {
+    struct server_call *sc = call_new(s, cl);
+    if (sc == NULL) {
         log_error(cl->subject, "out of memory");
         client_close_after_flush(cl);
         return false;
     }
+    struct call *call = &sc->call;
     char err[PROTO_MSG_MAX];
     int rc = proto_decode(line, len, OP_NONE, &call->req, err, sizeof(err));
     if (rc != 0) {
         METRIC_INC(requests_bad);
-        call_unlink(cl, call);
+        call_unlink(cl, sc);
         write_ndjson_error(cl, call->req.id, call->req.id_len, ERR_BAD_REQUEST,
                            err);
         bool fatal = rc == -2;
-        call_free(s, call);
+        call_free(s, sc);
         if (fatal) {
             /* The stream cannot be trusted past a line that is not JSON:
              * answer once and close. */
@@ -744,8 +788,8 @@ static bool ndjson_line(struct client *cl, const char *line, size_t len)
         size_t n;
         char *json =
             ops_health_json(s->ops, call->req.id, call->req.id_len, &ok, &n);
-        call_unlink(cl, call);
-        call_free(s, call);
+        call_unlink(cl, sc);
+        call_free(s, sc);
         if (json != NULL) {
             client_out(cl, json, n);
             client_out(cl, "\n", 1);
@@ -926,8 +970,8 @@ static bool http_one(struct client *cl)
     if (cl->metrics_only) {
         client_idle_arm(cl); /* a request completed: the deadline restarts */
     }
-    struct call *call = call_new(s, cl);
-    if (call == NULL) {
+    struct server_call *sc = call_new(s, cl);
+    if (sc == NULL) {
         /* Answer before closing: with nothing left to send, the close
          * could free the client under the caller. */
         write_http_error(cl, 500, ERR_INTERNAL, "out of memory", false, NULL,
@@ -935,13 +979,14 @@ static bool http_one(struct client *cl)
         client_close_after_flush(cl);
         return false;
     }
+    struct call *call = &sc->call;
     char err[PROTO_MSG_MAX];
     int status = http_route(&h, &call->req, err, sizeof(err));
     bool keep_alive = h.keep_alive;
     if (status != 0) {
         METRIC_INC(requests_bad);
-        call_unlink(cl, call);
-        call_free(s, call);
+        call_unlink(cl, sc);
+        call_free(s, sc);
         write_http_error(cl, status, ERR_BAD_REQUEST, err, keep_alive,
                          status == 405 ? http_route_allow(h.path) : NULL,
                          head_only);
@@ -949,21 +994,21 @@ static bool http_one(struct client *cl)
                call->req.op != OP_METRICS) {
         /* Prometheus' port is reachable by more peers than the lock
          * socket: it never serves lock operations. */
-        call_unlink(cl, call);
-        call_free(s, call);
+        call_unlink(cl, sc);
+        call_free(s, sc);
         write_http_error(cl, 404, ERR_BAD_REQUEST,
                          "only /metrics and /v1/health are served on "
                          "the metrics listener",
                          keep_alive, NULL, head_only);
     } else if (call->req.op == OP_HEALTH || call->req.op == OP_METRICS) {
         http_serve_local(cl, &h, &call->req);
-        call_unlink(cl, call);
-        call_free(s, call);
+        call_unlink(cl, sc);
+        call_free(s, sc);
     } else {
         evbuffer_drain(in, h.consumed);
-        call->http = true;
-        call->keep_alive = keep_alive;
-        call->head_only = head_only;
+        sc->http = true;
+        sc->keep_alive = keep_alive;
+        sc->head_only = head_only;
         call->session = NULL;
         cl->http_busy = true;
         /* A synchronous answer clears http_busy (and may close) before
@@ -984,7 +1029,7 @@ static bool http_one(struct client *cl)
  * the peer's EOF, closes once nothing is in flight or left to serve. It may
  * free the client: callers return right after it. A request
  * answered synchronously (ping, a bad route, limit) calls
- * server_call_done(), which calls back here: that inner call returns at
+ * call_done_cb(), which calls back here: that inner call returns at
  * once and this loop goes on, so thousands of pipelined requests take one
  * stack frame, not one each. */
 static void http_next(struct client *cl)
@@ -1352,7 +1397,8 @@ static void client_accept(struct server *s, evutil_socket_t fd,
     cl->srv = s;
     cl->metrics_only = metrics_only;
     cl->id = ++s->next_id;
-    cl->session.client = cl;
+    cl->session.event_cb = session_event_cb;
+    cl->session.close_cb = session_close_cb;
     cl->session.conn_id = cl->id;
     session_read_cred(&cl->session, fd);
     snprintf(cl->subject, sizeof(cl->subject), "client %llu",
@@ -1553,7 +1599,6 @@ struct server *server_create(struct event_base *base, const struct config *cfg,
         free(s);
         return NULL;
     }
-    the_server = s;
     return s;
 }
 
@@ -1572,8 +1617,9 @@ void server_stop_accepting(struct server *s)
 
 /* At exit, for a call still in flight: shutting_down, since its node
  * commands are abandoned and it will not be answered otherwise. */
-static void client_answer_shutdown(struct client *cl, struct call *call)
+static void client_answer_shutdown(struct client *cl, struct server_call *sc)
 {
+    struct call *call = &sc->call;
     char buf[PROTO_RESPONSE_MAX];
     struct response rsp = {0};
     rsp.id = call->req.id_len ? call->req.id : NULL;
@@ -1584,9 +1630,9 @@ static void client_answer_shutdown(struct client *cl, struct call *call)
     if (n == 0) {
         return;
     }
-    if (call->http) {
+    if (sc->http) {
         write_http(cl, proto_err_status(ERR_SHUTTING_DOWN), "application/json",
-                   buf, n, false, NULL, call->head_only);
+                   buf, n, false, NULL, sc->head_only);
     } else {
         buf[n++] = '\n';
         client_out(cl, buf, n);
@@ -1606,13 +1652,15 @@ static void client_flush_now(struct client *cl)
     evbuffer_freeze(out, 1);
 }
 
-void server_close_client(struct client *cl)
+/* A session's close_cb (locks.h), at shutdown. */
+static void session_close_cb(struct lock_owner *owner)
 {
+    struct client *cl = client_of(owner);
     if (cl->closing || cl->lingering) {
         client_detach(cl);
         return;
     }
-    for (struct call *c = cl->calls; c != NULL; c = c->next) {
+    for (struct server_call *c = cl->calls; c != NULL; c = c->next) {
         client_answer_shutdown(cl, c);
     }
     /* The lost events go out before the releases they announce. */
@@ -1624,11 +1672,11 @@ void server_close_client(struct client *cl)
  * ops: closing a client needs ops (its calls are abandoned to ops, its
  * session locks released through it), and ops then finishes whatever node
  * commands are still pending (drain timed out, or a second signal) by
- * running their callbacks, which answer calls through server_call_done().
- * Those calls have no client any more (client_detach), and call_free()
- * frees them directly once the_server is NULL, so nothing reaches the freed
- * server and nothing leaks. Their clients get shutting_down here, then the
- * close. */
+ * running their callbacks, which answer calls through call_done_cb().
+ * Those calls have no client any more (client_detach) and no server either
+ * (their srv is cleared here), so call_free() frees them directly: nothing
+ * reaches the freed server and nothing leaks. Their clients get shutting_down
+ * here, then the close. */
 void server_destroy(struct server *s)
 {
     if (s == NULL) {
@@ -1641,22 +1689,23 @@ void server_destroy(struct server *s)
     while (s->clients != NULL) {
         struct client *cl = s->clients;
         if (!cl->closing && !cl->lingering) {
-            for (struct call *c = cl->calls; c != NULL; c = c->next) {
+            for (struct server_call *c = cl->calls; c != NULL; c = c->next) {
                 client_answer_shutdown(cl, c);
             }
         }
         client_flush_now(cl);
         client_free(cl);
     }
+    for (struct server_call *c = s->orphans; c != NULL; c = c->next) {
+        c->srv = NULL;
+    }
+    s->orphans = NULL;
     while (s->free_calls != NULL) {
-        struct call *c = s->free_calls;
+        struct server_call *c = s->free_calls;
         s->free_calls = c->next;
         free(c);
     }
     free(s->socket_path);
-    if (the_server == s) {
-        the_server = NULL;
-    }
     free(s);
 }
 

@@ -1292,6 +1292,71 @@ static void test_wake_publishers(void **state)
     assert_int_equal(redlock_wake_publishers(0xffffffffu, 33, 17, 0), 0);
 }
 
+/* A failed renewal: given up when not held or past the give-up time, else
+ * tried again a quarter of the way to the give-up, at most 10 ms later. */
+static void test_renew_failed(void **state)
+{
+    (void)state;
+    uint64_t retry = 0;
+    /* ttl 30 s, valid until 20 s: give-up at 19.73 s */
+    struct redlock_renew_state s = {
+        .valid_until_us = 20000 * MS, .ttl_ms = 30000, .node_timeout_ms = 250};
+    assert_int_equal(redlock_renew_failed(&s, false, 10000 * MS, &retry),
+                     RL_RENEW_WAIT);
+    assert_int_equal(retry, 10000 * MS + 10 * MS);
+    /* 20 ms before the give-up: a quarter of it, 5 ms */
+    assert_int_equal(redlock_renew_failed(&s, false, 19710 * MS, &retry),
+                     RL_RENEW_WAIT);
+    assert_int_equal(retry, 19715 * MS);
+    /* at or past the give-up */
+    retry = 7;
+    assert_int_equal(redlock_renew_failed(&s, false, 19730 * MS, &retry),
+                     RL_RENEW_GIVE_UP);
+    assert_int_equal(redlock_renew_failed(&s, false, 25000 * MS, &retry),
+                     RL_RENEW_GIVE_UP);
+    assert_int_equal(retry, 7);
+    /* a quorum said not held: at once, whatever the time left */
+    assert_int_equal(redlock_renew_failed(&s, true, 10000 * MS, &retry),
+                     RL_RENEW_GIVE_UP);
+    /* ttl 10, valid until 7 ms: give-up at 4.5 ms */
+    struct redlock_renew_state t = {
+        .valid_until_us = 7 * MS, .ttl_ms = 10, .node_timeout_ms = 250};
+    assert_int_equal(redlock_renew_failed(&t, false, 2500, &retry),
+                     RL_RENEW_WAIT);
+    assert_int_equal(retry, 3000);
+}
+
+/* A failed extend bounds the validity by what its ttl would leave from when
+ * it was sent; a longer ttl changes nothing. */
+static void test_extend_failed_until(void **state)
+{
+    (void)state;
+    /* ttl 1000, drift 0.01: validity 1000 - 10 - 2 = 988 ms */
+    assert_int_equal(
+        redlock_extend_failed_until_us(30000 * MS, 1000, 0.01, 5000 * MS),
+        5988 * MS);
+    /* the bound is past the validity already: kept */
+    assert_int_equal(
+        redlock_extend_failed_until_us(5500 * MS, 1000, 0.01, 5000 * MS),
+        5500 * MS);
+    /* a ttl too short for any validity: from its start, nothing */
+    assert_int_equal(redlock_extend_failed_until_us(30000 * MS, 1, 0.01, 5000),
+                     5000);
+}
+
+/* After the head won, the next in line waits for the lock's validity (a
+ * release wakes it sooner), within its own wait; a semaphore's next waiter
+ * and one behind a lock given straight back try at once. */
+static void test_handoff_delay(void **state)
+{
+    (void)state;
+    assert_int_equal(redlock_handoff_delay_ms(true, false, 980, 5000), 981);
+    assert_int_equal(redlock_handoff_delay_ms(true, false, 980, 300), 300);
+    assert_int_equal(redlock_handoff_delay_ms(true, true, 980, 5000), 0);
+    assert_int_equal(redlock_handoff_delay_ms(false, false, 980, 5000), 0);
+    assert_int_equal(redlock_handoff_delay_ms(true, false, 980, 0), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1336,6 +1401,9 @@ int main(void)
         cmocka_unit_test(test_classify_set_nx),
         cmocka_unit_test(test_classify_peek),
         cmocka_unit_test(test_wake_publishers),
+        cmocka_unit_test(test_renew_failed),
+        cmocka_unit_test(test_extend_failed_until),
+        cmocka_unit_test(test_handoff_delay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,329 @@
+/* waitq.c: the callers waiting for a resource, first come, first served.
+ *
+ *   waitq_push -> the tail of the resource's queue, with a timer of its own
+ *   timer fires -> the head: try_cb (its attempt is due)
+ *               -> anyone else: expired_cb (its wait_ms ran out)
+ *   waitq_wake, waitq_leave -> the head's timer event made active: try_cb
+ *               runs once the caller's callback has returned
+ *
+ * The hash of queues is FNV-1a over the resource name, power-of-two
+ * buckets, chained. */
+#include "waitq.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/event.h>
+
+#include "call.h"
+#include "locks.h"
+#include "log.h"
+#include "metrics.h"
+#include "semaphore.h"
+#include "wake.h"
+
+#define WAITQ_BUCKETS 1024
+
+struct waitq_set {
+    struct event_base *base; /* borrowed */
+    struct wake *wake;       /* borrowed: pub/sub wake-ups, or NULL */
+    waitq_try_fn *try_cb;
+    waitq_expired_fn *expired_cb;
+    void *arg;
+    struct waitq **buckets; /* owned */
+    size_t n_buckets;
+    int n_waiters; /* calls in every queue */
+};
+
+struct waitq_set *waitq_set_create(struct event_base *base, struct wake *wake,
+                                   waitq_try_fn *try_cb,
+                                   waitq_expired_fn *expired_cb, void *arg)
+{
+    struct waitq_set *set = calloc(1, sizeof(*set));
+    if (set == NULL) {
+        return NULL;
+    }
+    set->base = base;
+    set->wake = wake;
+    set->try_cb = try_cb;
+    set->expired_cb = expired_cb;
+    set->arg = arg;
+    set->n_buckets = WAITQ_BUCKETS;
+    set->buckets = calloc(set->n_buckets, sizeof(*set->buckets));
+    if (set->buckets == NULL) {
+        free(set);
+        return NULL;
+    }
+    return set;
+}
+
+void waitq_set_destroy(struct waitq_set *set)
+{
+    if (set == NULL) {
+        return;
+    }
+    for (size_t b = 0; b < set->n_buckets; b++) {
+        struct waitq *q = set->buckets[b];
+        while (q != NULL) {
+            struct waitq *next = q->hnext;
+            free(q->resource);
+            free(q);
+            q = next;
+        }
+    }
+    free(set->buckets);
+    free(set);
+}
+
+static size_t resource_hash(const char *s, size_t len)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 1099511628211ULL;
+    }
+    return (size_t)h;
+}
+
+static struct waitq **waitq_slot(struct waitq_set *set, const char *res,
+                                 size_t len)
+{
+    size_t h = resource_hash(res, len) & (set->n_buckets - 1);
+    struct waitq **pp = &set->buckets[h];
+    while (*pp != NULL && ((*pp)->resource_len != len ||
+                           memcmp((*pp)->resource, res, len) != 0)) {
+        pp = &(*pp)->hnext;
+    }
+    return pp;
+}
+
+struct waitq *waitq_find(struct waitq_set *set, const char *res, size_t len)
+{
+    return *waitq_slot(set, res, len);
+}
+
+struct waitq *waitq_get(struct waitq_set *set, const char *res, size_t len)
+{
+    struct waitq **pp = waitq_slot(set, res, len);
+    if (*pp != NULL) {
+        return *pp;
+    }
+    struct waitq *q = calloc(1, sizeof(*q));
+    if (q == NULL) {
+        return NULL;
+    }
+    q->resource = malloc(len + 1);
+    if (q->resource == NULL) {
+        free(q);
+        return NULL;
+    }
+    memcpy(q->resource, res, len);
+    q->resource[len] = '\0';
+    q->resource_len = len;
+    q->set = set;
+    *pp = q;
+    /* Hear of releases in other daemons while anyone waits here; on
+     * failure the waiters still retry on their back-off. */
+    if (set->wake != NULL && wake_watch(set->wake, res, len) != 0) {
+        log_warn(NULL, "cannot watch a resource for wake-ups (out of memory)");
+    }
+    return q;
+}
+
+void waitq_free_if_empty(struct waitq_set *set, struct waitq *q)
+{
+    if (q->head != NULL || q->head_trying) {
+        return;
+    }
+    struct waitq **pp = waitq_slot(set, q->resource, q->resource_len);
+    if (*pp == q) {
+        *pp = q->hnext;
+    }
+    if (set->wake != NULL) {
+        wake_unwatch(set->wake, q->resource, q->resource_len);
+    }
+    free(q->resource);
+    free(q);
+}
+
+/* A queued call's timer: the head's attempt is due (unless one is in
+ * flight); anyone else has waited out wait_ms behind the head. */
+static void retry_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct call *call = arg;
+    struct waitq *q = call->waitq;
+    if (q == NULL) {
+        return;
+    }
+    struct waitq_set *set = q->set;
+    if (q->head == call) {
+        if (!q->head_trying) {
+            set->try_cb(call, set->arg);
+        }
+        return;
+    }
+    set->expired_cb(call, set->arg);
+}
+
+int waitq_push(struct waitq_set *set, struct waitq *q, struct call *call)
+{
+    /* Without a timer the call could never be answered, and as the head
+     * it would stall its queue: it is refused instead. */
+    if (call->retry_ev == NULL) {
+        call->retry_ev = evtimer_new(set->base, retry_cb, call);
+        if (call->retry_ev == NULL) {
+            return -1;
+        }
+    }
+    call->wnext = NULL;
+    call->wprev = q->tail;
+    if (q->tail != NULL) {
+        q->tail->wnext = call;
+    } else {
+        q->head = call;
+    }
+    q->tail = call;
+    q->n_waiting++;
+    call->waitq = q;
+    call->waited = true;
+    if (call->session != NULL) {
+        call->session->waiters++;
+    }
+    set->n_waiters++;
+    METRIC_ADD(waiters, 1);
+    return 0;
+}
+
+void waitq_unlink(struct waitq_set *set, struct call *call)
+{
+    struct waitq *q = call->waitq;
+    if (q == NULL) {
+        return;
+    }
+    if (call->wprev != NULL) {
+        call->wprev->wnext = call->wnext;
+    } else {
+        q->head = call->wnext;
+    }
+    if (call->wnext != NULL) {
+        call->wnext->wprev = call->wprev;
+    } else {
+        q->tail = call->wprev;
+    }
+    call->wnext = call->wprev = NULL;
+    q->n_waiting--;
+    call->waitq = NULL;
+    if (call->retry_ev != NULL) {
+        event_free(call->retry_ev);
+        call->retry_ev = NULL;
+    }
+    if (call->session != NULL) {
+        call->session->waiters--;
+    }
+    set->n_waiters--;
+    METRIC_ADD(waiters, -1);
+}
+
+/* The head's attempt is due: from its own event, after the caller's
+ * callback has returned (see waitq.h). */
+static void waitq_due(struct call *head)
+{
+    event_active(head->retry_ev, EV_TIMEOUT, 1);
+}
+
+void waitq_leave(struct waitq_set *set, struct call *call)
+{
+    struct waitq *q = call->waitq;
+    if (q == NULL) {
+        return;
+    }
+    bool was_head = q->head == call;
+    waitq_unlink(set, call);
+    if (was_head && q->head != NULL && !q->head_trying) {
+        waitq_due(q->head);
+    } else {
+        waitq_free_if_empty(set, q);
+    }
+}
+
+void waitq_arm(struct call *call, uint64_t delay_ms)
+{
+    struct timeval tv = {(time_t)(delay_ms / 1000),
+                         (suseconds_t)(delay_ms % 1000) * 1000};
+    evtimer_add(call->retry_ev, &tv);
+}
+
+void waitq_begin_try(struct call *call)
+{
+    struct waitq *q = call->waitq;
+    evtimer_del(call->retry_ev);
+    q->head_trying = true;
+    q->woken = false;
+}
+
+/* The name of the queue res[0..len) belongs to: a semaphore's slot is
+ * queued for under its semaphore. */
+static const char *queue_of(const char *res, size_t *len, char *buf)
+{
+    const char *r;
+    size_t rl;
+    int k;
+    if (sem_parse(res, *len, &r, &rl, &k) && k >= 0) {
+        *len = sem_queue_name(r, rl, buf);
+        return buf;
+    }
+    return res;
+}
+
+/* A local release was queued on every node before this, so the head's SET,
+ * sent later, lands after it. */
+void waitq_wake(struct waitq_set *set, const char *res, size_t len)
+{
+    char qname[SEM_NAME_MAX + 1];
+    res = queue_of(res, &len, qname);
+    struct waitq *q = waitq_find(set, res, len);
+    if (q == NULL || q->head == NULL) {
+        return;
+    }
+    if (q->head_trying) {
+        q->woken = true;
+        return;
+    }
+    waitq_due(q->head);
+}
+
+int waitq_count(const struct waitq_set *set)
+{
+    return set->n_waiters;
+}
+
+size_t waitq_waiting(struct waitq_set *set, const char *res, size_t len)
+{
+    char qname[SEM_NAME_MAX + 1];
+    res = queue_of(res, &len, qname);
+    struct waitq *q = waitq_find(set, res, len);
+    return q != NULL ? q->n_waiting : 0;
+}
+
+void waitq_drain(struct waitq_set *set, waitq_answer_fn *answer, void *arg)
+{
+    for (size_t b = 0; b < set->n_buckets; b++) {
+        struct waitq *q = set->buckets[b];
+        while (q != NULL) {
+            struct waitq *next = q->hnext;
+            struct call *c = q->head;
+            while (c != NULL) {
+                struct call *cn = c->wnext;
+                if (!(c == q->head && q->head_trying)) {
+                    waitq_unlink(set, c);
+                    answer(c, arg);
+                }
+                c = cn;
+            }
+            waitq_free_if_empty(set, q);
+            q = next;
+        }
+    }
+}

@@ -1,0 +1,108 @@
+/* waitq.h: the callers waiting for a resource, first come, first served.
+ *
+ * One queue per resource (a semaphore's slots share one), found by name in
+ * a hash that the set owns. Only the head of a queue tries; the others wait
+ * behind it until their wait_ms runs out. Each queued call has a timer of
+ * its own (call->retry_ev, owned here): it fires the head's next attempt,
+ * or ends a later call's wait. What an attempt is and how a call is
+ * answered is up to the set's owner (ops), through the callbacks given to
+ * waitq_set_create().
+ *
+ * A head's attempt always starts from its own event, never inside the
+ * callback that made it due (a release answered, a lock lost or expired, a
+ * wake-up from another daemon, the call ahead leaving): that callback may be
+ * deep in another object's work, which an attempt (and its answer) must not
+ * run under. The event is made active, so the attempt runs in the same loop
+ * turn, once that callback has returned. */
+#ifndef REDLOCKD_WAITQ_H
+#define REDLOCKD_WAITQ_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct call;
+struct event_base;
+struct wake;
+struct waitq_set;
+
+/* The queue of one resource. Owned by its set; freed when it empties
+ * (waitq_free_if_empty). */
+struct waitq {
+    char *resource; /* owned */
+    size_t resource_len;
+    struct call *head, *tail; /* borrowed calls, linked by wnext/wprev */
+    bool head_trying;         /* owner: the head has an attempt in flight */
+    bool woken;               /* a release came while the head was trying */
+    size_t n_waiting;         /* calls in the queue, for listings */
+    struct waitq_set *set;    /* borrowed: the set it belongs to */
+    struct waitq *hnext;      /* set: hash chain */
+};
+
+/* The head's attempt is due (call->waitq->head == call, and no attempt of
+ * it is in flight). */
+typedef void waitq_try_fn(struct call *call, void *arg);
+
+/* A call behind the head waited out its wait_ms: it is to be answered (and
+ * taken out with waitq_leave). */
+typedef void waitq_expired_fn(struct call *call, void *arg);
+
+/* waitq_set_create: no queue yet. wake (borrowed, may be NULL) is told which
+ * resources have waiters, to hear of releases in other daemons. */
+struct waitq_set *waitq_set_create(struct event_base *base, struct wake *wake,
+                                   waitq_try_fn *try_cb,
+                                   waitq_expired_fn *expired_cb, void *arg);
+
+/* waitq_set_destroy: frees the queues; every call must have left them. */
+void waitq_set_destroy(struct waitq_set *set);
+
+/* waitq_find: the queue named res[0..len), or NULL. */
+struct waitq *waitq_find(struct waitq_set *set, const char *res, size_t len);
+
+/* waitq_get: the queue named res[0..len), made (and watched for wake-ups)
+ * when there is none. Returns NULL when out of memory. */
+struct waitq *waitq_get(struct waitq_set *set, const char *res, size_t len);
+
+/* waitq_free_if_empty: frees q if no call is in it or trying. */
+void waitq_free_if_empty(struct waitq_set *set, struct waitq *q);
+
+/* waitq_push: call joins the tail of q, with its timer (not armed yet: see
+ * waitq_arm). Returns 0, or -1 when out of memory (call is not queued). */
+int waitq_push(struct waitq_set *set, struct waitq *q, struct call *call);
+
+/* waitq_unlink: takes call out of its queue (if any) and frees its timer;
+ * the queue stays, even empty. */
+void waitq_unlink(struct waitq_set *set, struct call *call);
+
+/* waitq_leave: takes call out of its queue; if it was the head, the next in
+ * line's attempt is made due (waitq_try_fn, from its own event), else an
+ * emptied queue is freed. */
+void waitq_leave(struct waitq_set *set, struct call *call);
+
+/* waitq_arm: call's timer fires in delay_ms. */
+void waitq_arm(struct call *call, uint64_t delay_ms);
+
+/* waitq_begin_try: the head starts an attempt now: its timer stops, its
+ * queue is marked trying and not woken. */
+void waitq_begin_try(struct call *call);
+
+/* waitq_wake: the resource res[0..len) (a semaphore's slot: any slot of
+ * its semaphore) may be free: its head's attempt is made due, or, when one
+ * is in flight, the queue is marked woken. */
+void waitq_wake(struct waitq_set *set, const char *res, size_t len);
+
+/* waitq_count: calls queued in the set. */
+int waitq_count(const struct waitq_set *set);
+
+/* waitq_waiting: calls queued for res[0..len) (a slot: its semaphore's). */
+size_t waitq_waiting(struct waitq_set *set, const char *res, size_t len);
+
+/* Answers a call taken out of its queue by waitq_drain. */
+typedef void waitq_answer_fn(struct call *call, void *arg);
+
+/* waitq_drain: takes every call out of every queue, except a head whose
+ * attempt is in flight (its attempt answers it), and hands each to answer;
+ * queues left empty are freed. */
+void waitq_drain(struct waitq_set *set, waitq_answer_fn *answer, void *arg);
+
+#endif
