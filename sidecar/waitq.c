@@ -6,8 +6,7 @@
  *   waitq_wake, waitq_leave -> the head's timer event made active: try_cb
  *               runs once the caller's callback has returned
  *
- * The hash of queues is FNV-1a over the resource name, power-of-two
- * buckets, chained. */
+ * The queues are found by resource in util's hash table. */
 #include "waitq.h"
 
 #include <stdlib.h>
@@ -30,8 +29,7 @@ struct waitq_set {
     waitq_try_fn *try_cb;
     waitq_expired_fn *expired_cb;
     void *arg;
-    struct waitq **buckets; /* owned */
-    size_t n_buckets;
+    struct util_htable queues; /* owned: struct waitq by resource */
     int n_waiters; /* calls in every queue */
 };
 
@@ -48,9 +46,7 @@ struct waitq_set *waitq_set_create(struct event_base *base, struct wake *wake,
     set->try_cb = try_cb;
     set->expired_cb = expired_cb;
     set->arg = arg;
-    set->n_buckets = WAITQ_BUCKETS;
-    set->buckets = calloc(set->n_buckets, sizeof(*set->buckets));
-    if (set->buckets == NULL) {
+    if (util_htable_init(&set->queues, WAITQ_BUCKETS) != 0) {
         free(set);
         return NULL;
     }
@@ -62,53 +58,31 @@ void waitq_set_destroy(struct waitq_set *set)
     if (set == NULL) {
         return;
     }
-    for (size_t b = 0; b < set->n_buckets; b++) {
-        struct waitq *q = set->buckets[b];
-        while (q != NULL) {
-            struct waitq *next = q->hnext;
-            free(q->resource);
-            free(q);
-            q = next;
-        }
+    struct util_hnode *h = util_htable_first(&set->queues);
+    while (h != NULL) {
+        struct util_hnode *next = util_htable_next(&set->queues, h);
+        struct waitq *q = UTIL_CONTAINER_OF(h, struct waitq, hnode);
+        free(q->resource);
+        free(q);
+        h = next;
     }
-    free(set->buckets);
+    util_htable_free(&set->queues);
     free(set);
-}
-
-static size_t resource_hash(const char *s, size_t len)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211ULL;
-    }
-    return (size_t)h;
-}
-
-static struct waitq **waitq_slot(struct waitq_set *set, const char *res,
-                                 size_t len)
-{
-    size_t h = resource_hash(res, len) & (set->n_buckets - 1);
-    struct waitq **pp = &set->buckets[h];
-    while (*pp != NULL && ((*pp)->resource_len != len ||
-                           memcmp((*pp)->resource, res, len) != 0)) {
-        pp = &(*pp)->hnext;
-    }
-    return pp;
 }
 
 struct waitq *waitq_find(struct waitq_set *set, const char *res, size_t len)
 {
-    return *waitq_slot(set, res, len);
+    struct util_hnode *h = util_htable_find(&set->queues, res, len);
+    return h != NULL ? UTIL_CONTAINER_OF(h, struct waitq, hnode) : NULL;
 }
 
 struct waitq *waitq_get(struct waitq_set *set, const char *res, size_t len)
 {
-    struct waitq **pp = waitq_slot(set, res, len);
-    if (*pp != NULL) {
-        return *pp;
+    struct waitq *q = waitq_find(set, res, len);
+    if (q != NULL) {
+        return q;
     }
-    struct waitq *q = calloc(1, sizeof(*q));
+    q = calloc(1, sizeof(*q));
     if (q == NULL) {
         return NULL;
     }
@@ -121,7 +95,7 @@ struct waitq *waitq_get(struct waitq_set *set, const char *res, size_t len)
     q->resource[len] = '\0';
     q->resource_len = len;
     q->set = set;
-    *pp = q;
+    util_htable_add(&set->queues, &q->hnode, q->resource, len);
     /* Hear of releases in other daemons while anyone waits here; on
      * failure the waiters still retry on their back-off. */
     if (set->wake != NULL && wake_watch(set->wake, res, len) != 0) {
@@ -135,10 +109,7 @@ void waitq_free_if_empty(struct waitq_set *set, struct waitq *q)
     if (q->head != NULL || q->head_trying) {
         return;
     }
-    struct waitq **pp = waitq_slot(set, q->resource, q->resource_len);
-    if (*pp == q) {
-        *pp = q->hnext;
-    }
+    util_htable_remove(&set->queues, &q->hnode);
     if (set->wake != NULL) {
         wake_unwatch(set->wake, q->resource, q->resource_len);
     }
@@ -309,21 +280,20 @@ size_t waitq_waiting(struct waitq_set *set, const char *res, size_t len)
 
 void waitq_drain(struct waitq_set *set, waitq_answer_fn *answer, void *arg)
 {
-    for (size_t b = 0; b < set->n_buckets; b++) {
-        struct waitq *q = set->buckets[b];
-        while (q != NULL) {
-            struct waitq *next = q->hnext;
-            struct call *c = q->head;
-            while (c != NULL) {
-                struct call *cn = c->wnext;
-                if (!(c == q->head && q->head_trying)) {
-                    waitq_unlink(set, c);
-                    answer(c, arg);
-                }
-                c = cn;
+    struct util_hnode *h = util_htable_first(&set->queues);
+    while (h != NULL) {
+        struct util_hnode *next = util_htable_next(&set->queues, h);
+        struct waitq *q = UTIL_CONTAINER_OF(h, struct waitq, hnode);
+        struct call *c = q->head;
+        while (c != NULL) {
+            struct call *cn = c->wnext;
+            if (!(c == q->head && q->head_trying)) {
+                waitq_unlink(set, c);
+                answer(c, arg);
             }
-            waitq_free_if_empty(set, q);
-            q = next;
+            c = cn;
         }
+        waitq_free_if_empty(set, q);
+        h = next;
     }
 }

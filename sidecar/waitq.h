@@ -17,6 +17,7 @@
 #ifndef REDLOCKD_WAITQ_H
 #define REDLOCKD_WAITQ_H
 
+#include "util.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -36,7 +37,7 @@ struct waitq {
     bool woken;               /* a release came while the head was trying */
     size_t n_waiting;         /* calls in the queue, for listings */
     struct waitq_set *set;    /* borrowed: the set it belongs to */
-    struct waitq *hnext;      /* set: hash chain */
+    struct util_hnode hnode;  /* in the set's table, keyed by resource */
 };
 
 /* The head's attempt is due (call->waitq->head == call, and no attempt of
