@@ -1647,7 +1647,7 @@ struct ops *ops_create(struct event_base *base, const struct config *cfg)
     /* The wake before the cluster: the cluster's teardown runs callbacks
      * that reach the wait queues and so the wake (see ops_destroy). */
     o->wake = wake_create(base, cfg, wake_cb, o);
-    o->cluster = o->wake != NULL ? cluster_create(base, cfg, NULL, NULL) : NULL;
+    o->cluster = o->wake != NULL ? cluster_create(base, cfg) : NULL;
     if (o->cluster == NULL || o->wake == NULL || o->sem == NULL) {
         ops_destroy(o);
         return NULL;
