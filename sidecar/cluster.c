@@ -11,7 +11,10 @@
  *              and the same bytes to every node
  *   release, extend, complete, rollback
  *              gathered per node during the loop turn into one script over
- *              their keys (struct batch), sent at its end */
+ *              their keys (struct batch), sent at its end
+ *
+ * Which nodes sit out after a restart, and their repair, are quarantine.c's:
+ * it hears the nodes' state changes, and rounds skip the nodes it names. */
 #include "cluster.h"
 
 #include <stdio.h>
@@ -26,6 +29,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "node.h"
+#include "quarantine.h"
 #include "redlock.h"
 #include "replyview.h"
 #include "semaphore.h"
@@ -86,37 +90,6 @@ struct cluster_op {
     struct cluster_op *next_free;
 };
 
-/* One source of a repair: a node that kept its data, whose fence counter
- * is read and whose done marks are copied to the target one SCAN step at
- * a time. */
-struct repair_src {
-    struct repair *r;
-    int node;
-    bool counter_read; /* its counter is in r->max */
-    bool scan_over;    /* its SCAN came back to cursor 0, marks copied */
-    bool failed;       /* a command failed: it does not count */
-    char cursor[24];   /* the next SCAN cursor; "" before the first */
-    char run_id[48];   /* the server read: a cursor means nothing to another */
-};
-
-/* One repair of a restarted node before it counts again: copy the done
- * marks and read the fence counter from enough sound nodes, then raise the
- * node's counter to their maximum. Owned by its node callbacks; freed when
- * the last one has run. */
-struct repair {
-    struct cluster *c;
-    int target;      /* the restarted node */
-    int generation;  /* stale rounds are ignored */
-    int outstanding; /* node callbacks still due */
-    int need;        /* sources to read in full before raising */
-    int complete;    /* sources read in full */
-    int running;     /* sources neither complete nor failed */
-    int64_t max;
-    uint64_t marks; /* done marks set on the target */
-    bool over;      /* raising, failed or done: send no further step */
-    struct repair_src src[REDLOCK_MAX_NODES];
-};
-
 struct cluster {
     struct event_base *base;               /* borrowed */
     const struct config *cfg;              /* borrowed */
@@ -126,8 +99,6 @@ struct cluster {
     int quorum;
     char fence_key[80];
     size_t fence_key_len;
-    cluster_node_fn *node_cb;
-    void *node_priv;
     int ops_inflight;  /* ops not yet freed */
     int acquires_sent; /* acquire rounds sent and not finished */
     struct cluster_op *queue_head, *queue_tail; /* acquires not yet sent */
@@ -152,19 +123,8 @@ struct cluster {
     struct cluster_op *free_ops;
     int free_count;
     /* Restart quarantine (see README, "Fencing and restarts"). */
-    bool quarantined[REDLOCK_MAX_NODES];
-    struct event *quarantine_ev[REDLOCK_MAX_NODES]; /* owned */
-    int repair_generation[REDLOCK_MAX_NODES];
-    bool first_seen_checked[REDLOCK_MAX_NODES]; /* start-up check done */
-    struct qarg {
-        struct cluster *c;
-        int i;
-    } qargs[REDLOCK_MAX_NODES];             /* quarantine timer arguments */
-    int repair_attempt[REDLOCK_MAX_NODES];  /* retries: the back-off */
-    bool repair_waiting[REDLOCK_MAX_NODES]; /* no sound read yet (logged) */
-    char scan_match[2 * 64 + 8];            /* SCAN MATCH for <prefix>lock:* */
-    struct redlock_grants grants; /* live TTLs granted: the quarantine */
-    int64_t fence_max_seen;       /* largest fence this daemon handed out */
+    struct quarantine *quar; /* owned */
+    int64_t fence_max_seen;  /* largest fence this daemon handed out */
 };
 
 uint64_t cluster_now_us(void)
@@ -727,8 +687,8 @@ static bool op_sets_ttl(const struct cluster_op *op);
 static void op_note_grant(const struct cluster_op *op)
 {
     if (op_sets_ttl(op)) {
-        redlock_grants_add(&op->c->grants, op->ttl_ms, op->round.start_us,
-                           op->round.decided_us);
+        quarantine_note_grant(op->c->quar, op->ttl_ms, op->round.start_us,
+                              op->round.decided_us);
     }
 }
 
@@ -1139,7 +1099,8 @@ static void op_dispatch(struct cluster_op *op)
     for (int i = 0; i < c->n; i++) {
         const struct node_prep *prep = NULL;
         bool asked =
-            redlock_round_asks(op->kind, &op->round, c->quarantined[i]) &&
+            redlock_round_asks(op->kind, &op->round,
+                               quarantine_active(c->quar, i)) &&
             send_node(c, i) != NULL;
         if (asked && op->kind != RL_OP_ACQUIRE) {
             /* Release, extend, complete: one script per node per loop
@@ -1240,500 +1201,8 @@ int cluster_complete(struct cluster *c, const char *resource, size_t len,
     return 0;
 }
 
-/* ---- nodes ------------------------------------------------------------ */
-
-static void repair_start(struct cluster *c, int target);
-
-/* Keys per SCAN step: the node's work per call stays bounded, and so does
- * the copy that follows it. */
-#define REPAIR_SCAN_COUNT "256"
-
-static void repair_finish(struct repair *r, int64_t value)
-{
-    struct cluster *c = r->c;
-    c->quarantined[r->target] = false;
-    c->repair_attempt[r->target] = 0;
-    log_info(NULL,
-             "node %d: repaired from %d node(s): %llu done mark(s) "
-             "copied, fence counter >= %lld; counts toward quorums again",
-             r->target + 1, r->complete, (unsigned long long)r->marks,
-             (long long)value);
-}
-
-/* Tries the repair again after a capped, jittered back-off, on the
- * quarantine timer. */
-static void repair_retry_later(struct cluster *c, int target)
-{
-    if (c->closing) {
-        return; /* the timer may be freed already */
-    }
-    uint32_t ms = redlock_backoff_ms((unsigned)c->repair_attempt[target]++, 250,
-                                     5000, (double)random() / RAND_MAX);
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    evtimer_add(c->quarantine_ev[target], &tv);
-}
-
-static void repair_release(struct repair *r)
-{
-    if (r->outstanding == 0) {
-        free(r);
-    }
-}
-
-/* Whether r may still act: not finished or failed, not superseded by a new
- * restart of its target, not shutting down. */
-static bool repair_live(const struct repair *r)
-{
-    return !r->over && !r->c->closing &&
-           r->generation == r->c->repair_generation[r->target];
-}
-
-static void repair_fail(struct repair *r, const char *why)
-{
-    r->over = true;
-    log_warn(NULL, "node %d: repair: %s; retrying", r->target + 1, why);
-    repair_retry_later(r->c, r->target);
-}
-
-static void repair_raise_cb(struct node *node, struct redisReply *reply,
-                            enum node_status status, void *privdata)
-{
-    (void)node;
-    struct repair *r = privdata;
-    struct cluster *c = r->c;
-    r->outstanding--;
-    if (!c->closing && r->generation == c->repair_generation[r->target]) {
-        if (status == NODE_REPLY && reply->type == REDIS_REPLY_INTEGER &&
-            reply->integer >= r->max) {
-            repair_finish(r, reply->integer);
-        } else {
-            log_warn(NULL, "node %d: fence repair failed; retrying",
-                     r->target + 1);
-            repair_retry_later(c, r->target);
-        }
-    }
-    repair_release(r);
-}
-
-/* Enough sources read in full: raise the target's counter. */
-static void repair_raise(struct repair *r)
-{
-    struct cluster *c = r->c;
-    r->over = true;
-    char val[24];
-    int vl = snprintf(val, sizeof(val), "%lld", (long long)r->max);
-    const char *argv[2] = {c->fence_key, val};
-    size_t lens[2] = {c->fence_key_len, (size_t)vl};
-    if (node_script(c->nodes[r->target], SCRIPT_FENCE_REPAIR, 2, argv, lens,
-                    repair_raise_cb, r) == 0) {
-        r->outstanding++;
-    } else {
-        log_warn(NULL, "node %d: fence repair not sent; retrying",
-                 r->target + 1);
-        repair_retry_later(c, r->target);
-    }
-}
-
-static void repair_src_failed(struct repair_src *s)
-{
-    struct repair *r = s->r;
-    if (s->failed) {
-        return;
-    }
-    s->failed = true;
-    r->running--;
-    if (r->complete + r->running < r->need) {
-        char why[96];
-        snprintf(why, sizeof(why),
-                 "node %d could not be read (%d of %d "
-                 "needed left)",
-                 s->node + 1, r->complete + r->running, r->need);
-        repair_fail(r, why);
-    }
-}
-
-static void repair_src_check(struct repair_src *s)
-{
-    struct repair *r = s->r;
-    if (s->failed || !s->counter_read || !s->scan_over) {
-        return;
-    }
-    r->running--;
-    r->complete++;
-    /* Any N - quorum + 1 sound nodes meet every earlier write-back quorum
-     * and every quorum of done marks in a node other than the target, so
-     * what they hold covers every fence handed out and every mark that a
-     * successful complete left. */
-    if (r->complete >= r->need) {
-        repair_raise(r);
-    }
-}
-
-static void repair_scan_cb(struct node *node, struct redisReply *reply,
-                           enum node_status status, void *privdata);
-
-/* The next SCAN step on s, or s is read in full. */
-static void repair_scan_next(struct repair_src *s)
-{
-    struct repair *r = s->r;
-    struct cluster *c = r->c;
-    if (strcmp(s->cursor, "0") == 0) {
-        s->scan_over = true;
-        repair_src_check(s);
-        return;
-    }
-    /* A source that restarted since the repair began is another server:
-     * the cursor is not its, and the marks the old one held past it are
-     * gone, so it was not read in full. */
-    if (strcmp(node_run_id(c->nodes[s->node]), s->run_id) != 0) {
-        log_warn(NULL,
-                 "node %d: restarted while node %d was being repaired "
-                 "from it",
-                 s->node + 1, r->target + 1);
-        repair_src_failed(s);
-        return;
-    }
-    /* "" before the first step, which starts at cursor 0 */
-    const char *cursor = s->cursor[0] != '\0' ? s->cursor : "0";
-    const char *argv[3] = {cursor, c->scan_match, REPAIR_SCAN_COUNT};
-    size_t lens[3] = {strlen(cursor), strlen(c->scan_match),
-                      sizeof(REPAIR_SCAN_COUNT) - 1};
-    if (node_script(c->nodes[s->node], SCRIPT_DONE_SCAN, 3, argv, lens,
-                    repair_scan_cb, s) == 0) {
-        r->outstanding++;
-    } else {
-        repair_src_failed(s);
-    }
-}
-
-static void repair_copy_cb(struct node *node, struct redisReply *reply,
-                           enum node_status status, void *privdata)
-{
-    (void)node;
-    struct repair_src *s = privdata;
-    struct repair *r = s->r;
-    r->outstanding--;
-    if (repair_live(r) && !s->failed) {
-        if (status == NODE_REPLY && reply->type == REDIS_REPLY_INTEGER) {
-            r->marks += (uint64_t)reply->integer;
-            repair_scan_next(s);
-        } else {
-            repair_fail(r,
-                        status == NODE_REPLY && reply->type == REDIS_REPLY_ERROR
-                            ? reply->str
-                            : "copying done marks got no answer");
-        }
-    }
-    repair_release(r);
-}
-
-/* The marks one SCAN step found: copied to the target, then the next
- * step. */
-static void repair_scan_cb(struct node *node, struct redisReply *reply,
-                           enum node_status status, void *privdata)
-{
-    struct repair_src *s = privdata;
-    struct repair *r = s->r;
-    r->outstanding--;
-    if (!repair_live(r) || s->failed) {
-        repair_release(r);
-        return;
-    }
-    if (status != NODE_REPLY || reply->type != REDIS_REPLY_ARRAY ||
-        reply->elements < 1 || (reply->elements - 1) % 3 != 0) {
-        log_warn(NULL, "node %d: done-mark scan: %s", node_index(node) + 1,
-                 status != NODE_REPLY               ? "no answer"
-                 : reply->type == REDIS_REPLY_ERROR ? reply->str
-                                                    : "unexpected reply");
-        repair_src_failed(s);
-        repair_release(r);
-        return;
-    }
-    size_t argc = reply->elements - 1;
-    const char **argv = argc > 0 ? malloc(argc * sizeof(*argv)) : NULL;
-    size_t *lens = argc > 0 ? malloc(argc * sizeof(*lens)) : NULL;
-    bool ok = reply->element[0]->type == REDIS_REPLY_STRING &&
-              reply->element[0]->len < sizeof(s->cursor) &&
-              (argc == 0 || (argv != NULL && lens != NULL));
-    for (size_t i = 0; ok && i < argc; i++) {
-        const struct redisReply *e = reply->element[i + 1];
-        ok = e->type == REDIS_REPLY_STRING;
-        if (ok) {
-            argv[i] = e->str;
-            lens[i] = e->len;
-        }
-    }
-    if (!ok) {
-        log_warn(NULL, "node %d: done-mark scan: %s", node_index(node) + 1,
-                 argc > 0 && (argv == NULL || lens == NULL)
-                     ? "out of memory"
-                     : "unexpected reply");
-        repair_src_failed(s);
-    } else {
-        memcpy(s->cursor, reply->element[0]->str, reply->element[0]->len);
-        s->cursor[reply->element[0]->len] = '\0';
-        if (argc == 0) {
-            repair_scan_next(s);
-        } else if (node_script(r->c->nodes[r->target], SCRIPT_DONE_COPY,
-                               (int)argc, argv, lens, repair_copy_cb, s) == 0) {
-            r->outstanding++;
-        } else {
-            repair_fail(r, "copying done marks not sent");
-        }
-    }
-    free(argv);
-    free(lens);
-    repair_release(r);
-}
-
-static void repair_counter_cb(struct node *node, struct redisReply *reply,
-                              enum node_status status, void *privdata)
-{
-    struct repair_src *s = privdata;
-    struct repair *r = s->r;
-    r->outstanding--;
-    if (repair_live(r) && !s->failed) {
-        if (status == NODE_REPLY && (reply->type == REDIS_REPLY_NIL ||
-                                     reply->type == REDIS_REPLY_STRING)) {
-            int64_t v = reply->type == REDIS_REPLY_STRING
-                            ? strtoll(reply->str, NULL, 10)
-                            : 0;
-            if (v > r->max) {
-                r->max = v;
-            }
-            s->counter_read = true;
-            repair_src_check(s);
-        } else {
-            log_warn(NULL, "node %d: fence counter read: %s",
-                     node_index(node) + 1,
-                     status != NODE_REPLY               ? "no answer"
-                     : reply->type == REDIS_REPLY_ERROR ? reply->str
-                                                        : "unexpected reply");
-            repair_src_failed(s);
-        }
-    }
-    repair_release(r);
-}
-
-static void repair_start(struct cluster *c, int target)
-{
-    if (c->cfg->unsafe_no_fence_repair) {
-        c->quarantined[target] = false;
-        log_warn(NULL,
-                 "node %d: counts again WITHOUT fence or done-mark repair "
-                 "(--unsafe-no-fence-repair)",
-                 target + 1);
-        return;
-    }
-    uint32_t lost = 0, up = 0;
-    for (int i = 0; i < c->n; i++) {
-        lost |= c->quarantined[i] ? 1u << i : 0;
-        up |= node_is_up(c->nodes[i]) ? 1u << i : 0;
-    }
-    uint32_t read;
-    int need;
-    enum redlock_repair_plan plan =
-        redlock_repair_plan(c->n, target, lost, up, &read, &need);
-    if (plan == RL_REPAIR_WAIT) {
-        if (!c->repair_waiting[target]) {
-            c->repair_waiting[target] = true;
-            log_warn(NULL,
-                     "node %d: too few nodes that kept their data are up "
-                     "to repair it from (%d needed; a node down but never "
-                     "seen to restart still holds what it must read): it "
-                     "stays quarantined until enough are back",
-                     target + 1, c->n - c->quorum + 1);
-        }
-        repair_retry_later(c, target);
-        return;
-    }
-    c->repair_waiting[target] = false;
-    if (plan == RL_REPAIR_BEST_EFFORT) {
-        log_error(NULL,
-                  "node %d: more nodes restarted without persistence "
-                  "than a quorum can spare: no sound read exists; "
-                  "repairing from every node up; fences may repeat and "
-                  "done marks may be lost",
-                  target + 1);
-    }
-    struct repair *r = calloc(1, sizeof(*r));
-    if (r == NULL) {
-        log_error(NULL, "node %d: repair: out of memory; tried again later",
-                  target + 1);
-        repair_retry_later(c, target);
-        return;
-    }
-    r->c = c;
-    r->target = target;
-    r->generation = ++c->repair_generation[target];
-    r->outstanding = 1;         /* held while sending */
-    r->max = c->fence_max_seen; /* a floor we know of ourselves */
-    r->need = need;
-    for (int i = 0; i < c->n; i++) {
-        if (!(read & (1u << i))) {
-            continue;
-        }
-        struct repair_src *s = &r->src[i];
-        s->r = r;
-        s->node = i;
-        snprintf(s->run_id, sizeof(s->run_id), "%s", node_run_id(c->nodes[i]));
-        const char *argv[2] = {"GET", c->fence_key};
-        size_t lens[2] = {3, c->fence_key_len};
-        if (node_command(c->nodes[i], 2, argv, lens, repair_counter_cb, s) !=
-            0) {
-            s->failed = true;
-            continue;
-        }
-        r->outstanding++;
-        r->running++;
-    }
-    /* Scan steps after every counter read is out: a synchronous failure
-     * inside one must not see sources not started yet. */
-    for (int i = 0; i < c->n && repair_live(r); i++) {
-        struct repair_src *s = &r->src[i];
-        if ((read & (1u << i)) && !s->failed) {
-            repair_scan_next(s);
-        }
-    }
-    if (repair_live(r) && r->need == 0) {
-        repair_raise(r); /* a single node: nothing to read */
-    } else if (repair_live(r) && r->running < r->need) {
-        repair_fail(r, "too few nodes to read could be asked");
-    }
-    r->outstanding--;
-    repair_release(r);
-}
-
-static void quarantine_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct qarg *qa = arg;
-    struct cluster *c = qa->c;
-    int i = qa->i;
-    struct node *node = c->nodes[i];
-    if (!c->quarantined[i]) {
-        return;
-    }
-    if (!node_is_up(node)) {
-        repair_retry_later(c, i);
-        return;
-    }
-    repair_start(c, i);
-}
-
-/* The restart quarantine now: --quarantine-ms, or the largest TTL granted
- * whose lock may still stand (at least the default TTL). */
-static uint32_t quarantine_period_ms(const struct cluster *c)
-{
-    return redlock_quarantine_ms(&c->grants, cluster_now_us(),
-                                 (uint32_t)c->cfg->quarantine_ms,
-                                 PROTO_TTL_DEFAULT);
-}
-
-static void quarantine_begin(struct cluster *c, int i)
-{
-    uint32_t q = quarantine_period_ms(c);
-    c->quarantined[i] = true;
-    c->repair_generation[i]++;
-    c->repair_attempt[i] = 0;
-    c->repair_waiting[i] = false;
-    log_warn(NULL,
-             "node %d: restarted (new run_id) without persistence: "
-             "quarantined for %u ms, then its done marks and fence "
-             "counter are repaired",
-             i + 1, q);
-    struct timeval tv = {(time_t)(q / 1000), (suseconds_t)(q % 1000) * 1000};
-    evtimer_add(c->quarantine_ev[i], &tv);
-}
-
-/* A daemon that starts after a node restarted has no earlier run_id to
- * compare. It looks at start times instead: a non-persistent node that
- * started within the quarantine, clearly after another node (more than
- * START_SKEW_US; a cluster started together is not suspect), may have lost
- * locks the others still hold, so it is quarantined for the rest of the
- * period. Re-checked whenever a node comes up, since the older node may
- * connect second. */
-#define START_SKEW_US 3000000u
-
-static void check_fresh_starts(struct cluster *c)
-{
-    if (c->cfg->unsafe_no_quarantine) {
-        return;
-    }
-    uint64_t oldest = 0;
-    for (int j = 0; j < c->n; j++) {
-        uint64_t st =
-            node_is_up(c->nodes[j]) ? node_started_us(c->nodes[j]) : 0;
-        if (st != 0 && (oldest == 0 || st < oldest)) {
-            oldest = st;
-        }
-    }
-    uint64_t now = cluster_now_us();
-    uint64_t q_us = (uint64_t)quarantine_period_ms(c) * 1000u;
-    for (int i = 0; i < c->n; i++) {
-        struct node *nd = c->nodes[i];
-        uint64_t st = node_started_us(nd);
-        if (c->first_seen_checked[i] || !node_is_up(nd) || st == 0 ||
-            !node_first_connection(nd) || node_is_persistent(nd) ||
-            c->quarantined[i]) {
-            continue;
-        }
-        if (st > oldest + START_SKEW_US && now < st + q_us) {
-            uint64_t left_ms = (st + q_us - now) / 1000u;
-            c->first_seen_checked[i] = true;
-            c->quarantined[i] = true;
-            c->repair_generation[i]++;
-            log_warn(NULL,
-                     "node %d: started %llu s after another node and "
-                     "has no persistence: it may have lost locks; "
-                     "quarantined for %llu ms",
-                     i + 1, (unsigned long long)((st - oldest) / 1000000u),
-                     (unsigned long long)left_ms);
-            struct timeval tv = {(time_t)(left_ms / 1000),
-                                 (suseconds_t)(left_ms % 1000) * 1000};
-            evtimer_add(c->quarantine_ev[i], &tv);
-        }
-    }
-}
-
-static void cluster_node_state_cb(struct node *node, enum node_state state,
-                                  void *priv)
-{
-    struct cluster *c = priv;
-    int i = node_index(node);
-    if (state == NODE_UP && !node_restarted(node)) {
-        check_fresh_starts(c);
-    }
-    /* A node back may be what a waiting repair needs: try it now. */
-    for (int j = 0; state == NODE_UP && j < c->n; j++) {
-        if (c->repair_waiting[j] && c->quarantined[j] && j != i) {
-            struct timeval now = {0, 0};
-            evtimer_add(c->quarantine_ev[j], &now);
-        }
-    }
-    if (state == NODE_UP && node_restarted(node) && !node_is_persistent(node)) {
-        if (!c->cfg->unsafe_no_quarantine) {
-            quarantine_begin(c, i);
-        } else {
-            log_warn(NULL,
-                     "node %d: restarted; counted at once "
-                     "(--unsafe-no-quarantine)",
-                     i + 1);
-            if (!c->cfg->unsafe_no_fence_repair) {
-                c->quarantined[i] = true; /* only until the repair */
-                repair_start(c, i);
-            }
-        }
-    }
-    if (c->node_cb != NULL && (state == NODE_UP || state == NODE_DOWN)) {
-        c->node_cb(node, state == NODE_UP, c->node_priv);
-    }
-}
-
 struct cluster *cluster_create(struct event_base *base,
-                               const struct config *cfg,
-                               cluster_node_fn *node_cb, void *node_priv)
+                               const struct config *cfg)
 {
     if (cfg->n_nodes < 1 || cfg->n_nodes > REDLOCK_MAX_NODES) {
         log_error(NULL, "cluster: %d nodes configured (1..%d allowed)",
@@ -1748,21 +1217,9 @@ struct cluster *cluster_create(struct event_base *base,
     c->cfg = cfg;
     c->n = cfg->n_nodes;
     c->quorum = redlock_quorum(c->n);
-    c->node_cb = node_cb;
-    c->node_priv = node_priv;
     int fl =
         snprintf(c->fence_key, sizeof(c->fence_key), "%sfence", cfg->prefix);
     c->fence_key_len = (size_t)fl;
-    /* <prefix>lock:*, the prefix's glob characters escaped */
-    size_t m = 0;
-    for (const char *p = cfg->prefix;
-         *p != '\0' && m + 8 < sizeof(c->scan_match); p++) {
-        if (strchr("*?[]\\", *p) != NULL) {
-            c->scan_match[m++] = '\\';
-        }
-        c->scan_match[m++] = *p;
-    }
-    memcpy(c->scan_match + m, "lock:*", 7);
 
     struct node_options opts = {
         .timeout_ms = cfg->node_timeout_ms,
@@ -1778,6 +1235,12 @@ struct cluster *cluster_create(struct event_base *base,
         free(c);
         return NULL;
     }
+    /* Before the nodes: it hears their state changes. */
+    c->quar = quarantine_create(base, cfg, c->nodes, c->n, &c->fence_max_seen);
+    if (c->quar == NULL) {
+        cluster_destroy(c);
+        return NULL;
+    }
     for (int i = 0; i < c->n && c->tls == NULL; i++) {
         char err[256];
         if (cfg->nodes[i].tls &&
@@ -1790,11 +1253,8 @@ struct cluster *cluster_create(struct event_base *base,
     opts.tls = c->tls;
     for (int i = 0; i < c->n; i++) {
         c->nodes[i] = node_create(base, i, &cfg->nodes[i], &opts,
-                                  cluster_node_state_cb, c);
-        c->qargs[i].c = c;
-        c->qargs[i].i = i;
-        c->quarantine_ev[i] = evtimer_new(base, quarantine_cb, &c->qargs[i]);
-        if (c->nodes[i] == NULL || c->quarantine_ev[i] == NULL) {
+                                  quarantine_node_cb, c->quar);
+        if (c->nodes[i] == NULL) {
             log_error(NULL, "cluster: cannot create node %d", i + 1);
             cluster_destroy(c);
             return NULL;
@@ -1816,18 +1276,15 @@ void cluster_destroy(struct cluster *c)
         }
     }
     /* node_destroy runs the node's pending callbacks (a fence repair's,
-     * an op's): with c->closing set they send nothing and arm no timer,
+     * an op's): with closing set they send nothing and arm no timer,
      * and every timer is freed only once no callback can run any more. */
     c->closing = true;
+    quarantine_stop(c->quar);
     for (int i = 0; i < c->n; i++) {
         node_destroy(c->nodes[i]);
         c->nodes[i] = NULL;
     }
-    for (int i = 0; i < c->n; i++) {
-        if (c->quarantine_ev[i] != NULL) {
-            event_free(c->quarantine_ev[i]);
-        }
-    }
+    quarantine_destroy(c->quar);
     /* Acquires still queued were never sent: their callbacks run too
      * (every pending callback runs exactly once), with shutting_down. */
     while (c->queue_head != NULL) {
@@ -1871,15 +1328,6 @@ int cluster_size(const struct cluster *c)
     return c->n;
 }
 
-int cluster_up_count(const struct cluster *c)
-{
-    int up = 0;
-    for (int i = 0; i < c->n; i++) {
-        up += c->nodes[i] != NULL && node_is_up(c->nodes[i]) ? 1 : 0;
-    }
-    return up;
-}
-
 struct node *cluster_node(const struct cluster *c, int i)
 {
     return (i >= 0 && i < c->n) ? c->nodes[i] : NULL;
@@ -1887,7 +1335,7 @@ struct node *cluster_node(const struct cluster *c, int i)
 
 bool cluster_node_quarantined(const struct cluster *c, int i)
 {
-    return i >= 0 && i < c->n && c->quarantined[i];
+    return quarantine_active(c->quar, i);
 }
 
 int cluster_inflight(const struct cluster *c)

@@ -41,14 +41,11 @@ struct cluster_result {
  * call returns when no node can be asked. */
 typedef void cluster_done_fn(const struct cluster_result *res, void *priv);
 
-/* Node up/down notifications, for waking waiters and metrics. */
-typedef void cluster_node_fn(struct node *node, bool up, void *priv);
-
-/* cluster_create: a node per configured address, connecting at once. cfg is
- * borrowed and must outlive the cluster. */
+/* cluster_create: a node per configured address, connecting at once, and
+ * their restart quarantine (quarantine.c). cfg is borrowed and must
+ * outlive the cluster. */
 struct cluster *cluster_create(struct event_base *base,
-                               const struct config *cfg,
-                               cluster_node_fn *node_cb, void *node_priv);
+                               const struct config *cfg);
 
 /* cluster_destroy: closes every node; every pending callback runs first,
  * exactly once (those of acquires never sent with ERR_SHUTTING_DOWN). A
@@ -92,7 +89,6 @@ int cluster_complete(struct cluster *c, const char *resource, size_t len,
 
 int cluster_quorum(const struct cluster *c);
 int cluster_size(const struct cluster *c);
-int cluster_up_count(const struct cluster *c);
 struct node *cluster_node(const struct cluster *c, int i);
 
 /* cluster_node_quarantined: node i restarted without persistence and does

@@ -1003,7 +1003,7 @@ struct ops *ops_create(struct event_base *base, const struct config *cfg)
                                                    waiter_expired_cb, o)
                                 : NULL;
     o->cluster =
-        o->waitqs != NULL ? cluster_create(base, cfg, NULL, NULL) : NULL;
+        o->waitqs != NULL ? cluster_create(base, cfg) : NULL;
     o->renew = o->cluster != NULL ? renew_create(base, cfg, o->locks,
                                                  o->cluster, lock_freed_cb, o)
                                   : NULL;

@@ -210,7 +210,7 @@ enum redlock_free_verdict redlock_free_quorum(int n_nodes, int n_done,
                                               int n_pending);
 
 /* How a restarted node's fence counter and done marks are repaired before
- * it counts again (cluster.c). Reading N - quorum + 1 nodes other than the
+ * it counts again (quarantine.c). Reading N - quorum + 1 nodes other than the
  * target that kept their data meets every earlier write-back quorum and
  * every quorum of done marks. A node that is down but was never seen to
  * restart kept its data: it cannot be read now, so the repair waits for

@@ -1,0 +1,632 @@
+/* quarantine.c: the restart quarantine of the nodes and the repair that
+ * ends it; see quarantine.h.
+ *
+ *   node up, new run_id, not persistent     (or, at start-up, started
+ *     |                                       clearly after the others)
+ *   quarantined: skipped by acquisitions, timer armed for the period
+ *     |  timer; node down: back-off and again
+ *   repair: GET the fence counter and SCAN the done marks of enough nodes
+ *     |  that kept their data (redlock_repair_plan), copying each step's
+ *     |  marks to the target; then raise the target's counter to the max
+ *   counts again                (any failure: back-off, repair afresh) */
+#include "quarantine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <event2/event.h>
+#include <hiredis/hiredis.h>
+
+#include "config.h"
+#include "log.h"
+#include "proto.h"
+#include "redlock.h"
+#include "restart.h"
+#include "util.h"
+
+/* One source of a repair: a node that kept its data, whose fence counter
+ * is read and whose done marks are copied to the target one SCAN step at
+ * a time. */
+struct repair_src {
+    struct repair *r;
+    int node;
+    bool counter_read; /* its counter is in r->max */
+    bool scan_over;    /* its SCAN came back to cursor 0, marks copied */
+    bool failed;       /* a command failed: it does not count */
+    char cursor[24];   /* the next SCAN cursor; "" before the first */
+    char run_id[48];   /* the server read: a cursor means nothing to another */
+};
+
+/* One repair of a restarted node before it counts again: copy the done
+ * marks and read the fence counter from enough sound nodes, then raise the
+ * node's counter to their maximum. Owned by its node callbacks; freed when
+ * the last one has run. */
+struct repair {
+    struct quarantine *q;
+    int target;      /* the restarted node */
+    int generation;  /* stale rounds are ignored */
+    int outstanding; /* node callbacks still due */
+    struct restart_reads reads;
+    int64_t max;
+    uint64_t marks; /* done marks set on the target */
+    bool over;      /* raising, failed or done: send no further step */
+    struct repair_src src[REDLOCK_MAX_NODES];
+};
+
+/* The timer argument of one node. */
+struct qarg {
+    struct quarantine *q;
+    int i;
+};
+
+struct quarantine {
+    const struct config *cfg;   /* borrowed */
+    struct node *const *nodes;  /* borrowed: the cluster's */
+    const int64_t *fence_floor; /* borrowed: the cluster's */
+    int n;
+    int quorum;
+    bool closing; /* quarantine_stop: send nothing, arm nothing */
+    bool quarantined[REDLOCK_MAX_NODES];
+    struct event *timer[REDLOCK_MAX_NODES]; /* owned: quarantine, retries */
+    struct qarg qargs[REDLOCK_MAX_NODES];
+    int repair_generation[REDLOCK_MAX_NODES];
+    bool first_seen_checked[REDLOCK_MAX_NODES]; /* start-up check done */
+    int repair_attempt[REDLOCK_MAX_NODES];      /* retries: the back-off */
+    bool repair_waiting[REDLOCK_MAX_NODES];     /* no sound read yet
+                                                   (logged) */
+    char fence_key[80];
+    size_t fence_key_len;
+    char scan_match[2 * 64 + 8];  /* SCAN MATCH for <prefix>lock:* */
+    struct redlock_grants grants; /* live TTLs granted: the period */
+};
+
+/* ---- the period ------------------------------------------------------- */
+
+/* The restart quarantine now: --quarantine-ms, or the largest TTL granted
+ * whose lock may still stand (at least the default TTL). */
+static uint32_t quarantine_period_ms(const struct quarantine *q)
+{
+    return redlock_quarantine_ms(&q->grants, util_now_us(),
+                                 (uint32_t)q->cfg->quarantine_ms,
+                                 PROTO_TTL_DEFAULT);
+}
+
+void quarantine_note_grant(struct quarantine *q, uint32_t ttl_ms,
+                           uint64_t sent_us, uint64_t now_us)
+{
+    redlock_grants_add(&q->grants, ttl_ms, sent_us, now_us);
+}
+
+bool quarantine_active(const struct quarantine *q, int i)
+{
+    return i >= 0 && i < q->n && q->quarantined[i];
+}
+
+static void timer_arm_ms(struct quarantine *q, int i, uint64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(q->timer[i], &tv);
+}
+
+/* ---- the repair ------------------------------------------------------- */
+
+static void repair_start(struct quarantine *q, int target);
+
+static void repair_finish(struct repair *r, int64_t value)
+{
+    struct quarantine *q = r->q;
+    q->quarantined[r->target] = false;
+    q->repair_attempt[r->target] = 0;
+    log_info(NULL,
+             "node %d: repaired from %d node(s): %llu done mark(s) "
+             "copied, fence counter >= %lld; counts toward quorums again",
+             r->target + 1, r->reads.complete, (unsigned long long)r->marks,
+             (long long)value);
+}
+
+/* Tries the repair again after a capped, jittered back-off, on the
+ * quarantine timer. */
+static void repair_retry_later(struct quarantine *q, int target)
+{
+    if (q->closing) {
+        return; /* the timer may be freed already */
+    }
+    uint32_t ms = redlock_backoff_ms((unsigned)q->repair_attempt[target]++, 250,
+                                     5000, (double)random() / RAND_MAX);
+    timer_arm_ms(q, target, ms);
+}
+
+static void repair_release(struct repair *r)
+{
+    if (r->outstanding == 0) {
+        free(r);
+    }
+}
+
+/* Whether r may still act: not finished or failed, not superseded by a new
+ * restart of its target, not shutting down. */
+static bool repair_live(const struct repair *r)
+{
+    return !r->over && !r->q->closing &&
+           r->generation == r->q->repair_generation[r->target];
+}
+
+static void repair_fail(struct repair *r, const char *why)
+{
+    r->over = true;
+    log_warn(NULL, "node %d: repair: %s; retrying", r->target + 1, why);
+    repair_retry_later(r->q, r->target);
+}
+
+static void repair_raise_cb(struct node *node, struct redisReply *reply,
+                            enum node_status status, void *privdata)
+{
+    (void)node;
+    struct repair *r = privdata;
+    struct quarantine *q = r->q;
+    r->outstanding--;
+    if (!q->closing && r->generation == q->repair_generation[r->target]) {
+        if (status == NODE_REPLY && reply->type == REDIS_REPLY_INTEGER &&
+            restart_raised(reply->integer, r->max)) {
+            repair_finish(r, reply->integer);
+        } else {
+            log_warn(NULL, "node %d: fence repair failed; retrying",
+                     r->target + 1);
+            repair_retry_later(q, r->target);
+        }
+    }
+    repair_release(r);
+}
+
+/* Enough sources read in full: raise the target's counter. */
+static void repair_raise(struct repair *r)
+{
+    struct quarantine *q = r->q;
+    r->over = true;
+    char val[24];
+    int vl = snprintf(val, sizeof(val), "%lld", (long long)r->max);
+    const char *argv[2] = {q->fence_key, val};
+    size_t lens[2] = {q->fence_key_len, (size_t)vl};
+    if (node_script(q->nodes[r->target], SCRIPT_FENCE_REPAIR, 2, argv, lens,
+                    repair_raise_cb, r) == 0) {
+        r->outstanding++;
+    } else {
+        log_warn(NULL, "node %d: fence repair not sent; retrying",
+                 r->target + 1);
+        repair_retry_later(q, r->target);
+    }
+}
+
+static void repair_src_failed(struct repair_src *s)
+{
+    struct repair *r = s->r;
+    if (s->failed) {
+        return;
+    }
+    s->failed = true;
+    if (restart_reads_failed(&r->reads) == RESTART_FAIL) {
+        char why[96];
+        snprintf(why, sizeof(why),
+                 "node %d could not be read (%d of %d "
+                 "needed left)",
+                 s->node + 1, r->reads.complete + r->reads.running,
+                 r->reads.need);
+        repair_fail(r, why);
+    }
+}
+
+static void repair_src_check(struct repair_src *s)
+{
+    struct repair *r = s->r;
+    if (s->failed || !s->counter_read || !s->scan_over) {
+        return;
+    }
+    if (restart_reads_done(&r->reads) == RESTART_RAISE) {
+        repair_raise(r);
+    }
+}
+
+static void repair_scan_cb(struct node *node, struct redisReply *reply,
+                           enum node_status status, void *privdata);
+
+/* The next SCAN step on s, or s is read in full. */
+static void repair_scan_next(struct repair_src *s)
+{
+    struct repair *r = s->r;
+    struct quarantine *q = r->q;
+    const char *cursor = restart_scan_cursor(s->cursor);
+    if (cursor == NULL) {
+        s->scan_over = true;
+        repair_src_check(s);
+        return;
+    }
+    /* A source that restarted since the repair began is another server:
+     * the cursor is not its, and the marks the old one held past it are
+     * gone, so it was not read in full. */
+    if (strcmp(node_run_id(q->nodes[s->node]), s->run_id) != 0) {
+        log_warn(NULL,
+                 "node %d: restarted while node %d was being repaired "
+                 "from it",
+                 s->node + 1, r->target + 1);
+        repair_src_failed(s);
+        return;
+    }
+    const char *argv[3] = {cursor, q->scan_match, RESTART_SCAN_COUNT};
+    size_t lens[3] = {strlen(cursor), strlen(q->scan_match),
+                      sizeof(RESTART_SCAN_COUNT) - 1};
+    if (node_script(q->nodes[s->node], SCRIPT_DONE_SCAN, 3, argv, lens,
+                    repair_scan_cb, s) == 0) {
+        r->outstanding++;
+    } else {
+        repair_src_failed(s);
+    }
+}
+
+static void repair_copy_cb(struct node *node, struct redisReply *reply,
+                           enum node_status status, void *privdata)
+{
+    (void)node;
+    struct repair_src *s = privdata;
+    struct repair *r = s->r;
+    r->outstanding--;
+    if (repair_live(r) && !s->failed) {
+        if (status == NODE_REPLY && reply->type == REDIS_REPLY_INTEGER) {
+            r->marks += (uint64_t)reply->integer;
+            repair_scan_next(s);
+        } else {
+            repair_fail(r,
+                        status == NODE_REPLY && reply->type == REDIS_REPLY_ERROR
+                            ? reply->str
+                            : "copying done marks got no answer");
+        }
+    }
+    repair_release(r);
+}
+
+/* The marks one SCAN step found: copied to the target, then the next
+ * step. */
+static void repair_scan_cb(struct node *node, struct redisReply *reply,
+                           enum node_status status, void *privdata)
+{
+    struct repair_src *s = privdata;
+    struct repair *r = s->r;
+    r->outstanding--;
+    if (!repair_live(r) || s->failed) {
+        repair_release(r);
+        return;
+    }
+    if (status != NODE_REPLY || reply->type != REDIS_REPLY_ARRAY ||
+        restart_scan_marks(reply->elements) < 0) {
+        log_warn(NULL, "node %d: done-mark scan: %s", node_index(node) + 1,
+                 status != NODE_REPLY               ? "no answer"
+                 : reply->type == REDIS_REPLY_ERROR ? reply->str
+                                                    : "unexpected reply");
+        repair_src_failed(s);
+        repair_release(r);
+        return;
+    }
+    size_t argc = reply->elements - 1;
+    const char **argv = argc > 0 ? malloc(argc * sizeof(*argv)) : NULL;
+    size_t *lens = argc > 0 ? malloc(argc * sizeof(*lens)) : NULL;
+    bool ok = reply->element[0]->type == REDIS_REPLY_STRING &&
+              reply->element[0]->len < sizeof(s->cursor) &&
+              (argc == 0 || (argv != NULL && lens != NULL));
+    for (size_t i = 0; ok && i < argc; i++) {
+        const struct redisReply *e = reply->element[i + 1];
+        ok = e->type == REDIS_REPLY_STRING;
+        if (ok) {
+            argv[i] = e->str;
+            lens[i] = e->len;
+        }
+    }
+    if (!ok) {
+        log_warn(NULL, "node %d: done-mark scan: %s", node_index(node) + 1,
+                 argc > 0 && (argv == NULL || lens == NULL)
+                     ? "out of memory"
+                     : "unexpected reply");
+        repair_src_failed(s);
+    } else {
+        memcpy(s->cursor, reply->element[0]->str, reply->element[0]->len);
+        s->cursor[reply->element[0]->len] = '\0';
+        if (argc == 0) {
+            repair_scan_next(s);
+        } else if (node_script(r->q->nodes[r->target], SCRIPT_DONE_COPY,
+                               (int)argc, argv, lens, repair_copy_cb, s) == 0) {
+            r->outstanding++;
+        } else {
+            repair_fail(r, "copying done marks not sent");
+        }
+    }
+    free(argv);
+    free(lens);
+    repair_release(r);
+}
+
+static void repair_counter_cb(struct node *node, struct redisReply *reply,
+                              enum node_status status, void *privdata)
+{
+    struct repair_src *s = privdata;
+    struct repair *r = s->r;
+    r->outstanding--;
+    if (repair_live(r) && !s->failed) {
+        if (status == NODE_REPLY && (reply->type == REDIS_REPLY_NIL ||
+                                     reply->type == REDIS_REPLY_STRING)) {
+            int64_t v = reply->type == REDIS_REPLY_STRING
+                            ? strtoll(reply->str, NULL, 10)
+                            : 0;
+            if (v > r->max) {
+                r->max = v;
+            }
+            s->counter_read = true;
+            repair_src_check(s);
+        } else {
+            log_warn(NULL, "node %d: fence counter read: %s",
+                     node_index(node) + 1,
+                     status != NODE_REPLY               ? "no answer"
+                     : reply->type == REDIS_REPLY_ERROR ? reply->str
+                                                        : "unexpected reply");
+            repair_src_failed(s);
+        }
+    }
+    repair_release(r);
+}
+
+static void repair_start(struct quarantine *q, int target)
+{
+    if (q->cfg->unsafe_no_fence_repair) {
+        q->quarantined[target] = false;
+        log_warn(NULL,
+                 "node %d: counts again WITHOUT fence or done-mark repair "
+                 "(--unsafe-no-fence-repair)",
+                 target + 1);
+        return;
+    }
+    uint32_t lost = 0, up = 0;
+    for (int i = 0; i < q->n; i++) {
+        lost |= q->quarantined[i] ? 1u << i : 0;
+        up |= node_is_up(q->nodes[i]) ? 1u << i : 0;
+    }
+    uint32_t read;
+    int need;
+    enum redlock_repair_plan plan =
+        redlock_repair_plan(q->n, target, lost, up, &read, &need);
+    if (plan == RL_REPAIR_WAIT) {
+        if (!q->repair_waiting[target]) {
+            q->repair_waiting[target] = true;
+            log_warn(NULL,
+                     "node %d: too few nodes that kept their data are up "
+                     "to repair it from (%d needed; a node down but never "
+                     "seen to restart still holds what it must read): it "
+                     "stays quarantined until enough are back",
+                     target + 1, q->n - q->quorum + 1);
+        }
+        repair_retry_later(q, target);
+        return;
+    }
+    q->repair_waiting[target] = false;
+    if (plan == RL_REPAIR_BEST_EFFORT) {
+        log_error(NULL,
+                  "node %d: more nodes restarted without persistence "
+                  "than a quorum can spare: no sound read exists; "
+                  "repairing from every node up; fences may repeat and "
+                  "done marks may be lost",
+                  target + 1);
+    }
+    struct repair *r = calloc(1, sizeof(*r));
+    if (r == NULL) {
+        log_error(NULL, "node %d: repair: out of memory; tried again later",
+                  target + 1);
+        repair_retry_later(q, target);
+        return;
+    }
+    r->q = q;
+    r->target = target;
+    r->generation = ++q->repair_generation[target];
+    r->outstanding = 1;       /* held while sending */
+    r->max = *q->fence_floor; /* a floor we know of ourselves */
+    r->reads.need = need;
+    for (int i = 0; i < q->n; i++) {
+        if (!(read & (1u << i))) {
+            continue;
+        }
+        struct repair_src *s = &r->src[i];
+        s->r = r;
+        s->node = i;
+        snprintf(s->run_id, sizeof(s->run_id), "%s", node_run_id(q->nodes[i]));
+        const char *argv[2] = {"GET", q->fence_key};
+        size_t lens[2] = {3, q->fence_key_len};
+        if (node_command(q->nodes[i], 2, argv, lens, repair_counter_cb, s) !=
+            0) {
+            s->failed = true;
+            continue;
+        }
+        r->outstanding++;
+        r->reads.running++;
+    }
+    /* Scan steps after every counter read is out: a synchronous failure
+     * inside one must not see sources not started yet. */
+    for (int i = 0; i < q->n && repair_live(r); i++) {
+        struct repair_src *s = &r->src[i];
+        if ((read & (1u << i)) && !s->failed) {
+            repair_scan_next(s);
+        }
+    }
+    if (repair_live(r)) {
+        switch (restart_reads_start(&r->reads)) {
+        case RESTART_RAISE:
+            repair_raise(r);
+            break;
+        case RESTART_FAIL:
+            repair_fail(r, "too few nodes to read could be asked");
+            break;
+        case RESTART_READING:
+            break;
+        }
+    }
+    r->outstanding--;
+    repair_release(r);
+}
+
+/* ---- the quarantine --------------------------------------------------- */
+
+static void quarantine_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct qarg *qa = arg;
+    struct quarantine *q = qa->q;
+    int i = qa->i;
+    if (!q->quarantined[i]) {
+        return;
+    }
+    if (!node_is_up(q->nodes[i])) {
+        repair_retry_later(q, i);
+        return;
+    }
+    repair_start(q, i);
+}
+
+static void quarantine_begin(struct quarantine *q, int i)
+{
+    uint32_t period = quarantine_period_ms(q);
+    q->quarantined[i] = true;
+    q->repair_generation[i]++;
+    q->repair_attempt[i] = 0;
+    q->repair_waiting[i] = false;
+    log_warn(NULL,
+             "node %d: restarted (new run_id) without persistence: "
+             "quarantined for %u ms, then its done marks and fence "
+             "counter are repaired",
+             i + 1, period);
+    timer_arm_ms(q, i, period);
+}
+
+/* The start-up check (restart.h, RESTART_START_SKEW_US): a node seen first
+ * after its restart is quarantined for the rest of the period. Re-checked
+ * whenever a node comes up, since the older node may connect second. */
+static void check_fresh_starts(struct quarantine *q)
+{
+    if (q->cfg->unsafe_no_quarantine) {
+        return;
+    }
+    uint64_t started[REDLOCK_MAX_NODES];
+    for (int j = 0; j < q->n; j++) {
+        started[j] = node_is_up(q->nodes[j]) ? node_started_us(q->nodes[j]) : 0;
+    }
+    uint64_t oldest = restart_oldest_us(started, q->n);
+    uint64_t now = util_now_us();
+    uint32_t period = quarantine_period_ms(q);
+    for (int i = 0; i < q->n; i++) {
+        struct node *nd = q->nodes[i];
+        uint64_t st = node_started_us(nd);
+        uint64_t left_ms;
+        if (q->first_seen_checked[i] || !node_is_up(nd) || st == 0 ||
+            !node_first_connection(nd) || node_is_persistent(nd) ||
+            q->quarantined[i] ||
+            !restart_fresh_start(st, oldest, now, period, &left_ms)) {
+            continue;
+        }
+        q->first_seen_checked[i] = true;
+        q->quarantined[i] = true;
+        q->repair_generation[i]++;
+        log_warn(NULL,
+                 "node %d: started %llu s after another node and "
+                 "has no persistence: it may have lost locks; "
+                 "quarantined for %llu ms",
+                 i + 1, (unsigned long long)((st - oldest) / 1000000u),
+                 (unsigned long long)left_ms);
+        timer_arm_ms(q, i, left_ms);
+    }
+}
+
+void quarantine_node_cb(struct node *node, enum node_state state, void *priv)
+{
+    struct quarantine *q = priv;
+    int i = node_index(node);
+    if (state != NODE_UP) {
+        return;
+    }
+    if (!node_restarted(node)) {
+        check_fresh_starts(q);
+    }
+    /* A node back may be what a waiting repair needs: try it now. */
+    for (int j = 0; j < q->n; j++) {
+        if (q->repair_waiting[j] && q->quarantined[j] && j != i) {
+            timer_arm_ms(q, j, 0);
+        }
+    }
+    switch (restart_action(node_restarted(node), node_is_persistent(node),
+                           q->cfg->unsafe_no_quarantine,
+                           q->cfg->unsafe_no_fence_repair)) {
+    case RESTART_NONE:
+        break;
+    case RESTART_QUARANTINE:
+        quarantine_begin(q, i);
+        break;
+    case RESTART_REPAIR_NOW:
+    case RESTART_COUNT_NOW:
+        log_warn(NULL,
+                 "node %d: restarted; counted at once "
+                 "(--unsafe-no-quarantine)",
+                 i + 1);
+        if (!q->cfg->unsafe_no_fence_repair) {
+            q->quarantined[i] = true; /* only until the repair */
+            repair_start(q, i);
+        }
+        break;
+    }
+}
+
+/* ---- life cycle ------------------------------------------------------- */
+
+struct quarantine *quarantine_create(struct event_base *base,
+                                     const struct config *cfg,
+                                     struct node *const *nodes, int n,
+                                     const int64_t *fence_floor)
+{
+    struct quarantine *q = calloc(1, sizeof(*q));
+    if (q == NULL) {
+        return NULL;
+    }
+    q->cfg = cfg;
+    q->nodes = nodes;
+    q->fence_floor = fence_floor;
+    q->n = n;
+    q->quorum = redlock_quorum(n);
+    int fl =
+        snprintf(q->fence_key, sizeof(q->fence_key), "%sfence", cfg->prefix);
+    q->fence_key_len = (size_t)fl;
+    restart_scan_match(cfg->prefix, q->scan_match, sizeof(q->scan_match));
+    for (int i = 0; i < n; i++) {
+        q->qargs[i].q = q;
+        q->qargs[i].i = i;
+        q->timer[i] = evtimer_new(base, quarantine_timer_cb, &q->qargs[i]);
+        if (q->timer[i] == NULL) {
+            quarantine_destroy(q);
+            return NULL;
+        }
+    }
+    return q;
+}
+
+void quarantine_stop(struct quarantine *q)
+{
+    if (q != NULL) {
+        q->closing = true;
+    }
+}
+
+void quarantine_destroy(struct quarantine *q)
+{
+    if (q == NULL) {
+        return;
+    }
+    for (int i = 0; i < q->n; i++) {
+        if (q->timer[i] != NULL) {
+            event_free(q->timer[i]);
+        }
+    }
+    free(q);
+}

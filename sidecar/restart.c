@@ -1,0 +1,100 @@
+/* restart.c: pure rules of a node restart; see restart.h. No I/O, no
+ * clock of its own: quarantine.c passes the times in. */
+#include "restart.h"
+
+#include <string.h>
+
+enum restart_action restart_action(bool restarted, bool persistent,
+                                   bool no_quarantine, bool no_fence_repair)
+{
+    if (!restarted || persistent) {
+        return RESTART_NONE;
+    }
+    if (!no_quarantine) {
+        return RESTART_QUARANTINE;
+    }
+    return no_fence_repair ? RESTART_COUNT_NOW : RESTART_REPAIR_NOW;
+}
+
+uint64_t restart_oldest_us(const uint64_t *started_us, int n)
+{
+    uint64_t oldest = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t st = started_us[i];
+        if (st != 0 && (oldest == 0 || st < oldest)) {
+            oldest = st;
+        }
+    }
+    return oldest;
+}
+
+bool restart_fresh_start(uint64_t started_us, uint64_t oldest_us,
+                         uint64_t now_us, uint32_t quarantine_ms,
+                         uint64_t *left_ms)
+{
+    uint64_t q_us = (uint64_t)quarantine_ms * 1000u;
+    if (started_us > oldest_us + RESTART_START_SKEW_US &&
+        now_us < started_us + q_us) {
+        *left_ms = (started_us + q_us - now_us) / 1000u;
+        return true;
+    }
+    return false;
+}
+
+enum restart_verdict restart_reads_start(const struct restart_reads *r)
+{
+    if (r->need == 0) {
+        return RESTART_RAISE; /* a single node: nothing to read */
+    }
+    return r->running < r->need ? RESTART_FAIL : RESTART_READING;
+}
+
+enum restart_verdict restart_reads_done(struct restart_reads *r)
+{
+    r->running--;
+    r->complete++;
+    /* Any N - quorum + 1 sound nodes meet every earlier write-back quorum
+     * and every quorum of done marks in a node other than the target, so
+     * what they hold covers every fence handed out and every mark that a
+     * successful complete left. */
+    return r->complete >= r->need ? RESTART_RAISE : RESTART_READING;
+}
+
+enum restart_verdict restart_reads_failed(struct restart_reads *r)
+{
+    r->running--;
+    return r->complete + r->running < r->need ? RESTART_FAIL : RESTART_READING;
+}
+
+bool restart_raised(int64_t counter, int64_t max)
+{
+    return counter >= max;
+}
+
+const char *restart_scan_cursor(const char *cursor)
+{
+    if (strcmp(cursor, "0") == 0) {
+        return NULL;
+    }
+    return cursor[0] != '\0' ? cursor : "0";
+}
+
+long restart_scan_marks(size_t elements)
+{
+    if (elements < 1 || (elements - 1) % 3 != 0) {
+        return -1;
+    }
+    return (long)((elements - 1) / 3);
+}
+
+void restart_scan_match(const char *prefix, char *buf, size_t size)
+{
+    size_t m = 0;
+    for (const char *p = prefix; *p != '\0' && m + 8 < size; p++) {
+        if (strchr("*?[]\\", *p) != NULL) {
+            buf[m++] = '\\';
+        }
+        buf[m++] = *p;
+    }
+    memcpy(buf + m, "lock:*", 7);
+}

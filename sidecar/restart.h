@@ -1,0 +1,93 @@
+/* restart.h: pure rules of a node restart (no I/O): whether a node that
+ * came up must sit out, for how long a node seen only after its restart
+ * still must, how the reads of a repair add up, and the bounds of one
+ * SCAN step of the done-mark copy. quarantine.c carries them out; the
+ * quarantine period itself is redlock_quarantine_ms (redlock.c). */
+#ifndef REDLOCKD_RESTART_H
+#define REDLOCKD_RESTART_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* What to do with a node that came up with a different run_id. */
+enum restart_action {
+    RESTART_NONE = 0,   /* same server, or it kept its data */
+    RESTART_QUARANTINE, /* sit out the quarantine, then the repair */
+    RESTART_REPAIR_NOW, /* --unsafe-no-quarantine: repair at once */
+    RESTART_COUNT_NOW,  /* both unsafe flags: counts at once */
+};
+
+/* restart_action: restarted (the run_id changed) of a node that is
+ * persistent or not, under the two --unsafe-* flags. */
+enum restart_action restart_action(bool restarted, bool persistent,
+                                   bool no_quarantine, bool no_fence_repair);
+
+/* A daemon that starts after a node restarted has no earlier run_id to
+ * compare: a node that started more than RESTART_START_SKEW_US after the
+ * oldest node up (a cluster started together is not suspect) is taken for
+ * one that restarted under it. */
+#define RESTART_START_SKEW_US 3000000u
+
+/* restart_oldest_us: the earliest of n server start times (µs on the
+ * daemon's clock; 0 for a node down or not known), 0 when none. */
+uint64_t restart_oldest_us(const uint64_t *started_us, int n);
+
+/* restart_fresh_start: whether a node that started at started_us (not 0),
+ * with oldest_us the oldest start up, is still inside the quarantine of
+ * quarantine_ms at now_us; if so sets *left_ms to what remains of it
+ * (rounded down, may be 0). */
+bool restart_fresh_start(uint64_t started_us, uint64_t oldest_us,
+                         uint64_t now_us, uint32_t quarantine_ms,
+                         uint64_t *left_ms);
+
+/* The reads of one repair: each source node is read in full (its fence
+ * counter and every SCAN step) or fails; the target's counter is raised
+ * once `need` of them are read in full. */
+struct restart_reads {
+    int need;     /* sources to read in full before raising */
+    int complete; /* sources read in full */
+    int running;  /* sources neither complete nor failed */
+};
+
+enum restart_verdict {
+    RESTART_READING = 0, /* wait for the sources still running */
+    RESTART_RAISE,       /* enough read: raise the target's counter */
+    RESTART_FAIL,        /* too few can still complete: retry later */
+};
+
+/* restart_reads_start: the verdict once every source asked is running
+ * (those that could not be asked are not counted). */
+enum restart_verdict restart_reads_start(const struct restart_reads *r);
+
+/* restart_reads_done / restart_reads_failed: one running source was read
+ * in full / failed; the verdict after it. */
+enum restart_verdict restart_reads_done(struct restart_reads *r);
+enum restart_verdict restart_reads_failed(struct restart_reads *r);
+
+/* restart_raised: whether the target's counter, as the repair script
+ * answered it, covers max, the largest fence read: then the node counts
+ * again. */
+bool restart_raised(int64_t counter, int64_t max);
+
+/* Keys per SCAN step: the node's work per call stays bounded, and so does
+ * the copy that follows it. */
+#define RESTART_SCAN_COUNT "256"
+
+/* restart_scan_cursor: the cursor to send for a source's next SCAN step,
+ * given the one its last step answered ("" before the first step): "0" to
+ * begin, NULL when the scan came back to cursor 0 (the source is read in
+ * full). */
+const char *restart_scan_cursor(const char *cursor);
+
+/* restart_scan_marks: the done marks in a SCAN step's answer of elements
+ * entries ({cursor, key, mark, pttl, ...}), or -1 when it is not of that
+ * shape. */
+long restart_scan_marks(size_t elements);
+
+/* restart_scan_match: the SCAN MATCH pattern <prefix>lock:* into buf of
+ * size bytes, the prefix's glob characters escaped; the prefix is cut
+ * short rather than overflow (size >= 8). */
+void restart_scan_match(const char *prefix, char *buf, size_t size);
+
+#endif

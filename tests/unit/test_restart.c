@@ -1,0 +1,196 @@
+/* test_restart.c: the pure rules of a node restart (restart.c): which
+ * restarts sit out the quarantine, the start-up check of a node seen only
+ * after its restart, how a repair's reads add up, and the SCAN steps of
+ * the done-mark copy. The quarantine period is redlock_quarantine_ms,
+ * tested in test_redlock.c. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "restart.h"
+
+#define S 1000000ULL /* µs per second */
+
+static void test_action(void **state)
+{
+    (void)state;
+    /* the same server, or one that kept its data: nothing to do */
+    assert_int_equal(restart_action(false, false, false, false), RESTART_NONE);
+    assert_int_equal(restart_action(true, true, false, false), RESTART_NONE);
+    assert_int_equal(restart_action(true, true, true, true), RESTART_NONE);
+    /* a new run_id without persistence */
+    assert_int_equal(restart_action(true, false, false, false),
+                     RESTART_QUARANTINE);
+    /* --unsafe-no-fence-repair alone still sits out the quarantine (the
+     * repair is skipped when it ends) */
+    assert_int_equal(restart_action(true, false, false, true),
+                     RESTART_QUARANTINE);
+    assert_int_equal(restart_action(true, false, true, false),
+                     RESTART_REPAIR_NOW);
+    assert_int_equal(restart_action(true, false, true, true),
+                     RESTART_COUNT_NOW);
+}
+
+static void test_oldest(void **state)
+{
+    (void)state;
+    uint64_t none[3] = {0, 0, 0};
+    assert_int_equal(restart_oldest_us(none, 3), 0);
+    assert_int_equal(restart_oldest_us(none, 0), 0);
+    /* unknown (0) is not the oldest */
+    uint64_t some[5] = {0, 50 * S, 20 * S, 0, 30 * S};
+    assert_int_equal(restart_oldest_us(some, 5), 20 * S);
+    assert_int_equal(restart_oldest_us(some, 2), 50 * S);
+}
+
+static void test_fresh_start(void **state)
+{
+    (void)state;
+    uint64_t left = 12345;
+    uint64_t oldest = 100 * S;
+    /* started together (within the skew): not suspect */
+    assert_false(restart_fresh_start(oldest + RESTART_START_SKEW_US, oldest,
+                                     oldest + 4 * S, 30000, &left));
+    assert_int_equal(left, 12345); /* untouched */
+    /* the oldest node itself never is */
+    assert_false(restart_fresh_start(oldest, oldest, oldest, 30000, &left));
+    /* clearly later, inside the period: the rest of it */
+    uint64_t st = oldest + 10 * S;
+    assert_true(restart_fresh_start(st, oldest, st + 1 * S, 30000, &left));
+    assert_int_equal(left, 29000);
+    assert_true(restart_fresh_start(st, oldest, st, 30000, &left));
+    assert_int_equal(left, 30000);
+    /* under a millisecond left: still in, with 0 ms */
+    assert_true(restart_fresh_start(st, oldest, st + 30 * S - 1, 30000, &left));
+    assert_int_equal(left, 0);
+    /* the period is over */
+    assert_false(restart_fresh_start(st, oldest, st + 30 * S, 30000, &left));
+    /* a longer period (a long TTL granted) keeps it in */
+    assert_true(restart_fresh_start(st, oldest, st + 30 * S, 86400000, &left));
+    assert_int_equal(left, 86400000 - 30000);
+}
+
+static void test_reads_all_needed(void **state)
+{
+    (void)state;
+    /* 5 nodes, quorum 3: 3 sound nodes read in full */
+    struct restart_reads r = {.need = 3, .running = 3};
+    assert_int_equal(restart_reads_start(&r), RESTART_READING);
+    assert_int_equal(restart_reads_done(&r), RESTART_READING);
+    assert_int_equal(restart_reads_done(&r), RESTART_READING);
+    assert_int_equal(restart_reads_done(&r), RESTART_RAISE);
+    assert_int_equal(r.complete, 3);
+    assert_int_equal(r.running, 0);
+
+    /* one of the three fails: no longer enough */
+    struct restart_reads f = {.need = 3, .running = 3};
+    assert_int_equal(restart_reads_done(&f), RESTART_READING);
+    assert_int_equal(restart_reads_failed(&f), RESTART_FAIL);
+}
+
+static void test_reads_spare(void **state)
+{
+    (void)state;
+    /* four asked, three needed: one may fail */
+    struct restart_reads r = {.need = 3, .running = 4};
+    assert_int_equal(restart_reads_failed(&r), RESTART_READING);
+    assert_int_equal(restart_reads_done(&r), RESTART_READING);
+    assert_int_equal(restart_reads_done(&r), RESTART_READING);
+    assert_int_equal(restart_reads_done(&r), RESTART_RAISE);
+
+    struct restart_reads f = {.need = 3, .running = 4};
+    assert_int_equal(restart_reads_failed(&f), RESTART_READING);
+    assert_int_equal(restart_reads_failed(&f), RESTART_FAIL);
+}
+
+static void test_reads_start(void **state)
+{
+    (void)state;
+    /* a single node: nothing to read, raise at once */
+    struct restart_reads one = {.need = 0, .running = 0};
+    assert_int_equal(restart_reads_start(&one), RESTART_RAISE);
+    /* fewer could be asked than are needed */
+    struct restart_reads few = {.need = 3, .running = 2};
+    assert_int_equal(restart_reads_start(&few), RESTART_FAIL);
+    struct restart_reads ok = {.need = 3, .running = 4};
+    assert_int_equal(restart_reads_start(&ok), RESTART_READING);
+}
+
+static void test_raised(void **state)
+{
+    (void)state;
+    assert_true(restart_raised(7, 7));
+    assert_true(restart_raised(9, 7));
+    assert_false(restart_raised(6, 7));
+    assert_true(restart_raised(0, 0));
+}
+
+static void test_scan_cursor(void **state)
+{
+    (void)state;
+    assert_string_equal(restart_scan_cursor(""), "0"); /* the first step */
+    assert_null(restart_scan_cursor("0"));             /* back to 0: over */
+    assert_string_equal(restart_scan_cursor("1536"), "1536");
+    assert_string_equal(restart_scan_cursor("18446744073709551615"),
+                        "18446744073709551615");
+}
+
+static void test_scan_marks(void **state)
+{
+    (void)state;
+    assert_int_equal(restart_scan_marks(0), -1); /* no cursor */
+    assert_int_equal(restart_scan_marks(1), 0);  /* a step without marks */
+    assert_int_equal(restart_scan_marks(2), -1);
+    assert_int_equal(restart_scan_marks(3), -1);
+    assert_int_equal(restart_scan_marks(4), 1);
+    assert_int_equal(restart_scan_marks(7), 2);
+    /* a step of COUNT keys holds at most as many marks */
+    assert_int_equal(restart_scan_marks(1 + 3 * 256), 256);
+}
+
+static void test_scan_match(void **state)
+{
+    (void)state;
+    char buf[2 * 64 + 8];
+    restart_scan_match("", buf, sizeof(buf));
+    assert_string_equal(buf, "lock:*");
+    restart_scan_match("redlock:", buf, sizeof(buf));
+    assert_string_equal(buf, "redlock:lock:*");
+    /* glob characters of the prefix match only themselves */
+    restart_scan_match("a*b?[c]\\", buf, sizeof(buf));
+    assert_string_equal(buf, "a\\*b\\?\\[c\\]\\\\lock:*");
+    /* the longest prefix (64), all escaped, fits */
+    char star[65];
+    memset(star, '*', 64);
+    star[64] = '\0';
+    restart_scan_match(star, buf, sizeof(buf));
+    assert_int_equal(strlen(buf), 128 + 6);
+    assert_string_equal(buf + 128, "lock:*");
+    /* a small buffer cuts the prefix short, never the pattern */
+    char small[12];
+    restart_scan_match("abcdefgh", small, sizeof(small));
+    assert_string_equal(small, "abcdlock:*");
+    restart_scan_match("abc*efgh", small, sizeof(small));
+    assert_string_equal(small, "abc\\*lock:*");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_action),
+        cmocka_unit_test(test_oldest),
+        cmocka_unit_test(test_fresh_start),
+        cmocka_unit_test(test_reads_all_needed),
+        cmocka_unit_test(test_reads_spare),
+        cmocka_unit_test(test_reads_start),
+        cmocka_unit_test(test_raised),
+        cmocka_unit_test(test_scan_cursor),
+        cmocka_unit_test(test_scan_marks),
+        cmocka_unit_test(test_scan_match),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
