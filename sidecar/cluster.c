@@ -127,11 +127,6 @@ struct cluster {
     int64_t fence_max_seen;  /* largest fence this daemon handed out */
 };
 
-uint64_t cluster_now_us(void)
-{
-    return util_now_us();
-}
-
 /* The node to send to, or NULL while the cluster is being destroyed:
  * closing a node runs its pending callbacks at once, and those must
  * neither send to a node already freed nor start new work. */
@@ -498,7 +493,7 @@ static struct batch *batch_send_like(struct cluster *c, int i,
     }
     b->owner->refs++;
     if (rc == 0 && node != NULL &&
-        node_send_prepared(node, &b->owner->prep, cluster_now_us(), batch_cb,
+        node_send_prepared(node, &b->owner->prep, util_now_us(), batch_cb,
                            b) == 0) {
         return b->owner == b ? b : NULL;
     }
@@ -849,7 +844,7 @@ static void op_node_answer(struct cluster_op *op, int i, struct node *node,
         op_ask_pttl(op, node);
     }
     enum redlock_outcome out =
-        redlock_round_answer(&op->round, i, res, fence, pttl, cluster_now_us);
+        redlock_round_answer(&op->round, i, res, fence, pttl, util_now_us);
     if (was_decided) {
         /* A late answer after a lost acquisition: the rollback was queued
          * behind this SET already; nothing more to do. */
@@ -863,7 +858,7 @@ static void op_node_answer(struct cluster_op *op, int i, struct node *node,
 static void op_fence_finish(struct cluster_op *op)
 {
     struct redlock_verdict v;
-    redlock_fence_verdict(&op->round, &op->fence_round, cluster_now_us, &v);
+    redlock_fence_verdict(&op->round, &op->fence_round, util_now_us, &v);
     if (v.answer == RL_ANSWER_NONE || op->answered) {
         return;
     }
@@ -897,7 +892,7 @@ static void op_fence_cb(struct node *node, struct redisReply *reply,
         status == NODE_REPLY ? decode_flag(node, reply) : decode_status(status);
     bool was_decided = op->fence_round.outcome != RL_UNDECIDED;
     enum redlock_outcome out = redlock_round_answer(
-        &op->fence_round, node_index(node), res, 0, -1, cluster_now_us);
+        &op->fence_round, node_index(node), res, 0, -1, util_now_us);
     if (!was_decided && out != RL_UNDECIDED) {
         op_fence_finish(op);
     }
@@ -918,7 +913,7 @@ static void op_send_fence(struct cluster_op *op, int64_t value)
     redlock_fence_start(&op->fence_round, &op->round);
     bool prepared =
         node_prepare(&op->prep_fence, SCRIPT_FENCE_RAISE, 4, argv, lens) == 0;
-    uint64_t now = cluster_now_us();
+    uint64_t now = util_now_us();
     for (int i = 0; i < c->n; i++) {
         if (prepared && send_node(c, i) != NULL &&
             node_send_prepared(send_node(c, i), &op->prep_fence, now,
@@ -926,7 +921,7 @@ static void op_send_fence(struct cluster_op *op, int64_t value)
             op->outstanding++;
         } else {
             redlock_round_answer(&op->fence_round, i, RL_SKIPPED, 0, -1,
-                                 cluster_now_us);
+                                 util_now_us);
         }
     }
     /* Decided already: not even a quorum could be asked, so undo the
@@ -947,7 +942,7 @@ static void op_deadline_cb(evutil_socket_t fd, short what, void *arg)
     }
     /* The answers still due cannot help: count them as failed (their
      * callbacks still arrive and keep the op alive until then). */
-    if (redlock_round_expire(&op->round, cluster_now_us) != RL_UNDECIDED) {
+    if (redlock_round_expire(&op->round, util_now_us) != RL_UNDECIDED) {
         op_finish(op);
     }
 }
@@ -1087,7 +1082,7 @@ static void op_dispatch(struct cluster_op *op)
 {
     struct cluster *c = op->c;
     uint32_t ttl_ms = op->ttl_ms;
-    uint64_t now = cluster_now_us();
+    uint64_t now = util_now_us();
     if (op->kind == RL_OP_ACQUIRE) {
         op->dispatched = true;
         c->acquires_sent++;
@@ -1119,7 +1114,7 @@ static void op_dispatch(struct cluster_op *op)
         }
         if (!asked) {
             redlock_round_answer(&op->round, i, RL_SKIPPED, 0, -1,
-                                 cluster_now_us);
+                                 util_now_us);
         }
     }
     op->outstanding--;

@@ -99,8 +99,5 @@ bool cluster_node_quarantined(const struct cluster *c, int i);
  * rollbacks after a decision); shutdown waits for it to reach zero. */
 int cluster_inflight(const struct cluster *c);
 
-/* cluster_now_us: the clock of all validity accounting, util_now_us()
- * (CLOCK_BOOTTIME: it keeps counting while the machine is suspended). */
-uint64_t cluster_now_us(void);
 
 #endif

@@ -28,6 +28,7 @@
 #include "redlock.h"
 #include "replyview.h"
 #include "semaphore.h"
+#include "util.h"
 
 /* Entries looked at per page at most, matching or not: a prefix that
  * matches nothing among a million locks still answers in bounded time,
@@ -178,7 +179,7 @@ void inspect_locks(struct lock_table *t, inspect_waiters_fn *waiters,
     uint64_t next = 0;
     size_t n = locks_scan(t, req->cursor, req->prefix, req->prefix_len,
                           SCAN_VISIT_MAX, page, req->limit, &next);
-    uint64_t now = cluster_now_us();
+    uint64_t now = util_now_us();
     struct buf b = {0};
     buf_str(&b, "\"locks\":[");
     for (size_t i = 0; i < n; i++) {

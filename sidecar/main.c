@@ -16,6 +16,7 @@
 #include "ops.h"
 #include "resp.h"
 #include "server.h"
+#include "util.h"
 
 struct daemon {
     struct config cfg;
@@ -43,7 +44,7 @@ static void drain_cb(evutil_socket_t fd, short what, void *arg)
         event_base_loopexit(d->base, NULL);
         return;
     }
-    if (cluster_now_us() >= d->drain_deadline_us) {
+    if (util_now_us() >= d->drain_deadline_us) {
         log_warn(NULL, "shutdown: timed out waiting for nodes; locks not "
                        "confirmed released expire with their TTL");
         event_base_loopexit(d->base, NULL);
@@ -69,7 +70,7 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
     server_stop_accepting(d->server);
     ops_shutdown(d->ops);
     d->drain_deadline_us =
-        cluster_now_us() + (uint64_t)d->cfg.shutdown_timeout_ms * 1000u;
+        util_now_us() + (uint64_t)d->cfg.shutdown_timeout_ms * 1000u;
     d->drain_ev = evtimer_new(d->base, drain_cb, d);
     if (d->drain_ev == NULL) {
         event_base_loopexit(d->base, NULL);

@@ -124,8 +124,8 @@ int node_prepare_commands(struct node_prep *p, int n_cmds, const int *argcs,
                           const char **argv, const size_t *argvlen);
 
 /* node_send_prepared: node_script for a prepared command; p is borrowed
- * until cb has run. now_us is the caller's util_now_us() reading in
- * microseconds (cluster_now_us()), taken before the call and shared by the
+ * until cb has run. now_us is the caller's clock reading in
+ * microseconds (util_now_us()), taken before the call and shared by the
  * sends of one operation: the command's deadline counts from it, so an
  * earlier reading only makes the deadline stricter. (Under KVM a clock
  * reading was 8% of the daemon's CPU samples, one per node command.) */

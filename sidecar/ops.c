@@ -37,6 +37,7 @@
 #include "semaphore.h"
 #include "waitq.h"
 #include "wake.h"
+#include "util.h"
 
 struct ops {
     const struct config *cfg; /* borrowed */
@@ -187,7 +188,7 @@ static void waiter_finish(struct ops *o, struct call *call, enum proto_err err,
                           const char *msg)
 {
     waitq_leave(o->waitqs, call);
-    observe_wait(call, cluster_now_us());
+    observe_wait(call, util_now_us());
     reply_error(call, err, msg);
 }
 
@@ -236,7 +237,7 @@ static void acquire_start(struct ops *o, struct call *call)
     }
     locks_new_token(call->token);
     call->attempt++;
-    call->round_start_us = cluster_now_us();
+    call->round_start_us = util_now_us();
     if (cluster_acquire(o->cluster, call->req.resource, call->req.resource_len,
                         call->token, call->req.ttl_ms, call->req.fence,
                         call->waitq != NULL, acquire_done_cb, call) != 0) {
@@ -294,7 +295,7 @@ static const char *lock_limit_refusal(const struct ops *o,
 static bool acquire_won(struct ops *o, struct call *call,
                         const struct cluster_result *res)
 {
-    uint64_t now = cluster_now_us();
+    uint64_t now = util_now_us();
     metrics_observe_acquire(now - call->start_us);
     observe_wait(call, now);
     if (call->abandoned || o->shutting_down) {
@@ -354,7 +355,7 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
     if (q != NULL) {
         q->head_trying = false;
     }
-    call->round_us += cluster_now_us() - call->round_start_us;
+    call->round_us += util_now_us() - call->round_start_us;
     if (call->req.permits > 0 && res->err == ERR_BUSY &&
         ++call->slots_tried < call->req.permits && !call->abandoned &&
         !o->shutting_down) {
@@ -377,7 +378,7 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
             /* The next in line waits for this lock's release (a local wake)
              * or its expiry, whichever comes first, within its wait. */
             if (q->head != NULL) {
-                uint64_t left = wait_left_ms(q->head, cluster_now_us());
+                uint64_t left = wait_left_ms(q->head, util_now_us());
                 waitq_arm(q->head, redlock_handoff_delay_ms(
                                        held, sem, res->validity_ms, left));
             } else {
@@ -389,7 +390,7 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
         return;
     }
 
-    uint64_t now = cluster_now_us();
+    uint64_t now = util_now_us();
     bool can_wait = (res->err == ERR_BUSY || res->err == ERR_NO_QUORUM) &&
                     call->wait_until_us > now && !call->abandoned &&
                     !o->shutting_down;
@@ -621,7 +622,7 @@ static void extend_done_cb(const struct cluster_result *res, void *priv)
             if (call->req.has_ttl) {
                 l->ttl_ms = call->req.ttl_ms;
             }
-            renew_schedule(o->renew, l, cluster_now_us());
+            renew_schedule(o->renew, l, util_now_us());
         }
         reply_ok(call, call->req.lock, r, len, res->validity_ms, false, 0);
         return;

@@ -26,6 +26,7 @@
 #include "proto.h"
 #include "redlock.h"
 #include "semaphore.h"
+#include "util.h"
 
 struct renew {
     const struct config *cfg; /* borrowed */
@@ -113,7 +114,7 @@ void renew_ending_ended(struct renew *r, struct lock *l)
     if (--l->ending > 0) {
         return;
     }
-    renew_reschedule(r, l, cluster_now_us());
+    renew_reschedule(r, l, util_now_us());
 }
 
 void renew_drop(struct renew *r, struct lock *l)
@@ -121,7 +122,7 @@ void renew_drop(struct renew *r, struct lock *l)
     char res[SEM_NAME_MAX + 1];
     size_t len = l->resource_len;
     memcpy(res, l->resource, len);
-    lock_renew_ended(r, l, cluster_now_us());
+    lock_renew_ended(r, l, util_now_us());
     locks_remove(r->locks, l);
     METRIC_ADD(locks_held, -1);
     r->freed_cb(res, len, r->arg);
@@ -140,7 +141,7 @@ void renew_extend_failed(struct renew *r, struct lock *l, uint32_t ttl_ms,
         return;
     }
     l->valid_until_us = bound;
-    uint64_t now = cluster_now_us();
+    uint64_t now = util_now_us();
     if (l->renew && l->renew_sent_us == 0 && l->ending == 0) {
         l->next_renew_us = now;
     }
@@ -156,7 +157,7 @@ static void log_lost(const struct lock *l, const char *why)
 {
     static uint64_t second;
     static unsigned logged, suppressed;
-    uint64_t now_s = cluster_now_us() / 1000000u;
+    uint64_t now_s = util_now_us() / 1000000u;
     if (now_s != second) {
         if (suppressed > 0) {
             log_warn(NULL,
@@ -254,7 +255,7 @@ static void renew_done_cb(const struct cluster_result *res, void *priv)
     if (l == NULL) {
         return; /* released meanwhile */
     }
-    uint64_t now = cluster_now_us();
+    uint64_t now = util_now_us();
     lock_renew_ended(r, l, now);
     if (l->ending > 0 && res->err != ERR_NONE) {
         /* A release or complete is in flight and its answer decides: a
@@ -363,7 +364,7 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct renew *r = arg;
     r->lock_timer_due = 0;
-    uint64_t now = cluster_now_us();
+    uint64_t now = util_now_us();
     /* Bounded per tick so a burst of due locks cannot starve clients. */
     for (int budget = 4096; budget > 0; budget--) {
         uint64_t due;
@@ -454,7 +455,7 @@ static void lock_timer_rearm(struct renew *r)
         evtimer_pending(r->lock_timer, NULL)) {
         return;
     }
-    uint64_t now = cluster_now_us();
+    uint64_t now = util_now_us();
     uint64_t wait = due > now ? due - now : 0;
     struct timeval tv = {(time_t)(wait / 1000000u),
                          (suseconds_t)(wait % 1000000u)};

@@ -46,6 +46,7 @@
 #include "metrics.h"
 #include "ops.h"
 #include "proto.h"
+#include "util.h"
 
 #define OUT_HIGH (1024 * 1024)
 #define OUT_LOW (256 * 1024)
@@ -185,7 +186,7 @@ static struct server_call *call_new(struct server *s, struct client *cl)
     }
     memset(sc, 0, sizeof(*sc));
     sc->call.done = call_done_cb;
-    sc->call.start_us = cluster_now_us();
+    sc->call.start_us = util_now_us();
     sc->srv = s;
     sc->client = cl;
     /* link into the client's in-flight list */
