@@ -11,6 +11,7 @@ redlockd), REDIS_SERVER (default redis-server).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -312,3 +313,23 @@ def spawn():
     finally:
         errors = s.close()
     assert not errors, "\n".join(errors)
+
+
+@pytest.fixture
+def nodes(spawn):
+    """(cluster, daemon): five redis-servers of this test's own and a
+    daemon on them, for tests that pause nodes."""
+    cluster = spawn.cluster()
+    return cluster, spawn.daemon(nodes=cluster.uris)
+
+
+async def sleep_until_lost(cluster, ks, on_cancel):
+    """Pauses nodes ks (three of five: the held lock loses its quorum and
+    is lost) and sleeps until the loss cancels this task; on_cancel() runs
+    first, then the cancellation goes on."""
+    cluster.pause(*ks)
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        on_cancel()
+        raise
