@@ -187,6 +187,26 @@ def poll_until(fn, timeout, interval=0.02, what="condition"):
     return val, time.monotonic() - start
 
 
+def wait_for(pred, bound, what, step=0.05, tolerate=(OSError, ValueError)):
+    """Calls pred() until it returns a truthy value, which it returns; an
+    exception of a tolerate class counts as not yet. Raises AssertionError
+    naming what (and the last such exception) after bound seconds."""
+    deadline = time.monotonic() + bound
+    last = None
+    for _ in range(1000000):
+        try:
+            v = pred()
+            if v:
+                return v
+        except tolerate as e:
+            last = e
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(step)
+    raise AssertionError("timed out after %.1fs waiting for %s (last: %r)"
+                         % (bound, what, last))
+
+
 # --------------------------------------------------------------------------
 # Connections
 
@@ -334,10 +354,13 @@ class RedisNode:
     (the tests still talk to it over the unix socket); with password it
     requires AUTH; with aof it writes an append-only file (appendfsync
     always) into data_dir and uri asks the daemon to treat it as persistent.
-    env: the child's environment (None: ours)."""
+    env: the child's environment (None: ours). tcp_port="free" picks a free
+    port, and another one when a first start finds it taken meanwhile.
+    socket_perm: the unix socket's mode ("777" for a client of another
+    uid, such as a container's user)."""
 
     def __init__(self, dir_, k, password=None, tcp_port=0, name=None,
-                 aof=False, data_dir=None, env=None):
+                 aof=False, data_dir=None, env=None, socket_perm="700"):
         self.dir = Path(dir_)
         self.k = k
         self.name = name or "n%d" % k
@@ -347,9 +370,12 @@ class RedisNode:
         self.proc = None
         self.paused = False
         self.password = password
-        self.tcp_port = tcp_port
+        self.free_port = tcp_port == "free"
+        self.tcp_port = free_tcp_port() if self.free_port else tcp_port
+        self.started = False
         self.aof = aof
         self.env = env
+        self.socket_perm = socket_perm
 
     @property
     def uri(self):
@@ -366,12 +392,25 @@ class RedisNode:
 
     def start(self, timeout=10.0, extra=()):
         """extra: more redis-server arguments (config directives)."""
+        for attempt in range(5):
+            try:
+                self._start_once(timeout, extra)
+                self.started = True
+                return self
+            except RuntimeError as e:
+                if (not self.free_port or self.started or attempt == 4 or
+                        "already in use" not in str(e)):
+                    raise
+                self.tcp_port = free_tcp_port()
+
+    def _start_once(self, timeout, extra):
         try:
             self.path.unlink()
         except FileNotFoundError:
             pass
         argv = [REDIS_SERVER, "--port", str(self.tcp_port),
-                "--unixsocket", str(self.path), "--unixsocketperm", "700",
+                "--unixsocket", str(self.path),
+                "--unixsocketperm", self.socket_perm,
                 "--save", "", "--daemonize", "no",
                 "--dir", str(self.data_dir), "--logfile", str(self.log)]
         if self.aof:
@@ -451,12 +490,14 @@ class RedisNode:
 
 
 class Cluster:
-    """n redis-servers in a fresh temp dir. stop() always cleans up."""
+    """n redis-servers in a fresh temp dir (or dir_, which stays). stop()
+    always cleans up. node_kw: RedisNode's keywords for every node."""
 
-    def __init__(self, n=5, dir_=None):
+    def __init__(self, n=5, dir_=None, **node_kw):
         self.own_dir = dir_ is None
         self.dir = Path(dir_ or tempfile.mkdtemp(prefix="rlit-"))
-        self.nodes = [RedisNode(self.dir, k + 1) for k in range(n)]
+        self.nodes = [RedisNode(self.dir, k + 1, **node_kw)
+                      for k in range(n)]
 
     def start(self):
         try:

@@ -214,7 +214,7 @@ def PwRedis(dir_, name, password, tcp=False):
     """redis-server --requirepass PASSWORD on DIR/<name>.sock and, with
     tcp=True, on 127.0.0.1:<free port> (.port)."""
     return RedisNode(dir_, 0, password=password, name=name,
-                     tcp_port=free_tcp_port() if tcp else 0)
+                     tcp_port="free" if tcp else 0)
 
 
 # --------------------------------------------------------------------------
