@@ -150,31 +150,17 @@ def wait_until(pred, bound, what, step=0.05):
                        (OSError, ValueError, rl.Closed))
 
 
-class Nodes:
-    """Five redis-servers on 127.0.0.1 (rl.RedisNode: free ports, each also
-    on a unix socket in the temp dir), no persistence."""
+class Nodes(rl.Cluster):
+    """Five redis-servers on 127.0.0.1 (free ports; each also on a unix
+    socket in the temp dir), no persistence."""
 
     def __init__(self, password=None):
+        super().__init__(5, password=password, tcp_port="free")
         self.password = password
-        self.dir = tempfile.mkdtemp(prefix="rl-docker-nodes.")
-        self.nodes = [rl.RedisNode(self.dir, k + 1, password=password,
-                                   tcp_port="free") for k in range(5)]
-        self.ports = []
 
-    def start(self):
-        try:
-            for nd in self.nodes:
-                nd.start()
-        except BaseException:
-            self.stop()
-            raise
-        self.ports = [nd.tcp_port for nd in self.nodes]
-        return self
-
-    def stop(self):
-        for nd in self.nodes:
-            nd.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
+    @property
+    def ports(self):
+        return [nd.tcp_port for nd in self.nodes]
 
     def exists_count(self, key):
         return sum(1 for nd in self.nodes if nd.cmd("EXISTS", key) == 1)

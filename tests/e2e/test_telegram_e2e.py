@@ -405,7 +405,7 @@ def test_each_update_handled_exactly_once_across_instances(capsys):
             for name, d in run.daemons.items():
                 if d.proc is not None:
                     report.append("--- redlockd %s log tail\n%s"
-                                  % (name, d.proc.log_tail(15)))
+                                  % (name, d.stderr_tail(15)))
         if keep:
             report.append("temp dir kept: %s" % run.dir)
         stop_errors = run.close(keep=keep)
