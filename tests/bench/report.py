@@ -150,6 +150,16 @@ def group(rows, mode="cycle"):
     return g
 
 
+def measured(g, concs, impls):
+    """(conc, impl, name, runs) for each conc, then each impl, that has
+    runs."""
+    for c in concs:
+        for i, n in impls:
+            rs = g.get((i, c), [])
+            if rs:
+                yield c, i, n, rs
+
+
 def agg(g, impl, conc, key):
     return med([num(r, key) for r in g.get((impl, conc), [])])
 
@@ -255,7 +265,7 @@ def work_tables(rows, where):
          "Redis CPU µs/cycle", "errors"],
         [run_row(g, i, c, n, ["cmds_per_cycle", "cmd_us_per_cycle",
                               "cpu_us_per_cycle"])
-         for c in concs for i, n in impls if g.get((i, c))])
+         for c, i, n, _ in measured(g, concs, impls)])
     out.append("")
     out.append("Daemon against the limits: ratio of the medians, and in "
                "brackets the median of the paired per-repetition ratios "
@@ -407,18 +417,14 @@ def comparison_tables(rows):
     out.append("### Latency (µs, medians over reps of each run's "
                "percentile)\n")
     table = []
-    for c in concs:
-        for i, n in impls:
-            rs = g.get((i, c), [])
-            if not rs:
-                continue
-            table.append([c, n, fmt(agg(g, i, c, "p50_us")),
-                          fmt(agg(g, i, c, "p99_us")),
-                          fmt(agg(g, i, c, "p999_us")),
-                          fmt(agg(g, i, c, "cyc_p50_us")),
-                          fmt(agg(g, i, c, "cyc_p99_us")), errors_of(rs)])
-            summary.setdefault(c, {})[i + "_p50"] = agg(g, i, c, "p50_us")
-            summary[c][i + "_p99"] = agg(g, i, c, "cyc_p99_us")
+    for c, i, n, rs in measured(g, concs, impls):
+        table.append([c, n, fmt(agg(g, i, c, "p50_us")),
+                      fmt(agg(g, i, c, "p99_us")),
+                      fmt(agg(g, i, c, "p999_us")),
+                      fmt(agg(g, i, c, "cyc_p50_us")),
+                      fmt(agg(g, i, c, "cyc_p99_us")), errors_of(rs)])
+        summary.setdefault(c, {})[i + "_p50"] = agg(g, i, c, "p50_us")
+        summary[c][i + "_p99"] = agg(g, i, c, "cyc_p99_us")
     out += md_table(["clients", "implementation", "acquire p50",
                      "acquire p99", "acquire p99.9", "cycle p50", "cycle p99",
                      "errors (all reps)"], table)
@@ -429,26 +435,19 @@ def comparison_tables(rows):
                "(200 = both cores busy), *other* is what processes outside "
                "the benchmark used (machine − daemon − redis − generator).\n")
     table = []
-    for c in concs:
-        for i, n in impls:
-            rs = g.get((i, c), [])
-            if not rs:
+    for c, i, n, rs in measured(g, concs, impls):
+        others = []
+        for r in rs:
+            m = num(r, "machine_cpu")
+            if m is None or m < 0:
                 continue
-            dc = agg(g, i, c, "daemon_cpu")
-            rc = agg(g, i, c, "redis_cpu")
-            bc = agg(g, i, c, "bench_cpu")
-            mc = agg(g, i, c, "machine_cpu")
-            others = []
-            for r in rs:
-                m = num(r, "machine_cpu")
-                if m is None or m < 0:
-                    continue
-                o = m - max(num(r, "daemon_cpu", 0), 0) - \
-                    max(num(r, "redis_cpu", 0), 0) - \
-                    max(num(r, "bench_cpu", 0), 0)
-                others.append(max(o, 0))
-            table.append([c, n, fmt(dc), fmt(rc), fmt(bc), fmt(mc),
-                          fmt(med(others))])
+            o = m - max(num(r, "daemon_cpu", 0), 0) - \
+                max(num(r, "redis_cpu", 0), 0) - \
+                max(num(r, "bench_cpu", 0), 0)
+            others.append(max(o, 0))
+        table.append([c, n] + [fmt(agg(g, i, c, k)) for k in (
+            "daemon_cpu", "redis_cpu", "bench_cpu", "machine_cpu")] +
+            [fmt(med(others))])
     out += md_table(["clients", "implementation", "daemon", "redis ×N",
                      "generator", "machine", "other"], table)
     out.append("")
