@@ -364,13 +364,18 @@ def instr_args(st, name):
     return [rest for instr, rest in st["instr"] if instr == name]
 
 
-def dockerfile_env(st):
-    env = {}
-    for rest in instr_args(st, "ENV"):
+def dockerfile_pairs(st, name):
+    """The KEY=VALUE pairs of every `name` instruction (ENV, LABEL)."""
+    out = {}
+    for rest in instr_args(st, name):
         for tok in shlex.split(rest):
             k, _, v = tok.partition("=")
-            env[k] = v
-    return env
+            out[k] = v
+    return out
+
+
+def dockerfile_env(st):
+    return dockerfile_pairs(st, "ENV")
 
 
 def dockerfile_arg_defaults(st):
@@ -382,12 +387,7 @@ def dockerfile_arg_defaults(st):
 
 
 def dockerfile_labels(st):
-    labels = {}
-    for rest in instr_args(st, "LABEL"):
-        for tok in shlex.split(rest):
-            k, _, v = tok.partition("=")
-            labels[k] = v
-    return labels
+    return dockerfile_pairs(st, "LABEL")
 
 
 def entrypoint_default(var):

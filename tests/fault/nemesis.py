@@ -37,6 +37,7 @@ tests/fault/README.md.
 import argparse
 import atexit
 import collections
+import contextlib
 import json
 import os
 import random
@@ -933,6 +934,26 @@ NEMESES = collections.OrderedDict([
 # --------------------------------------------------------------------------
 # running a nemesis scenario
 
+@contextlib.contextmanager
+def scenario(w, result, on_error=None):
+    """The frame of every scenario: starts the world w for the body; an
+    exception in it becomes result["error"] (after on_error()); at the end,
+    always, the events and each daemon's stderr tail go into result and
+    the world is closed."""
+    try:
+        w.start()
+        yield
+    except Exception:
+        result["error"] = traceback.format_exc()
+        if on_error is not None:
+            on_error()
+    finally:
+        result["events"] = w.events
+        result["daemon_stderr"] = {d.name: d.stderr_tail(30)
+                                   for d in w.daemons}
+        w.close()
+
+
 def run_nemesis(name, long=False, seed=None):
     """Runs one nemesis; returns its result dict (see summarize())."""
     fn, opts = NEMESES[name]
@@ -953,8 +974,7 @@ def run_nemesis(name, long=False, seed=None):
     ctx = {"rec": rec, "resources": resources}
     result = {"name": name, "seed": seed}
     workers = None
-    try:
-        w.start()
+    with scenario(w, result, lambda: workers and workers.stop()):
         w.event("world up: nodes %s, proxies %s" % (
             [n.port for n in w.nodes], [p.port for p in w.proxies]))
         workers = Workers(w, rec, 10 if not long else 16, resources, seed)
@@ -986,15 +1006,6 @@ def run_nemesis(name, long=False, seed=None):
             if not d.alive():
                 d.start()
         result.update(finish(w, rec))
-    except Exception:
-        result["error"] = traceback.format_exc()
-        if workers is not None:
-            workers.stop()
-    finally:
-        result["events"] = w.events
-        result["daemon_stderr"] = {d.name: d.stderr_tail(30)
-                                   for d in w.daemons}
-        w.close()
     return result
 
 
@@ -1157,8 +1168,7 @@ def run_quarantine(unsafe, long=False, fresh_daemon=False):
     cycles = 5 if long else 3
     b_won_during_a = 0
     lk = PREFIX + "lock:" + res
-    try:
-        w.start()
+    with scenario(w, result):
         d1, d2 = w.daemon("d1"), w.daemon("d2")
         for cyc in range(cycles):
             trio = [w.nodes[(2 * cyc + j) % 5] for j in range(3)]
@@ -1278,13 +1288,6 @@ def run_quarantine(unsafe, long=False, fresh_daemon=False):
         result["cycles"] = cycles
         result["quarantine_log"] = (d2.stderr_grep("quarantined", "repaired",
                                                    "unsafe", "WITHOUT")[-6:])
-    except Exception:
-        result["error"] = traceback.format_exc()
-    finally:
-        result["events"] = w.events
-        result["daemon_stderr"] = {d.name: d.stderr_tail(30)
-                                   for d in w.daemons}
-        w.close()
     return result
 
 
@@ -1307,8 +1310,7 @@ def run_fence_late_answer(long=False):
     rec = Recorder()
     res = "late"
     result = {"name": "fence-late-answer", "seed": None}
-    try:
-        w.start()
+    with scenario(w, result):
         d1 = w.daemon("d1")
         rounds = 5 if long else 3
         with rl.Client(d1.socket, timeout=10.0) as c:
@@ -1338,13 +1340,6 @@ def run_fence_late_answer(long=False):
                 w.proxies[4].cmd("pass")
                 _wait_states(d1, lambda st: st[4][0], 10.0)
         result.update(finish(w, rec))
-    except Exception:
-        result["error"] = traceback.format_exc()
-    finally:
-        result["events"] = w.events
-        result["daemon_stderr"] = {d.name: d.stderr_tail(30)
-                                   for d in w.daemons}
-        w.close()
     return result
 
 
@@ -1363,8 +1358,7 @@ def run_release_reach(long=False):
     rec = Recorder()
     result = {"name": "release-reach", "seed": None}
     stale = []
-    try:
-        w.start()
+    with scenario(w, result):
         d1 = w.daemon("d1")
         for cut in ((1, 2, 3), (3, 4, 5)):
             up = [nd for nd in w.nodes if nd.k not in cut]
@@ -1414,13 +1408,6 @@ def run_release_reach(long=False):
                         "".join(map(str, cut)), how))
         result.update(finish(w, rec, wait_ttl=False))
         result["stale"] = stale
-    except Exception:
-        result["error"] = traceback.format_exc()
-    finally:
-        result["events"] = w.events
-        result["daemon_stderr"] = {d.name: d.stderr_tail(30)
-                                   for d in w.daemons}
-        w.close()
     return result
 
 
@@ -1438,8 +1425,7 @@ def run_clock_bare_quorum(long=False):
     res = "clk"
     result = {"name": "clock-bare-quorum", "seed": None}
     cycles = 3 if long else 2
-    try:
-        w.start()
+    with scenario(w, result):
         d1, d2 = w.daemon("d1"), w.daemon("d2")
         for cyc in range(cycles):
             trio = [w.nodes[(2 * cyc + j) % 5] for j in range(3)]
@@ -1483,13 +1469,6 @@ def run_clock_bare_quorum(long=False):
             _wait_states(d1, lambda st: all(u for u, q in st), 10.0)
         result.update(finish(w, rec))
         result["cycles"] = cycles
-    except Exception:
-        result["error"] = traceback.format_exc()
-    finally:
-        result["events"] = w.events
-        result["daemon_stderr"] = {d.name: d.stderr_tail(30)
-                                   for d in w.daemons}
-        w.close()
     return result
 
 
