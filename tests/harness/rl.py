@@ -1055,16 +1055,27 @@ class Daemon:
                                "or set REDLOCKD_BIN)" % BIN)
         self._err = open(self.stderr_path, self.stderr_mode)
         self.proc = popen(self.argv, stdin=subprocess.DEVNULL,
-                          stdout=self._err, stderr=self._err)
+                          stdout=self._err, stderr=self._err,
+                          **self.popen_kw())
         LIVE_DAEMONS.append(self)
         try:
-            self.wait_ready(timeout)
-            if wait_nodes:
-                self.wait_all_up(timeout)
+            self.wait_started(wait_nodes, timeout)
         except BaseException:
             self.kill()
             raise
         return self
+
+    def popen_kw(self):
+        """More subprocess.Popen keywords for the child (a subclass's
+        preexec_fn or env)."""
+        return {}
+
+    def wait_started(self, wait_nodes, timeout):
+        """Until it serves: a ping answered, then (wait_nodes) every node
+        up."""
+        self.wait_ready(timeout)
+        if wait_nodes:
+            self.wait_all_up(timeout)
 
     def wait_ready(self, timeout):
         """Until the socket accepts and {"op":"ping"} answers ok."""

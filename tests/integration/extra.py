@@ -112,35 +112,23 @@ class XDaemon(Daemon):
             resource.setrlimit(resource.RLIMIT_NOFILE,
                                (self.nofile, self.nofile))
 
-    def start(self, wait_nodes=True, timeout=10.0 * SLOW):
-        self._err = open(self.stderr_path, "wb")
+    def popen_kw(self):
         env = None
         if self.env is not None:
             env = dict(os.environ)
             env.update(self.env)
-        self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL,
-                                     stdout=self._err, stderr=self._err,
-                                     preexec_fn=self._preexec, env=env)
-        rl._CHILDREN.add(self.proc)
-        LIVE_DAEMONS.append(self)
-        try:
-            if self.ready is None:
-                self.wait_ready(timeout)
-                if wait_nodes:
-                    self.wait_all_up(timeout)
-            else:
-                ok, _ = poll_until(lambda: (self.proc.poll() is not None or
-                                            self.ready(self)), timeout, 0.05)
-                if self.proc.poll() is not None:
-                    raise RuntimeError("redlockd exited %s at start:\n%s" % (
-                        self.proc.returncode, self.stderr_tail()))
-                if not ok:
-                    raise RuntimeError("redlockd not ready:\n%s"
-                                       % self.stderr_tail())
-        except BaseException:
-            self.kill()
-            raise
-        return self
+        return {"preexec_fn": self._preexec, "env": env}
+
+    def wait_started(self, wait_nodes, timeout):
+        if self.ready is None:
+            return super().wait_started(wait_nodes, timeout)
+        ok, _ = poll_until(lambda: (self.proc.poll() is not None or
+                                    self.ready(self)), timeout, 0.05)
+        if self.proc.poll() is not None:
+            raise RuntimeError("redlockd exited %s at start:\n%s" % (
+                self.proc.returncode, self.stderr_tail()))
+        if not ok:
+            raise RuntimeError("redlockd not ready:\n%s" % self.stderr_tail())
 
 
 def socket_listening(d):
