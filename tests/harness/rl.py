@@ -401,7 +401,16 @@ class RedisNode:
                 if (not self.free_port or self.started or attempt == 4 or
                         "already in use" not in str(e)):
                     raise
-                self.tcp_port = free_tcp_port()
+                self.pick_port()
+
+    def pick_port(self):
+        """Another free port, for a first start that found its taken."""
+        self.tcp_port = free_tcp_port()
+
+    def server_args(self):
+        """More redis-server arguments of this kind of node, built at each
+        start (a subclass's TLS port and certificates)."""
+        return []
 
     def _start_once(self, timeout, extra):
         try:
@@ -421,7 +430,7 @@ class RedisNode:
             argv += ["--bind", "127.0.0.1"]
         if self.password:
             argv += ["--requirepass", self.password]
-        argv += list(extra)
+        argv += self.server_args() + list(extra)
         self.proc = popen(argv, stdin=subprocess.DEVNULL,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                           env=self.env)
