@@ -1,9 +1,9 @@
 """rl.py: the one test harness of redlockd's Python suites.
 
-The integration, fault, soak and end-to-end suites all import this module
-(each puts tests/harness on sys.path: tests/integration/conftest.py,
-tests/fault/nemesis.py, tests/soak/soak.py, tests/e2e/harness.py), so that
-redis-servers and daemons are started, waited for and cleaned up one way.
+The integration, fault, soak, end-to-end, docker and container suites and
+the Python and redlockctl clients' tests all import this module (each puts
+tests/harness on sys.path), so that redis-servers and daemons are started,
+waited for and cleaned up one way.
 Standard library only. It holds:
   - popen / reap: children registered for cleanup at exit, each dying with
     the test process (PR_SET_PDEATHSIG);
