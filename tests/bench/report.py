@@ -137,6 +137,16 @@ def read(path):
 
 # ---- tables -------------------------------------------------------------------
 
+def md_table(hdr, rows=()):
+    """A Markdown table as lines: the header cells, the separator, then a
+    line per row (a list of cells). Every table of the report is printed
+    here."""
+    def line(cells):
+        return "|" + "|".join(" %s " % c if c != "" else " "
+                              for c in cells) + "|"
+    return [line(hdr), "|" + "---|" * len(hdr)] + [line(r) for r in rows]
+
+
 def group(rows, mode="cycle"):
     g = {}
     for r in rows:
@@ -145,6 +155,16 @@ def group(rows, mode="cycle"):
         key = (r.get("impl"), int(num(r, "conc", 0)))
         g.setdefault(key, []).append(r)
     return g
+
+
+def measured(g, concs, impls):
+    """(conc, impl, name, runs) for each conc, then each impl, that has
+    runs."""
+    for c in concs:
+        for i, n in impls:
+            rs = g.get((i, c), [])
+            if rs:
+                yield c, i, n, rs
 
 
 def agg(g, impl, conc, key):
@@ -226,7 +246,7 @@ def cmd_mix(g, impl, conc):
 
 
 def run_row(g, impl, conc, name, keys):
-    """A table row of the runs of impl at conc: clients, name, cycles/s
+    """The cells of the runs of impl at conc: clients, name, cycles/s
     (min–max), acquire p50 / p99, the medians of keys, errors."""
     cells = [str(conc), name,
              fmt(agg(g, impl, conc, "cps")) + spread(g, impl, conc, "cps"),
@@ -234,7 +254,7 @@ def run_row(g, impl, conc, name, keys):
                           fmt(agg(g, impl, conc, "p99_us")))]
     cells += [fmt(agg(g, impl, conc, k), 1) for k in keys]
     cells.append(errors_of(g.get((impl, conc), [])))
-    return "| " + " | ".join(cells) + " |"
+    return cells
 
 
 def work_tables(rows, where):
@@ -246,35 +266,30 @@ def work_tables(rows, where):
     impls = [(i, n) for i, n in IMPLS if any((i, c) in g for c in concs)]
     reps = max(len(g.get((i, c), [])) for i, _ in impls for c in concs)
     out = ["#### Nodes over %s, median of %d repetition(s)\n" % (where, reps)]
-    hdr = ["clients", "implementation", "cycles/s (min–max)",
-           "acquire p50 / p99 (µs)", "Redis cmds/cycle",
-           "Redis cmd µs/cycle", "Redis CPU µs/cycle", "errors"]
-    out.append("| " + " | ".join(hdr) + " |")
-    out.append("|" + "---|" * len(hdr))
-    for c in concs:
-        for i, n in impls:
-            if g.get((i, c)):
-                out.append(run_row(g, i, c, n, [
-                    "cmds_per_cycle", "cmd_us_per_cycle",
-                    "cpu_us_per_cycle"]))
+    out += md_table(
+        ["clients", "implementation", "cycles/s (min–max)",
+         "acquire p50 / p99 (µs)", "Redis cmds/cycle", "Redis cmd µs/cycle",
+         "Redis CPU µs/cycle", "errors"],
+        [run_row(g, i, c, n, ["cmds_per_cycle", "cmd_us_per_cycle",
+                              "cpu_us_per_cycle"])
+         for c, i, n, _ in measured(g, concs, impls)])
     out.append("")
     out.append("Daemon against the limits: ratio of the medians, and in "
                "brackets the median of the paired per-repetition ratios "
                "with each of them.\n")
+    shared = any(i == "daemon-shared" for (i, _) in g)
     hdr = ["clients", "daemon / minimal limit, cycles/s",
            "daemon / minimal limit, Redis cmds/cycle",
            "daemon / minimal limit, Redis CPU µs/cycle",
            "daemon / scripts limit, cycles/s",
            "daemon / node-redlock, cycles/s"]
-    shared = any(i == "daemon-shared" for (i, _) in g)
     if shared:
         hdr[2:2] = ["shared connections / minimal limit, cycles/s",
                     "shared connections / minimal limit, Redis CPU "
                     "µs/cycle"]
-    out.append("| " + " | ".join(hdr) + " |")
-    out.append("|" + "---|" * len(hdr))
+    body = []
     for c in concs:
-        cells = [str(c), ratio_cell(g, c, "daemon", "limit")]
+        cells = [c, ratio_cell(g, c, "daemon", "limit")]
         if shared:
             cells += [ratio_cell(g, c, "daemon-shared", "limit"),
                       ratio_cell(g, c, "daemon-shared", "limit",
@@ -283,7 +298,8 @@ def work_tables(rows, where):
                   ratio_cell(g, c, "daemon", "limit", "cpu_us_per_cycle"),
                   ratio_cell(g, c, "daemon", "limit-scripts"),
                   ratio_cell(g, c, "daemon", "node-redlock", nd=1)]
-        out.append("| " + " | ".join(cells) + " |")
+        body.append(cells)
+    out += md_table(hdr, body)
     out.append("")
     c = 64 if 64 in concs else concs[-1]
     mixes = [(n, cmd_mix(g, i, c)) for i, n in impls]
@@ -291,10 +307,7 @@ def work_tables(rows, where):
     if mixes:
         out.append("Commands per cycle at %d clients, summed over the five "
                    "nodes (median over the repetitions):\n" % c)
-        out.append("| implementation | commands per cycle |")
-        out.append("|---|---|")
-        for n, m in mixes:
-            out.append("| %s | %s |" % (n, m))
+        out += md_table(["implementation", "commands per cycle"], mixes)
         out.append("")
     return "\n".join(out)
 
@@ -362,15 +375,11 @@ def tls_table(rows):
             "daemon_us_per_cycle"]
     out = ["#### Daemon, nodes over plain TCP vs TLS (127.0.0.1), median of "
            "%d repetition(s)\n" % reps]
-    hdr = ["clients", "nodes over", "cycles/s (min–max)",
-           "acquire p50 / p99 (µs)", "Redis cmds/cycle",
-           "Redis CPU µs/cycle", "daemon CPU µs/cycle", "errors"]
-    out.append("| " + " | ".join(hdr) + " |")
-    out.append("|" + "---|" * len(hdr))
+    table = []
     for c in concs:
         for i, n in (("daemon", "plain TCP"), ("daemon-tls", "TLS")):
             if g.get((i, c)):
-                out.append(run_row(g, i, c, n, keys[3:]))
+                table.append(run_row(g, i, c, n, keys[3:]))
         cells = {}
         for k in keys:
             x, y = agg(g, "daemon-tls", c, k), agg(g, "daemon", c, k)
@@ -381,11 +390,14 @@ def tls_table(rows):
             per = paired(g, c, "daemon-tls", "daemon", k)
             if len(per) > 1:
                 cells[k] += " (%.2f)" % med(per)
-        out.append("| %d | **TLS / plain** | %s | %s / %s | %s | %s | %s "
-                   "| |" % (c, cells["cps"], cells["p50_us"],
-                            cells["p99_us"], cells["cmds_per_cycle"],
-                            cells["cpu_us_per_cycle"],
-                            cells["daemon_us_per_cycle"]))
+        table.append([c, "**TLS / plain**", cells["cps"],
+                      "%s / %s" % (cells["p50_us"], cells["p99_us"]),
+                      cells["cmds_per_cycle"], cells["cpu_us_per_cycle"],
+                      cells["daemon_us_per_cycle"], ""])
+    out += md_table(["clients", "nodes over", "cycles/s (min–max)",
+                     "acquire p50 / p99 (µs)", "Redis cmds/cycle",
+                     "Redis CPU µs/cycle", "daemon CPU µs/cycle", "errors"],
+                    table)
     out.append("")
     return "\n".join(out)
 
@@ -403,8 +415,7 @@ def comparison_tables(rows):
     hdr = ["clients"] + [n for _, n in impls]
     hdr += ["daemon / limit", "daemon / limit, paired", "daemon / node-redlock",
             "daemon / node-redlock-ap"]
-    out.append("| " + " | ".join(hdr) + " |")
-    out.append("|" + "---|" * len(hdr))
+    table = []
     summary = {}
     for c in concs:
         cells = [str(c)]
@@ -418,64 +429,45 @@ def comparison_tables(rows):
         cells += [ratio(d, lim), fmt(med(per), 2) if per else "–",
                   ratio(d, nr, 1), ratio(d, nra, 1)]
         summary[c] = dict(daemon=d, limit=lim, nr=nr, nra=nra, paired=per)
-        out.append("| " + " | ".join(cells) + " |")
+        table.append(cells)
+    out += md_table(hdr, table)
     out.append("")
     out.append("### Latency (µs, medians over reps of each run's "
                "percentile)\n")
-    hdr = ["clients", "implementation", "acquire p50", "acquire p99",
-           "acquire p99.9", "cycle p50", "cycle p99", "errors (all reps)"]
-    out.append("| " + " | ".join(hdr) + " |")
-    out.append("|" + "---|" * len(hdr))
-    for c in concs:
-        for i, n in impls:
-            rs = g.get((i, c), [])
-            if not rs:
-                continue
-            errs = {}
-            for r in rs:
-                e = r.get("errs", "-")
-                if e and e != "-":
-                    for part in e.split(","):
-                        k, _, v = part.partition(":")
-                        errs[k] = errs.get(k, 0) + int(v or 0)
-            es = ", ".join("%s %d" % kv for kv in sorted(errs.items())) \
-                or "none"
-            out.append("| %d | %s | %s | %s | %s | %s | %s | %s |" % (
-                c, n, fmt(agg(g, i, c, "p50_us")), fmt(agg(g, i, c, "p99_us")),
-                fmt(agg(g, i, c, "p999_us")), fmt(agg(g, i, c, "cyc_p50_us")),
-                fmt(agg(g, i, c, "cyc_p99_us")), es))
-            summary.setdefault(c, {})[i + "_p50"] = agg(g, i, c, "p50_us")
-            summary[c][i + "_p99"] = agg(g, i, c, "cyc_p99_us")
+    table = []
+    for c, i, n, rs in measured(g, concs, impls):
+        table.append([c, n, fmt(agg(g, i, c, "p50_us")),
+                      fmt(agg(g, i, c, "p99_us")),
+                      fmt(agg(g, i, c, "p999_us")),
+                      fmt(agg(g, i, c, "cyc_p50_us")),
+                      fmt(agg(g, i, c, "cyc_p99_us")), errors_of(rs)])
+        summary.setdefault(c, {})[i + "_p50"] = agg(g, i, c, "p50_us")
+        summary[c][i + "_p99"] = agg(g, i, c, "cyc_p99_us")
+    out += md_table(["clients", "implementation", "acquire p50",
+                     "acquire p99", "acquire p99.9", "cycle p50", "cycle p99",
+                     "errors (all reps)"], table)
     out.append("")
     out.append("### Where the CPU went (median % of one core during the "
                "measured window)\n")
     out.append("The machine is shared: *machine* is all CPU in use on it "
                "(200 = both cores busy), *other* is what processes outside "
                "the benchmark used (machine − daemon − redis − generator).\n")
-    hdr = ["clients", "implementation", "daemon", "redis ×N", "generator",
-           "machine", "other"]
-    out.append("| " + " | ".join(hdr) + " |")
-    out.append("|" + "---|" * len(hdr))
-    for c in concs:
-        for i, n in impls:
-            rs = g.get((i, c), [])
-            if not rs:
+    table = []
+    for c, i, n, rs in measured(g, concs, impls):
+        others = []
+        for r in rs:
+            m = num(r, "machine_cpu")
+            if m is None or m < 0:
                 continue
-            dc = agg(g, i, c, "daemon_cpu")
-            rc = agg(g, i, c, "redis_cpu")
-            bc = agg(g, i, c, "bench_cpu")
-            mc = agg(g, i, c, "machine_cpu")
-            others = []
-            for r in rs:
-                m = num(r, "machine_cpu")
-                if m is None or m < 0:
-                    continue
-                o = m - max(num(r, "daemon_cpu", 0), 0) - \
-                    max(num(r, "redis_cpu", 0), 0) - \
-                    max(num(r, "bench_cpu", 0), 0)
-                others.append(max(o, 0))
-            out.append("| %d | %s | %s | %s | %s | %s | %s |" % (
-                c, n, fmt(dc), fmt(rc), fmt(bc), fmt(mc), fmt(med(others))))
+            o = m - max(num(r, "daemon_cpu", 0), 0) - \
+                max(num(r, "redis_cpu", 0), 0) - \
+                max(num(r, "bench_cpu", 0), 0)
+            others.append(max(o, 0))
+        table.append([c, n] + [fmt(agg(g, i, c, k)) for k in (
+            "daemon_cpu", "redis_cpu", "bench_cpu", "machine_cpu")] +
+            [fmt(med(others))])
+    out += md_table(["clients", "implementation", "daemon", "redis ×N",
+                     "generator", "machine", "other"], table)
     out.append("")
     uu = sorted({int(num(r, "conc", 0)) for r in rows
                  if r.get("impl") == "limit-uuid"})
@@ -490,17 +482,16 @@ def comparison_tables(rows):
                    "difference is within the spread unless the table says "
                    "otherwise — the profile below is the sharper "
                    "measure):\n")
-        out.append("| clients | limit, getrandom tokens (cycles/s) | limit, "
-                   "libuuid tokens (cycles/s) | acquire p50 getrandom / "
-                   "libuuid (µs) |")
-        out.append("|---|---|---|---|")
-        for c in uu:
-            out.append("| %d | %s%s | %s%s | %s / %s |" % (
-                c, fmt(agg(g, "limit", c, "cps")), spread(g, "limit", c, "cps"),
-                fmt(agg(g, "limit-uuid", c, "cps")),
-                spread(g, "limit-uuid", c, "cps"),
-                fmt(agg(g, "limit", c, "p50_us")),
-                fmt(agg(g, "limit-uuid", c, "p50_us"))))
+        out += md_table(
+            ["clients", "limit, getrandom tokens (cycles/s)",
+             "limit, libuuid tokens (cycles/s)",
+             "acquire p50 getrandom / libuuid (µs)"],
+            [[c, fmt(agg(g, "limit", c, "cps")) + spread(g, "limit", c, "cps"),
+              fmt(agg(g, "limit-uuid", c, "cps")) +
+              spread(g, "limit-uuid", c, "cps"),
+              "%s / %s" % (fmt(agg(g, "limit", c, "p50_us")),
+                           fmt(agg(g, "limit-uuid", c, "p50_us")))]
+             for c in uu])
         out.append("")
     return "\n".join(out), summary
 
@@ -508,15 +499,17 @@ def comparison_tables(rows):
 def renew_timeline(samples):
     if not samples:
         return ""
-    out = ["Per-second samples of the daemon during the hold (every 5th "
-           "second):\n", "| t (s) | daemon CPU % | daemon RSS (MB) | lost "
-           "events so far |", "|---|---|---|---|"]
+    table = []
     for r in samples:
         t = int(num(r, "t", 0))
         if t % 5 == 0 or t == 1:
-            out.append("| %d | %s | %s | %s |" % (
-                t, fmt(num(r, "cpu"), 1), fmt(num(r, "rss_kb", 0) / 1024, 1),
-                fmt(num(r, "lost_events"))))
+            table.append([t, fmt(num(r, "cpu"), 1),
+                          fmt(num(r, "rss_kb", 0) / 1024, 1),
+                          fmt(num(r, "lost_events"))])
+    out = ["Per-second samples of the daemon during the hold (every 5th "
+           "second):\n"]
+    out += md_table(["t (s)", "daemon CPU %", "daemon RSS (MB)",
+                     "lost events so far"], table)
     return "\n".join(out) + "\n"
 
 
@@ -525,7 +518,6 @@ def renew_table(rows):
     if not rs:
         return "", None
     r = rs[-1]
-    out = ["| measure | value |", "|---|---|"]
     items = [
         ("renewing locks asked / acquired", "%s / %s" % (
             r.get("locks"), r.get("acquired"))),
@@ -554,15 +546,13 @@ def renew_table(rows):
          "events)" % (fmt(num(r, "lost_total")),
                       fmt(num(r, "lost_events_total")))),
     ]
-    for k, v in items:
-        out.append("| %s | %s |" % (k, v))
-    return "\n".join(out) + "\n", r
+    return "\n".join(md_table(["measure", "value"], items)) + "\n", r
 
 
 def targets_table(summary, renew, g=None):
     """The targets of issue 15 (and the renew ones before it), reported
     against the minimal limit; nothing here is asserted."""
-    out = ["| target | measured | met? |", "|---|---|---|"]
+    rows = []  # [target, measured, met?]
     g = g or {}
 
     def yes(b):
@@ -585,24 +575,25 @@ def targets_table(summary, renew, g=None):
         if pm is not None and v is not None and (pm >= 0.9) != (v >= 0.9):
             met = "%s by the ratio of medians, %s by the paired ratios" % (
                 yes(v >= 0.9), yes(pm >= 0.9))
-        out.append("| daemon ≥ 0.9 × minimal limit at %d clients | "
-                   "ratio of medians %s (%s vs %s cycles/s)%s | %s |" % (
-                       c, "n/a" if v is None else "%.3f" % v, fmt(d),
-                       fmt(lim), per_md, met))
+        rows.append(["daemon ≥ 0.9 × minimal limit at %d clients" % c,
+                     "ratio of medians %s (%s vs %s cycles/s)%s" % (
+                         "n/a" if v is None else "%.3f" % v, fmt(d),
+                         fmt(lim), per_md), met])
     for c in (64, 256):
         dc = agg(g, "daemon", c, "cpu_us_per_cycle")
         lc = agg(g, "limit", c, "cpu_us_per_cycle")
         v = dc / lc if dc and lc else None
-        out.append("| Redis CPU per cycle within 10%% of the minimal limit's "
-                   "at %d clients | %s (%s vs %s µs/cycle) | %s |" % (
-                       c, "n/a" if v is None else "%.2f ×" % v, fmt(dc, 1),
-                       fmt(lc, 1), yes(None if v is None else v <= 1.10)))
+        rows.append(["Redis CPU per cycle within 10%% of the minimal limit's "
+                     "at %d clients" % c, "%s (%s vs %s µs/cycle)" % (
+                         "n/a" if v is None else "%.2f ×" % v, fmt(dc, 1),
+                         fmt(lc, 1)),
+                     yes(None if v is None else v <= 1.10)])
     # The same targets for clients sharing connections (as the client
     # libraries talk); rows of their own, beside the per-connection ones.
     for c in (64, 256):
         for key, what, ok in (("cps", "daemon ≥ 0.9 × minimal limit", 0.9),
                               ("cpu_us_per_cycle", "Redis CPU per cycle "
-                               "within 10%% of the minimal limit's", 1.10)):
+                               "within 10% of the minimal limit's", 1.10)):
             ds = agg(g, "daemon-shared", c, key)
             if ds is None:
                 continue
@@ -610,30 +601,31 @@ def targets_table(summary, renew, g=None):
             v = ds / lv if lv else None
             good = None if v is None else (v >= ok if key == "cps"
                                            else v <= ok)
-            out.append(("| " + what + " at %d clients, a connection per 16 "
-                        "clients | %s (%s vs %s) | %s |") % (
-                            c, "n/a" if v is None else "%.2f ×" % v,
-                            fmt(ds, 1 if key != "cps" else 0),
-                            fmt(lv, 1 if key != "cps" else 0), yes(good)))
+            nd = 1 if key != "cps" else 0
+            rows.append(["%s at %d clients, a connection per 16 clients" % (
+                what, c), "%s (%s vs %s)" % (
+                    "n/a" if v is None else "%.2f ×" % v, fmt(ds, nd),
+                    fmt(lv, nd)), yes(good)])
     s = summary.get(256, {})
     d, lim = s.get("daemon"), s.get("limit")
     v = d / lim if d and lim else None
-    out.append("| stretch: daemon > 1.0 × minimal limit at 256 clients | %s "
-               "| %s |" % ("n/a" if v is None else "%.3f" % v,
-                           yes(None if v is None else v > 1.0)))
+    rows.append(["stretch: daemon > 1.0 × minimal limit at 256 clients",
+                 "n/a" if v is None else "%.3f" % v,
+                 yes(None if v is None else v > 1.0)])
     s = summary.get(1, {})
     dp, lp = s.get("daemon_p50"), s.get("limit_p50")
     diff = dp - lp if dp is not None and lp is not None else None
-    out.append("| acquire p50, 1 client, within 30 µs of the minimal limit's "
-               "| %s (%s vs %s µs) | %s |" % (
-                   "n/a" if diff is None else "%+.0f µs" % diff, fmt(dp),
-                   fmt(lp), yes(None if diff is None else diff <= 30)))
+    rows.append(["acquire p50, 1 client, within 30 µs of the minimal limit's",
+                 "%s (%s vs %s µs)" % (
+                     "n/a" if diff is None else "%+.0f µs" % diff, fmt(dp),
+                     fmt(lp)), yes(None if diff is None else diff <= 30)])
     s = summary.get(64, {})
     d, nr = s.get("daemon"), s.get("nr")
     v = d / nr if d and nr else None
-    out.append("| daemon ≥ 8 × node-redlock at 64 clients | %s | %s |" % (
-        "n/a" if v is None else "%.1f × (%s vs %s)" % (v, fmt(d), fmt(nr)),
-        yes(None if v is None else v >= 8)))
+    rows.append(["daemon ≥ 8 × node-redlock at 64 clients",
+                 "n/a" if v is None else "%.1f × (%s vs %s)" % (v, fmt(d),
+                                                              fmt(nr)),
+                 yes(None if v is None else v >= 8)])
     if renew:
         rss = num(renew, "rss_p50_kb", num(renew, "rss_held_kb"))
         rss_max = num(renew, "rss_held_kb")
@@ -642,20 +634,21 @@ def targets_table(summary, renew, g=None):
         lost = num(renew, "lost_total", num(renew, "lost", 0))
         acq = num(renew, "acquired", 0)
         locks = num(renew, "locks", 0)
-        out.append("| %s renewing locks at ttl %s ms: RSS < 100 MB | "
-                   "median %s MB, max %s MB | %s |" % (
-                       fmt(locks), renew.get("ttl_ms"),
-                       fmt(rss / 1024 if rss else None, 1),
-                       fmt(rss_max / 1024 if rss_max else None, 1),
-                       yes(rss is not None and rss < 100 * 1024)))
-        out.append("| … and CPU < 30%% of one core | median %s%%, average "
-                   "%s%% | %s |" % (fmt(cpu, 1), fmt(cpu_avg, 1),
-                                    yes(cpu is not None and cpu < 30)))
-        out.append("| … with every lock kept (none lost, all acquired) | %s "
-                   "lost, %s of %s acquired | %s |" % (
-                       fmt(lost), fmt(acq), fmt(locks),
-                       yes(lost == 0 and acq == locks)))
-    return "\n".join(out) + "\n"
+        rows.append(["%s renewing locks at ttl %s ms: RSS < 100 MB" % (
+                         fmt(locks), renew.get("ttl_ms")),
+                     "median %s MB, max %s MB" % (
+                         fmt(rss / 1024 if rss else None, 1),
+                         fmt(rss_max / 1024 if rss_max else None, 1)),
+                     yes(rss is not None and rss < 100 * 1024)])
+        rows.append(["… and CPU < 30% of one core",
+                     "median %s%%, average %s%%" % (fmt(cpu, 1),
+                                                    fmt(cpu_avg, 1)),
+                     yes(cpu is not None and cpu < 30)])
+        rows.append(["… with every lock kept (none lost, all acquired)",
+                     "%s lost, %s of %s acquired" % (fmt(lost), fmt(acq),
+                                                     fmt(locks)),
+                     yes(lost == 0 and acq == locks)])
+    return "\n".join(md_table(["target", "measured", "met?"], rows)) + "\n"
 
 
 def scaling_tables(rows):
@@ -673,66 +666,61 @@ def scaling_tables(rows):
     ts = tagged("nodes")
     if ts:
         out.append("#### Node count (64 clients)\n")
-        out.append("| nodes | quorum | daemon cycles/s | daemon cycle p99 "
-                   "(µs) | limit cycles/s | limit cycle p99 (µs) | daemon / "
-                   "limit | daemon CPU % | redis CPU % (all) |")
-        out.append("|---|---|---|---|---|---|---|---|---|")
+        table = []
         for t in ts:
             n = int(t[5:])
             d = next((r for r in by_tag[t] if r.get("impl") == "daemon"), {})
             lm = next((r for r in by_tag[t] if r.get("impl") == "limit"), {})
-            out.append("| %d | %d | %s | %s | %s | %s | %s | %s | %s |" % (
-                n, n // 2 + 1, fmt(num(d, "cps")), fmt(num(d, "cyc_p99_us")),
-                fmt(num(lm, "cps")), fmt(num(lm, "cyc_p99_us")),
-                ratio(num(d, "cps"), num(lm, "cps")),
-                fmt(num(d, "daemon_cpu")), fmt(num(d, "redis_cpu"))))
+            table.append([n, n // 2 + 1, fmt(num(d, "cps")),
+                          fmt(num(d, "cyc_p99_us")), fmt(num(lm, "cps")),
+                          fmt(num(lm, "cyc_p99_us")),
+                          ratio(num(d, "cps"), num(lm, "cps")),
+                          fmt(num(d, "daemon_cpu")),
+                          fmt(num(d, "redis_cpu"))])
+        out += md_table(["nodes", "quorum", "daemon cycles/s",
+                         "daemon cycle p99 (µs)", "limit cycles/s",
+                         "limit cycle p99 (µs)", "daemon / limit",
+                         "daemon CPU %", "redis CPU % (all)"], table)
         out.append("")
     ts = tagged("conns")
     if ts:
         out.append("#### Client connections (each one client with one "
                    "request in flight)\n")
-        out.append("| connections | cycles/s | acquire p50 (µs) | cycle p99 "
-                   "(µs) | daemon CPU % | daemon RSS (kB) | errors |")
-        out.append("|---|---|---|---|---|---|---|")
-        for t in ts:
-            for r in by_tag[t]:
-                if r.get("mode") != "cycle":
-                    continue
-                out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
-                    r.get("conc"), fmt(num(r, "cps")), fmt(num(r, "p50_us")),
-                    fmt(num(r, "cyc_p99_us")), fmt(num(r, "daemon_cpu")),
-                    fmt(num(r, "rss_kb")), r.get("errs")))
+        out += md_table(
+            ["connections", "cycles/s", "acquire p50 (µs)",
+             "cycle p99 (µs)", "daemon CPU %", "daemon RSS (kB)", "errors"],
+            [[r.get("conc"), fmt(num(r, "cps")), fmt(num(r, "p50_us")),
+              fmt(num(r, "cyc_p99_us")), fmt(num(r, "daemon_cpu")),
+              fmt(num(r, "rss_kb")), r.get("errs")]
+             for t in ts for r in by_tag[t] if r.get("mode") == "cycle"])
         out.append("")
     ts = tagged("idle")
     if ts:
         out.append("#### Idle connections (each sent one ping) while 16 "
                    "clients cycle\n")
-        out.append("| idle connections | daemon RSS before → after (kB) | "
-                   "bytes per connection | cycles/s (16 clients) | cycle p99 "
-                   "(µs) |")
-        out.append("|---|---|---|---|---|")
+        table = []
         for t in ts:
             idle = next((r for r in by_tag[t] if r.get("mode") == "idle"), {})
             cyc = next((r for r in by_tag[t]
                         if r.get("mode") == "connections"), {})
-            out.append("| %s | %s → %s | %s | %s | %s |" % (
-                idle.get("idle", t[4:]), fmt(num(idle, "rss_base_kb")),
-                fmt(num(idle, "rss_idle_kb")),
+            table.append([idle.get("idle", t[4:]), "%s → %s" % (
+                fmt(num(idle, "rss_base_kb")), fmt(num(idle, "rss_idle_kb"))),
                 fmt(num(idle, "bytes_per_conn")), fmt(num(cyc, "cps")),
-                fmt(num(cyc, "cyc_p99_us"))))
+                fmt(num(cyc, "cyc_p99_us"))])
+        out += md_table(["idle connections", "daemon RSS before → after (kB)",
+                         "bytes per connection", "cycles/s (16 clients)",
+                         "cycle p99 (µs)"], table)
         out.append("")
     ts = tagged("held")
     if ts:
         out.append("#### Held locks (not renewed, ttl 600 s) while 64 "
                    "clients cycle\n")
-        out.append("| held locks | cycles/s | acquire p50 (µs) | cycle p99 "
-                   "(µs) | daemon RSS (kB) |")
-        out.append("|---|---|---|---|---|")
-        for t in ts:
-            for r in by_tag[t]:
-                out.append("| %s | %s | %s | %s | %s |" % (
-                    r.get("held"), fmt(num(r, "cps")), fmt(num(r, "p50_us")),
-                    fmt(num(r, "cyc_p99_us")), fmt(num(r, "rss_kb"))))
+        out += md_table(
+            ["held locks", "cycles/s", "acquire p50 (µs)", "cycle p99 (µs)",
+             "daemon RSS (kB)"],
+            [[r.get("held"), fmt(num(r, "cps")), fmt(num(r, "p50_us")),
+              fmt(num(r, "cyc_p99_us")), fmt(num(r, "rss_kb"))]
+             for t in ts for r in by_tag[t]])
         out.append("")
     return "\n".join(out)
 

@@ -9,14 +9,17 @@ else, so no test can make or join a bridge network.
 
 import os
 import shutil
-import socket
 import subprocess
-import time
+import sys
 import uuid
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO / "tests" / "harness"))
+
+import rl  # noqa: E402  (the harness every Python suite shares)
+
 BASE_IMAGE = "localhost/debian:bookworm-slim"
 IMAGE = "localhost/redlockd:container-test"
 BOT_IMAGE = "localhost/redlockd-example-bot:container-test"
@@ -71,12 +74,7 @@ def build(dockerfile, tag, bound=BUILD_BOUND_S, args=(), context=REPO):
     return tag
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+free_port = rl.free_tcp_port
 
 
 def name(prefix):
@@ -119,15 +117,5 @@ def remove_all():
 
 
 def wait_until(pred, bound, what, step=0.1):
-    deadline = time.monotonic() + bound
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            v = pred()
-            if v:
-                return v
-        except (OSError, ValueError, RuntimeError) as e:
-            last = e
-        time.sleep(step)
-    raise AssertionError("timed out after %.0fs waiting for %s (%r)"
-                         % (bound, what, last))
+    return rl.wait_for(pred, bound, what, step,
+                       (OSError, ValueError, RuntimeError, rl.Closed))

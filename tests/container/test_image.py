@@ -23,85 +23,32 @@ from pathlib import Path
 import pytest
 
 import engine
+from engine import rl
 
 READY_BOUND_S = 30.0
 STOP_BOUND_S = 15.0
 VERSION = "0.1.0"
 
 
-def resp(path, *args, timeout=2.0):
-    """One RESP command on a unix socket; the reply as str/int/None."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    try:
-        s.connect(str(path))
-        out = "*%d\r\n" % len(args)
-        for a in args:
-            a = str(a).encode()
-            out += "$%d\r\n" % len(a) + a.decode() + "\r\n"
-        s.sendall(out.encode())
-        buf = b""
-        while b"\r\n" not in buf:
-            data = s.recv(65536)
-            if not data:
-                raise OSError("redis closed the connection")
-            buf += data
-        line, _, rest = buf.partition(b"\r\n")
-        kind, val = line[:1], line[1:].decode()
-        if kind in (b"+", b"-"):
-            return val
-        if kind == b":":
-            return int(val)
-        if kind == b"$":
-            n = int(val)
-            if n < 0:
-                return None
-            while len(rest) < n + 2:
-                rest += s.recv(65536)
-            return rest[:n].decode()
-        raise OSError("unexpected reply %r" % line)
-    finally:
-        s.close()
-
-
-class HostNodes:
-    """Five redis-servers of the host on unix sockets in DIR/nodes."""
+class HostNodes(rl.Cluster):
+    """Five redis-servers of the host on unix sockets in DIR/nodes, which
+    the image's user may reach (socket mode 777)."""
 
     def __init__(self, root):
-        self.dir = Path(root) / "nodes"
-        self.dir.mkdir()
-        os.chmod(self.dir, 0o755)
-        self.paths = [self.dir / ("n%d.sock" % k) for k in range(5)]
-        self.procs = []
+        d = Path(root) / "nodes"
+        d.mkdir()
+        os.chmod(d, 0o755)
+        super().__init__(5, d, socket_perm="777")
 
-    def start(self):
-        for p in self.paths:
-            self.procs.append(subprocess.Popen(
-                ["redis-server", "--port", "0", "--unixsocket", str(p),
-                 "--unixsocketperm", "777", "--save", "", "--appendonly",
-                 "no", "--dir", str(self.dir)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        for p in self.paths:
-            engine.wait_until(lambda p=p: resp(p, "PING") == "PONG", 10,
-                              "redis-server on %s" % p)
-        return self
-
-    def uris(self, inside="/run/nodes"):
-        return ",".join("unix://%s/%s" % (inside, p.name)
-                        for p in self.paths)
+    def container_uris(self, inside="/run/nodes"):
+        """REDLOCKD_NODES for a container with DIR/nodes at inside."""
+        return ",".join("unix://%s/%s" % (inside, nd.path.name)
+                        for nd in self.nodes)
 
     def get_all(self, key):
-        return [resp(p, "GET", key) for p in self.paths]
-
-    def stop(self):
-        for p in self.procs:
-            p.terminate()
-        for p in self.procs:
-            try:
-                p.wait(5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(5)
+        """GET key on every node, as text."""
+        return [v.decode() if isinstance(v, bytes) else v
+                for v in super().get_all(key)]
 
 
 @pytest.fixture
@@ -134,7 +81,7 @@ def socket_volume(workdir):
 def start_sidecar(image, nodes, workdir, extra_env=(), network="host"):
     sock_dir = socket_volume(workdir)
     port = engine.free_port() if network == "host" else None
-    env = ["-e", "REDLOCKD_NODES=" + nodes.uris(),
+    env = ["-e", "REDLOCKD_NODES=" + nodes.container_uris(),
            "-e", "REDLOCKD_LOG_FORMAT=json"]
     env += ["-e", "REDLOCKD_METRICS_LISTEN=" +
             ("127.0.0.1:%d" % port if port else "off")]
@@ -157,46 +104,21 @@ def start_sidecar(image, nodes, workdir, extra_env=(), network="host"):
 
 
 def ndjson(sock, req, timeout=3.0):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    try:
-        s.connect(str(sock))
-        s.sendall((json.dumps(req) + "\n").encode())
-        f = s.makefile("rb")
-        return json.loads(f.readline())
-    finally:
-        s.close()
-
-
-def _http(s, method, path, body=b""):
-    """One HTTP/1.1 request on the connected socket s: (status, body)."""
-    s.settimeout(3.0)
-    try:
-        s.sendall(("%s %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                   "Content-Length: %d\r\n\r\n" % (method, path, len(body))
-                   ).encode() + body)
-        buf = b""
-        while True:
-            d = s.recv(65536)
-            if not d:
-                break
-            buf += d
-    finally:
-        s.close()
-    head, _, rest = buf.partition(b"\r\n\r\n")
-    return int(head.split()[1]), rest.decode()
+    """One request on a fresh NDJSON connection: the first line back."""
+    with rl.Client(sock, timeout) as c:
+        c.send(req)
+        return json.loads(c.read_line())
 
 
 def http_unix(sock, method, path, body=b""):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(3.0)
-    s.connect(str(sock))
-    return _http(s, method, path, body)
+    """One HTTP/1.1 request on the socket: (status, body text)."""
+    r = rl.http(sock, method, path, body, timeout=3.0)
+    return r.status, r.body.decode()
 
 
 def http_tcp(port, path):
-    return _http(socket.create_connection(("127.0.0.1", port), timeout=3.0),
-                 "GET", path)
+    r = rl.http(("127.0.0.1", port), "GET", path, timeout=3.0)
+    return r.status, r.body.decode()
 
 
 def test_runs_as_its_non_root_user_and_answers_on_the_socket(

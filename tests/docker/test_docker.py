@@ -26,7 +26,6 @@ under CI=true, where it fails them. Every wait is bounded, every child
 process is stopped, every temp dir removed.
 """
 
-import http.client
 import json
 import os
 import re
@@ -45,6 +44,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "harness"))
+
+import rl  # noqa: E402  (the harness every Python suite shares)
+
 DOCKER = REPO / "docker"
 ENTRYPOINT = DOCKER / "entrypoint.sh"
 HEALTHCHECK = DOCKER / "healthcheck.sh"
@@ -119,18 +122,16 @@ _CHILDREN = []
 
 def _spawn(argv, **kw):
     kw.setdefault("stdin", subprocess.DEVNULL)
-    p = subprocess.Popen(argv, **kw)
+    p = rl.popen(argv, **kw)
     _CHILDREN.append(p)
     return p
 
 
 def _reap(p, bound=STOP_BOUND_S):
-    if p.poll() is None:
-        p.kill()
-        try:
-            p.wait(timeout=bound)
-        except subprocess.TimeoutExpired:
-            pass
+    try:
+        rl.reap(p, bound)
+    except subprocess.TimeoutExpired:
+        pass
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -141,130 +142,38 @@ def _kill_leftovers():
     _CHILDREN.clear()
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+free_port = rl.free_tcp_port
 
 
 def wait_until(pred, bound, what, step=0.05):
-    deadline = time.monotonic() + bound
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            v = pred()
-            if v:
-                return v
-        except (OSError, ValueError, http.client.HTTPException) as e:
-            last = e
-        time.sleep(step)
-    raise AssertionError("timed out after %.1fs waiting for %s (last: %r)"
-                         % (bound, what, last))
+    return rl.wait_for(pred, bound, what, step,
+                       (OSError, ValueError, rl.Closed))
 
 
-def resp(port, *args, password=None, timeout=2.0):
-    """One RESP command to a redis-server on 127.0.0.1:port; raw reply."""
-    def enc(*a):
-        out = b"*%d\r\n" % len(a)
-        for x in a:
-            x = x if isinstance(x, bytes) else str(x).encode()
-            out += b"$%d\r\n%s\r\n" % (len(x), x)
-        return out
-
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        f = s.makefile("rb")
-        if password is not None:
-            s.sendall(enc("AUTH", password))
-            line = f.readline()
-            assert line.startswith(b"+OK"), line
-        s.sendall(enc(*args))
-        return f.readline().rstrip(b"\r\n")
-
-
-class Nodes:
-    """Five redis-servers on 127.0.0.1, no persistence, in a temp dir."""
+class Nodes(rl.Cluster):
+    """Five redis-servers on 127.0.0.1 (free ports; each also on a unix
+    socket in the temp dir), no persistence."""
 
     def __init__(self, password=None):
+        super().__init__(5, password=password, tcp_port="free")
         self.password = password
-        self.dir = tempfile.mkdtemp(prefix="rl-docker-nodes.")
-        self.ports = []
-        self.procs = []
 
-    def start(self):
-        for i in range(5):
-            for attempt in range(3):
-                port = free_port()
-                argv = [REDIS_SERVER, "--port", str(port),
-                        "--bind", "127.0.0.1", "--save", "",
-                        "--appendonly", "no", "--dir", self.dir,
-                        "--dbfilename", "n%d.rdb" % i,
-                        "--logfile", os.path.join(self.dir, "n%d.log" % i)]
-                if self.password is not None:
-                    argv += ["--requirepass", self.password]
-                p = _spawn(argv, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
-                try:
-                    wait_until(lambda: p.poll() is not None or
-                               resp(port, "PING").startswith((b"+PONG",
-                                                              b"-NOAUTH")),
-                               5.0, "redis-server on port %d" % port)
-                except AssertionError:
-                    _reap(p)
-                    continue
-                if p.poll() is None:
-                    self.ports.append(port)
-                    self.procs.append(p)
-                    break
-                # lost the port race: try another
-            else:
-                raise AssertionError("could not start redis-server %d" % i)
-        return self
-
-    def stop(self):
-        for p in self.procs:
-            _reap(p)
-        shutil.rmtree(self.dir, ignore_errors=True)
+    @property
+    def ports(self):
+        return [nd.tcp_port for nd in self.nodes]
 
     def exists_count(self, key):
-        n = 0
-        for port in self.ports:
-            if resp(port, "EXISTS", key, password=self.password) == b":1":
-                n += 1
-        return n
-
-
-class UnixHTTP(http.client.HTTPConnection):
-    def __init__(self, path, timeout=5.0):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self):
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.settimeout(self.timeout)
-        s.connect(self.unix_path)
-        self.sock = s
+        return sum(1 for nd in self.nodes if nd.cmd("EXISTS", key) == 1)
 
 
 def http_unix(path, method, url, body=None):
-    c = UnixHTTP(path)
-    try:
-        data = None if body is None else json.dumps(body).encode()
-        c.request(method, url, body=data,
-                  headers={"Content-Type": "application/json"} if data else {})
-        r = c.getresponse()
-        return r.status, r.read()
-    finally:
-        c.close()
+    r = rl.http(path, method, url, body)
+    return r.status, r.body
 
 
 def http_tcp(port, method, url, body=None):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5.0)
-    try:
-        c.request(method, url, body=body)
-        r = c.getresponse()
-        return r.status, r.read()
-    finally:
-        c.close()
+    r = rl.http(("127.0.0.1", port), method, url, body)
+    return r.status, r.body
 
 
 def base_env(**extra):
@@ -455,13 +364,18 @@ def instr_args(st, name):
     return [rest for instr, rest in st["instr"] if instr == name]
 
 
-def dockerfile_env(st):
-    env = {}
-    for rest in instr_args(st, "ENV"):
+def dockerfile_pairs(st, name):
+    """The KEY=VALUE pairs of every `name` instruction (ENV, LABEL)."""
+    out = {}
+    for rest in instr_args(st, name):
         for tok in shlex.split(rest):
             k, _, v = tok.partition("=")
-            env[k] = v
-    return env
+            out[k] = v
+    return out
+
+
+def dockerfile_env(st):
+    return dockerfile_pairs(st, "ENV")
 
 
 def dockerfile_arg_defaults(st):
@@ -473,12 +387,7 @@ def dockerfile_arg_defaults(st):
 
 
 def dockerfile_labels(st):
-    labels = {}
-    for rest in instr_args(st, "LABEL"):
-        for tok in shlex.split(rest):
-            k, _, v = tok.partition("=")
-            labels[k] = v
-    return labels
+    return dockerfile_pairs(st, "LABEL")
 
 
 def entrypoint_default(var):

@@ -127,10 +127,11 @@ class Run:
         for name, d in self.daemons.items():
             if d.proc is None:
                 continue  # external: its owner stops it
-            code, clean = self.procs.stop(d.proc, 5.0)
-            if not clean or code != 0:
-                errors.append("redlockd %s: SIGTERM gave exit %r (clean=%s)"
-                              % (name, code, clean))
+            code, secs = d.stop(5.0)
+            if code != 0:
+                errors.append("redlockd %s: SIGTERM gave exit %r after "
+                              "%.2fs (None: killed after the bound)\n%s"
+                              % (name, code, secs, d.stderr_tail(40)))
         if self.fake is not None:
             self.fake.close()
         if self.redis is not None:
@@ -189,11 +190,9 @@ def test_each_update_handled_exactly_once_across_instances(capsys):
     failed = True
     report = []
     try:
-        run.redis = harness.Redis(run.procs, run.dir).start()
-        run.daemons["A"] = harness.Daemon(run.procs, run.redis, "A",
-                                          run.dir).start()
-        run.daemons["B"] = harness.Daemon(run.procs, run.redis, "B",
-                                          run.dir).start()
+        run.redis = harness.Redis(run.dir).start()
+        run.daemons["A"] = harness.Daemon(run.redis, "A").start()
+        run.daemons["B"] = harness.Daemon(run.redis, "B").start()
         run.fake = FakeTelegram(TOKEN, make_updates(), seed,
                                 exclusive={VICTIM: "g1"}).start()
 
@@ -292,28 +291,25 @@ def test_each_update_handled_exactly_once_across_instances(capsys):
         victim_text = "done %d" % (VICTIM - FIRST_ID)
         victim_by = [s["instance"] for s in sent if s["text"] == victim_text]
 
-        def m(name, d):
-            return int(mets[d].get(name, 0))
+        def m(name, d, **labels):
+            return int(harness.rl.metric(mets[d], name, **labels) or 0)
 
         def slow_cmds(d):
             # node commands slower than the 100 ms node timeout
-            tot = le = 0
-            for k, v in mets[d].items():
-                if k.startswith("redlockd_node_command_duration_seconds_"
-                                "count"):
-                    tot += v
-                elif (k.startswith("redlockd_node_command_duration_seconds_"
-                                   "bucket") and 'le="0.1"' in k):
-                    le += v
+            h = "redlockd_node_command_duration_seconds_"
+            tot = harness.rl.metric_sum(mets[d], h + "count")
+            le = sum(v for (name, labels), v in mets[d].items()
+                     if name == h + "bucket" and ("le", "0.1") in labels)
             return int(tot - le)
 
-        acq = 'redlockd_acquisitions_total{result="%s"}'
+        def acq(result, d):
+            return m("redlockd_acquisitions_total", d, result=result)
         daemon_lines = [
             "daemon %s: acquire ok %d busy %d done %d no_quorum %d; "
             "complete ok %d; session releases %d; node commands > 100 ms %d"
-            % (d, m(acq % "ok", d), m(acq % "busy", d), m(acq % "done", d),
-               m(acq % "no_quorum", d),
-               m('redlockd_completes_total{result="ok"}', d),
+            % (d, acq("ok", d), acq("busy", d), acq("done", d),
+               acq("no_quorum", d),
+               m("redlockd_completes_total", d, result="ok"),
                m("redlockd_session_releases_total", d), slow_cmds(d))
             for d in sorted(mets)]
         no_quorum = [e for e in errors if "NoQuorum" in e[1].get("msg", "")]
@@ -396,8 +392,8 @@ def test_each_update_handled_exactly_once_across_instances(capsys):
         # At the lock level too: one grant and one complete per update, plus
         # the victim's first grant, whose holder died.
         if not no_quorum:
-            assert sum(m(acq % "ok", d) for d in mets) == N_UPDATES + 1
-            assert sum(m('redlockd_completes_total{result="ok"}', d)
+            assert sum(acq("ok", d) for d in mets) == N_UPDATES + 1
+            assert sum(m("redlockd_completes_total", d, result="ok")
                        for d in mets) == N_UPDATES
         assert time.monotonic() - t_begin < TEST_BOUND_S
         failed = False
@@ -409,7 +405,7 @@ def test_each_update_handled_exactly_once_across_instances(capsys):
             for name, d in run.daemons.items():
                 if d.proc is not None:
                     report.append("--- redlockd %s log tail\n%s"
-                                  % (name, d.proc.log_tail(15)))
+                                  % (name, d.stderr_tail(15)))
         if keep:
             report.append("temp dir kept: %s" % run.dir)
         stop_errors = run.close(keep=keep)

@@ -28,14 +28,16 @@ resource. With the daemon's defaults it must not get it (and fences keep
 increasing); with --unsafe-no-quarantine --unsafe-no-fence-repair it does,
 and the checker sees the overlap and the fence inversion.
 
-Standard library only (plus tests/integration/rl.py). Every child process is
-killed and every temp dir removed at exit, nft rules included. See
+Standard library only (plus tests/harness/rl.py, the harness every Python
+suite shares: nodes, daemons, clients, child registry). Every child process
+is killed and every temp dir removed at exit, nft rules included. See
 tests/fault/README.md.
 """
 
 import argparse
 import atexit
 import collections
+import contextlib
 import json
 import os
 import random
@@ -52,9 +54,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(REPO / "tests" / "harness"))
 
-import rl  # noqa: E402  (RESP/NDJSON clients, child registry)
+import rl  # noqa: E402  (nodes, daemons, RESP/NDJSON clients, child registry)
 
 PREFIX = "rlf:"
 FENCE_KEY = PREFIX + "fence"
@@ -130,21 +132,6 @@ def tool(name):
 # --------------------------------------------------------------------------
 # ports, nft
 
-def free_ports(n):
-    """n distinct free TCP ports on 127.0.0.1 (held open together while
-    chosen, so they differ)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 def nft_available():
     """(True, '') when running as root with a working nft, else (False,
     why)."""
@@ -204,108 +191,30 @@ atexit.register(nft_cleanup)
 # --------------------------------------------------------------------------
 # the world: nodes, proxies, daemons
 
-class Node:
-    """One redis-server: TCP 127.0.0.1:port and DIR/nK.sock; optional AOF
-    (appendfsync always) and the clock shim."""
+class Node(rl.RedisNode):
+    """One redis-server: TCP 127.0.0.1:port and DIR/nK.sock, its files in
+    DIR/nK/; optional AOF (appendfsync always) and the clock shim."""
 
     def __init__(self, world, k, port, aof=False, shim=False):
-        self.world = world
-        self.k = k
-        self.port = port
-        self.aof = aof
+        data_dir = world.dir / ("n%d" % k)
+        data_dir.mkdir()
+        super().__init__(world.dir, k, tcp_port=port, aof=aof,
+                         data_dir=data_dir)
         self.shim = shim
-        self.dir = world.dir / ("n%d" % k)
-        self.dir.mkdir()
-        self.path = world.dir / ("n%d.sock" % k)
-        self.log = world.dir / ("n%d.log" % k)
         self.clock = world.dir / ("n%d.clock" % k)
-        self.proc = None
-        self.paused = False
         self.clock_ms = 0
+        if shim:
+            self.env = dict(os.environ, LD_PRELOAD=str(tool("clockshift")),
+                            CLOCKSHIFT_FILE=str(self.clock))
 
-    def uri(self):
-        return "redis://127.0.0.1:%d%s" % (self.port,
-                                          "?persistent=1" if self.aof else "")
-
-    def start(self, timeout=10.0):
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
-        argv = [rl.REDIS_SERVER, "--port", str(self.port),
-                "--bind", "127.0.0.1", "--unixsocket", str(self.path),
-                "--unixsocketperm", "700", "--save", "",
-                "--daemonize", "no", "--dir", str(self.dir),
-                "--logfile", str(self.log)]
-        if self.aof:
-            argv += ["--appendonly", "yes", "--appendfsync", "always"]
-        else:
-            argv += ["--appendonly", "no"]
-        env = dict(os.environ)
-        if self.shim:
-            env["LD_PRELOAD"] = str(tool("clockshift"))
-            env["CLOCKSHIFT_FILE"] = str(self.clock)
-        self.proc = rl.popen(argv, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, env=env)
-        self.paused = False
-        deadline = time.monotonic() + timeout * SLOW
-        for _ in range(5000):
-            if self.proc.poll() is not None:
-                raise RuntimeError("redis-server n%d exited %s: %s" % (
-                    self.k, self.proc.returncode, self.log_tail()))
-            if rl.resp_ping(self.path, timeout=0.5):
-                return self
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.01)
-        raise RuntimeError("redis-server n%d did not answer: %s" % (
-            self.k, self.log_tail()))
-
-    def log_tail(self, n=10):
-        try:
-            return "\n".join(self.log.read_text(errors="replace")
-                             .splitlines()[-n:])
-        except OSError:
-            return "(no log)"
-
-    def pause(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGSTOP)
-            self.paused = True
-
-    def resume(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-        self.paused = False
-
-    def kill9(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-        rl.reap(self.proc)
-        self.paused = False
-
-    def restart(self):
-        self.kill9()
-        return self.start()
-
-    def stop(self):
-        if self.proc is not None:
-            rl.reap(self.proc)
-        self.paused = False
+    def start(self, timeout=10.0, extra=()):
+        return super().start(timeout=timeout * SLOW, extra=extra)
 
     def set_clock(self, ms):
         tmp = self.clock.with_suffix(".tmp")
         tmp.write_text("%d\n" % ms)
         os.replace(tmp, self.clock)
         self.clock_ms = ms
-
-    def cmd(self, *args, timeout=2.0):
-        return rl.resp_cmd(self.path, *args, timeout=timeout)
 
 
 class Proxy:
@@ -332,6 +241,7 @@ class Proxy:
         self.port = int(line.split(b"=")[1])
         return self
 
+    @property
     def uri(self):
         return "redis://127.0.0.1:%d" % self.port
 
@@ -378,63 +288,29 @@ def _readline_timeout(f, timeout):
     return out[0] if out else b""
 
 
-class Daemon:
+class Daemon(rl.Daemon):
     """One redlockd; restartable (kill -9 and start again on the same
-    socket), with the VmRSS of each run."""
+    socket, its stderr appended), with the VmRSS of each run."""
+
+    stderr_mode = "ab"
 
     def __init__(self, world, name, uris, extra=()):
-        self.world = world
-        self.name = name
-        self.uris = list(uris)
-        self.extra = list(extra)
-        self.socket = world.dir / ("%s.sock" % name)
-        self.stderr_path = world.dir / ("%s.stderr" % name)
-        self.proc = None
-        self._err = None
+        node_args = []
+        for u in uris:
+            node_args += ["--node", u]
+        super().__init__(world, name, extra=extra, node_args=node_args,
+                         flags=["--prefix", PREFIX, "--node-timeout-ms",
+                                str(int(NODE_TIMEOUT_MS * SLOW)),
+                                "--log-level", "info"])
         self.runs = []   # {"pid", "rss_start_kb", "rss_end_kb", "rss_max_kb"}
-        self.exit_code = None
-
-    def argv(self):
-        a = [str(rl.BIN)]
-        for u in self.uris:
-            a += ["--node", u]
-        return a + ["--socket", str(self.socket), "--prefix", PREFIX,
-                    "--node-timeout-ms", str(int(NODE_TIMEOUT_MS * SLOW)),
-                    "--log-level", "info"] + self.extra
 
     def start(self, wait_up=True, timeout=15.0):
-        if not rl.BIN.exists():
-            raise RuntimeError("redlockd not built at %s" % rl.BIN)
-        self._err = open(self.stderr_path, "ab")
-        self.proc = rl.popen(self.argv(), stdin=subprocess.DEVNULL,
-                             stdout=self._err, stderr=self._err)
+        t0 = time.monotonic()
+        super().start(wait_nodes=wait_up, timeout=timeout * SLOW)
         self.runs.append({"pid": self.proc.pid, "rss_start_kb": None,
-                          "rss_end_kb": None, "rss_max_kb": 0,
-                          "t0": time.monotonic()})
-        deadline = time.monotonic() + timeout * SLOW
-        last = None
-        for _ in range(5000):
-            if self.proc.poll() is not None:
-                raise RuntimeError("redlockd %s exited %s:\n%s" % (
-                    self.name, self.proc.returncode, self.stderr_tail()))
-            try:
-                h = self.health(timeout=1.0)
-                last = h
-                if not wait_up or all(n.get("up") for n in h.get("nodes",
-                                                                   [])):
-                    break
-            except (OSError, rl.Closed, AssertionError, ValueError) as e:
-                last = e
-            if time.monotonic() > deadline:
-                raise RuntimeError("redlockd %s not ready: %r\n%s" % (
-                    self.name, last, self.stderr_tail()))
-            time.sleep(0.03)
+                          "rss_end_kb": None, "rss_max_kb": 0, "t0": t0})
         self.sample_rss()
         return self
-
-    def health(self, timeout=2.0):
-        with rl.Client(self.socket, timeout=timeout) as c:
-            return c.call("health", timeout=timeout)
 
     def node_states(self):
         """[(up, quarantined)] per node, or None when unreachable."""
@@ -444,19 +320,6 @@ class Daemon:
             return None
         return [(bool(n.get("up")), bool(n.get("quarantined")))
                 for n in h.get("nodes", [])]
-
-    def alive(self):
-        return self.proc is not None and self.proc.poll() is None
-
-    def rss_kb(self):
-        try:
-            with open("/proc/%d/status" % self.proc.pid) as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1])
-        except OSError:
-            return None
-        return None
 
     def sample_rss(self):
         if not self.alive() or not self.runs:
@@ -472,9 +335,7 @@ class Daemon:
 
     def kill9(self):
         self.sample_rss()
-        if self.proc is not None:
-            rl.reap(self.proc)
-        self._close_err()
+        self.kill()
 
     def restart(self):
         self.kill9()
@@ -483,39 +344,12 @@ class Daemon:
     def stop(self, timeout=5.0):
         """SIGTERM; returns the exit code (None if it had to be killed)."""
         self.sample_rss()
-        code = None
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                code = self.proc.wait(timeout=timeout * SLOW)
-            except subprocess.TimeoutExpired:
-                code = None
-        elif self.proc is not None:
-            code = self.proc.returncode
-        if self.proc is not None:
-            rl.reap(self.proc)
-        self._close_err()
-        self.exit_code = code
+        code, _ = super().stop(timeout * SLOW)
         return code
 
-    def _close_err(self):
-        if self._err is not None:
-            self._err.close()
-            self._err = None
-
-    def stderr_tail(self, n=40):
-        try:
-            return "\n".join(self.stderr_path.read_text(errors="replace")
-                             .splitlines()[-n:])
-        except OSError:
-            return ""
-
     def stderr_grep(self, *words):
-        try:
-            lines = self.stderr_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return []
-        return [ln for ln in lines if any(w in ln for w in words)]
+        return [ln for ln in self.stderr_text().splitlines()
+                if any(w in ln for w in words)]
 
 
 class World:
@@ -545,7 +379,7 @@ class World:
 
     def start(self):
         try:
-            for k, port in enumerate(free_ports(5), 1):
+            for k, port in enumerate(rl.free_tcp_ports(5), 1):
                 nd = Node(self, k, port, aof=self.aof, shim=self.shim)
                 if self.shim:
                     nd.set_clock(0)
@@ -553,9 +387,9 @@ class World:
             if self.proxied:
                 for nd in self.nodes:
                     self.proxies.append(Proxy(self, nd).start())
-            specs = [("d1", [p.uri() for p in self.proxies]
-                      if self.proxied else [n.uri() for n in self.nodes]),
-                     ("d2", [n.uri() for n in self.nodes]),
+            specs = [("d1", [p.uri for p in self.proxies]
+                      if self.proxied else [n.uri for n in self.nodes]),
+                     ("d2", [n.uri for n in self.nodes]),
                      ("d3", ["unix://%s%s" % (n.path, "?persistent=1"
                                               if n.aof else "")
                              for n in self.nodes])]
@@ -1100,6 +934,26 @@ NEMESES = collections.OrderedDict([
 # --------------------------------------------------------------------------
 # running a nemesis scenario
 
+@contextlib.contextmanager
+def scenario(w, result, on_error=None):
+    """The frame of every scenario: starts the world w for the body; an
+    exception in it becomes result["error"] (after on_error()); at the end,
+    always, the events and each daemon's stderr tail go into result and
+    the world is closed."""
+    try:
+        w.start()
+        yield
+    except Exception:
+        result["error"] = traceback.format_exc()
+        if on_error is not None:
+            on_error()
+    finally:
+        result["events"] = w.events
+        result["daemon_stderr"] = {d.name: d.stderr_tail(30)
+                                   for d in w.daemons}
+        w.close()
+
+
 def run_nemesis(name, long=False, seed=None):
     """Runs one nemesis; returns its result dict (see summarize())."""
     fn, opts = NEMESES[name]
@@ -1120,8 +974,7 @@ def run_nemesis(name, long=False, seed=None):
     ctx = {"rec": rec, "resources": resources}
     result = {"name": name, "seed": seed}
     workers = None
-    try:
-        w.start()
+    with scenario(w, result, lambda: workers and workers.stop()):
         w.event("world up: nodes %s, proxies %s" % (
             [n.port for n in w.nodes], [p.port for p in w.proxies]))
         workers = Workers(w, rec, 10 if not long else 16, resources, seed)
@@ -1153,15 +1006,6 @@ def run_nemesis(name, long=False, seed=None):
             if not d.alive():
                 d.start()
         result.update(finish(w, rec))
-    except Exception:
-        result["error"] = traceback.format_exc()
-        if workers is not None:
-            workers.stop()
-    finally:
-        result["events"] = w.events
-        result["daemon_stderr"] = {d.name: d.stderr_tail(30)
-                                   for d in w.daemons}
-        w.close()
     return result
 
 
@@ -1324,8 +1168,7 @@ def run_quarantine(unsafe, long=False, fresh_daemon=False):
     cycles = 5 if long else 3
     b_won_during_a = 0
     lk = PREFIX + "lock:" + res
-    try:
-        w.start()
+    with scenario(w, result):
         d1, d2 = w.daemon("d1"), w.daemon("d2")
         for cyc in range(cycles):
             trio = [w.nodes[(2 * cyc + j) % 5] for j in range(3)]
@@ -1376,7 +1219,7 @@ def run_quarantine(unsafe, long=False, fresh_daemon=False):
                     w.proxies[nd.k - 1].cmd("pass")
                 db = d2
                 if fresh_daemon:
-                    db = Daemon(w, "d3", [nd.uri() for nd in w.nodes],
+                    db = Daemon(w, "d3", [nd.uri for nd in w.nodes],
                                 ["--quarantine-ms", str(QUARANTINE_MS)])
                     w.daemons.append(db)
                     db.start(wait_up=True)
@@ -1445,13 +1288,6 @@ def run_quarantine(unsafe, long=False, fresh_daemon=False):
         result["cycles"] = cycles
         result["quarantine_log"] = (d2.stderr_grep("quarantined", "repaired",
                                                    "unsafe", "WITHOUT")[-6:])
-    except Exception:
-        result["error"] = traceback.format_exc()
-    finally:
-        result["events"] = w.events
-        result["daemon_stderr"] = {d.name: d.stderr_tail(30)
-                                   for d in w.daemons}
-        w.close()
     return result
 
 
@@ -1474,8 +1310,7 @@ def run_fence_late_answer(long=False):
     rec = Recorder()
     res = "late"
     result = {"name": "fence-late-answer", "seed": None}
-    try:
-        w.start()
+    with scenario(w, result):
         d1 = w.daemon("d1")
         rounds = 5 if long else 3
         with rl.Client(d1.socket, timeout=10.0) as c:
@@ -1505,13 +1340,6 @@ def run_fence_late_answer(long=False):
                 w.proxies[4].cmd("pass")
                 _wait_states(d1, lambda st: st[4][0], 10.0)
         result.update(finish(w, rec))
-    except Exception:
-        result["error"] = traceback.format_exc()
-    finally:
-        result["events"] = w.events
-        result["daemon_stderr"] = {d.name: d.stderr_tail(30)
-                                   for d in w.daemons}
-        w.close()
     return result
 
 
@@ -1530,8 +1358,7 @@ def run_release_reach(long=False):
     rec = Recorder()
     result = {"name": "release-reach", "seed": None}
     stale = []
-    try:
-        w.start()
+    with scenario(w, result):
         d1 = w.daemon("d1")
         for cut in ((1, 2, 3), (3, 4, 5)):
             up = [nd for nd in w.nodes if nd.k not in cut]
@@ -1581,13 +1408,6 @@ def run_release_reach(long=False):
                         "".join(map(str, cut)), how))
         result.update(finish(w, rec, wait_ttl=False))
         result["stale"] = stale
-    except Exception:
-        result["error"] = traceback.format_exc()
-    finally:
-        result["events"] = w.events
-        result["daemon_stderr"] = {d.name: d.stderr_tail(30)
-                                   for d in w.daemons}
-        w.close()
     return result
 
 
@@ -1605,8 +1425,7 @@ def run_clock_bare_quorum(long=False):
     res = "clk"
     result = {"name": "clock-bare-quorum", "seed": None}
     cycles = 3 if long else 2
-    try:
-        w.start()
+    with scenario(w, result):
         d1, d2 = w.daemon("d1"), w.daemon("d2")
         for cyc in range(cycles):
             trio = [w.nodes[(2 * cyc + j) % 5] for j in range(3)]
@@ -1650,13 +1469,6 @@ def run_clock_bare_quorum(long=False):
             _wait_states(d1, lambda st: all(u for u, q in st), 10.0)
         result.update(finish(w, rec))
         result["cycles"] = cycles
-    except Exception:
-        result["error"] = traceback.format_exc()
-    finally:
-        result["events"] = w.events
-        result["daemon_stderr"] = {d.name: d.stderr_tail(30)
-                                   for d in w.daemons}
-        w.close()
     return result
 
 

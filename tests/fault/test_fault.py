@@ -71,7 +71,7 @@ def _run(name):
 
 def _proxy_for(node_dir):
     """A redis-server on TCP and a faultproxy in front of it."""
-    port = nemesis.free_ports(1)[0]
+    port = rl.free_tcp_port()
 
     class W:  # the little a Node and Proxy need of a World
         dir = Path(node_dir)
@@ -163,7 +163,7 @@ def test_clockshift_on_redis_server():
 
     class W:
         dir = Path(d)
-    nd = nemesis.Node(W, 1, nemesis.free_ports(1)[0], shim=True)
+    nd = nemesis.Node(W, 1, rl.free_tcp_port(), shim=True)
     try:
         nd.set_clock(0)
         for _ in range(3):  # start-up under the shim, repeatedly

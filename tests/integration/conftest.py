@@ -18,7 +18,10 @@ report.
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+# rl, the harness every Python suite shares.
+sys.path.insert(0, os.path.join(HERE, "..", "harness"))
 
 from rl import (LIVE_DAEMONS, Cluster, Daemon, exit_meaning,  # noqa: E402
                 pytest)

@@ -442,8 +442,10 @@ def test_compose_tls_variant(env, tmp_path):
         args = [a.replace("/tls/", str(certs) + "/") for a in cmd[1:]]
         args[args.index("--tls-port") + 1] = str(nd.tls_port)
         args += ["--bind", "127.0.0.1"]
-        nd.start = (lambda nd=nd, args=args:
-                    super(TlsNode, nd).start(extra=args))
+        # The compose file's arguments instead of TlsNode's; their port
+        # is fixed.
+        nd.server_args = (lambda args=args: args)
+        nd.free_port = False
         nodes.append(nd)
     c.nodes = nodes
     c.start()

@@ -123,31 +123,22 @@ class TlsNode(RedisNode):
         self.cert = cert
         self.auth_clients = auth_clients
         self.tls_port = free_tcp_port()
-        self.started = False
+        self.free_port = True  # pick_port() on a race for tls_port
 
     def tls_uri(self, host="127.0.0.1", userinfo=""):
         return "rediss://%s%s:%d" % (userinfo + "@" if userinfo else "",
                                      host, self.tls_port)
 
-    def start(self, timeout=10.0, extra=()):
-        """The first start picks another port when the free one was taken
-        in the meantime; a restart keeps the port (the daemon's URI)."""
-        for attempt in range(5):
-            try:
-                return self._start(timeout, extra)
-            except RuntimeError as e:
-                if self.started or "already in use" not in str(e) or \
-                        attempt == 4:
-                    raise
-                self.tls_port = free_tcp_port()
+    def pick_port(self):
+        """The first start picks another TLS port when the free one was
+        taken in the meantime; a restart keeps the port (the daemon's
+        URI)."""
+        self.tls_port = free_tcp_port()
 
-    def _start(self, timeout, extra):
+    def server_args(self):
         c = self.certs
-        tls = ["--bind", "127.0.0.1", "--tls-port", str(self.tls_port),
-               "--tls-cert-file", c.crt(self.cert),
-               "--tls-key-file", c.key(self.cert),
-               "--tls-ca-cert-file", c.crt("ca"),
-               "--tls-auth-clients", self.auth_clients]
-        super().start(timeout=timeout, extra=tls + list(extra))
-        self.started = True
-        return self
+        return ["--bind", "127.0.0.1", "--tls-port", str(self.tls_port),
+                "--tls-cert-file", c.crt(self.cert),
+                "--tls-key-file", c.key(self.cert),
+                "--tls-ca-cert-file", c.crt("ca"),
+                "--tls-auth-clients", self.auth_clients]

@@ -33,9 +33,9 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+sys.path.insert(0, os.path.join(HERE, "..", "harness"))
 
-import rl  # noqa: E402  (the integration suite's helpers)
+import rl  # noqa: E402  (the harness every Python suite shares)
 
 EXPECTED = {"busy", "done", "not_held", "no_quorum", "shutting_down"}
 
@@ -122,21 +122,9 @@ def waiter(sock, stop, st, tag):
 
 
 def http_once(sock, method, path, body=b""):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(10.0)
-    s.connect(sock)
-    req = ("%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
-           "Connection: close\r\n\r\n" % (method, path, len(body))).encode()
-    s.sendall(req + body)
-    data = b""
-    while True:
-        chunk = s.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-    s.close()
-    head, _, payload = data.partition(b"\r\n\r\n")
-    return int(head.split()[1]), (json.loads(payload) if payload else {})
+    """One request on a fresh connection: (status, parsed JSON body)."""
+    r = rl.http(sock, method, path, body, timeout=10.0)
+    return r.status, (r.json() if r.body else {})
 
 
 def http_worker(sock, stop, st, tag):
@@ -156,7 +144,7 @@ def http_worker(sock, stop, st, tag):
                 st.result("http-extend", r2)
                 _, r3 = http_once(sock, "DELETE", "/v1/locks/%s" % tok)
                 st.result("http-release", r3)
-        except (OSError, ValueError, IndexError) as e:
+        except (OSError, ValueError, AssertionError, rl.Closed) as e:
             st.add("http-io-error")
             with st.lock:
                 if len(st.unexpected) < 20:

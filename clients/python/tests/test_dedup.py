@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import rname
+from conftest import rname, sleep_until_lost
 from redlockd import (AsyncRedlockClient, BusyError, ConnectionLostError,
                       NoQuorumError, RedlockClient, RedlockError,
                       RequestTimeoutError, ShuttingDownError, dedup)
@@ -518,14 +518,13 @@ def test_busy_is_not_an_error_class_leak():
     assert isinstance(dedup.BUSY, dedup.Skipped) and not dedup.BUSY
 
 
-def test_ptb_example_cancels_a_guarded_handler_on_lost(spawn, monkeypatch):
+def test_ptb_example_cancels_a_guarded_handler_on_lost(nodes, monkeypatch):
     """under_lock(): a handler whose update lock is lost (renewal loses the
     quorum) is cancelled in its own task; the error handler stops the
     update, so the completion group does not run; PTB's task lives on."""
     tg, ext = _fake_telegram(monkeypatch)
     example = _load_example()
-    cluster = spawn.cluster()
-    d = spawn.daemon(nodes=cluster.uris)
+    cluster, d = nodes
     seen = []
 
     async def main():
@@ -540,12 +539,8 @@ def test_ptb_example_cancels_a_guarded_handler_on_lost(spawn, monkeypatch):
 
             async def business(update, context):
                 seen.append(context.redlock.resource)
-                cluster.pause(0, 1, 2)
-                try:
-                    await asyncio.sleep(30)
-                except asyncio.CancelledError:
-                    seen.append("cancelled")
-                    raise
+                await sleep_until_lost(cluster, (0, 1, 2),
+                                       lambda: seen.append("cancelled"))
 
             app.add_handler(ext.TypeHandler(
                 tg.Update, example.under_lock(held, business)), group=0)

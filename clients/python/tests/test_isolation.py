@@ -16,7 +16,7 @@ import sys
 import pytest
 
 import aiogram_standin
-from conftest import rname
+from conftest import rname, sleep_until_lost
 from redlockd import AsyncRedlockClient, LockLostError
 
 aiogram_standin.install()
@@ -96,12 +96,6 @@ def test_isolation_wait_is_bounded(daemon, sock):
     asyncio.run(main())
 
 
-@pytest.fixture
-def nodes(spawn):
-    cluster = spawn.cluster()
-    return cluster, spawn.daemon(nodes=cluster.uris)
-
-
 def test_lost_chat_lock_cancels_the_handler(nodes):
     cluster, d = nodes
     seen = []
@@ -109,12 +103,8 @@ def test_lost_chat_lock_cancels_the_handler(nodes):
     async def handler(update, data):
         lock = rl_aiogram.chat_lock()
         seen.append(lock.fence is not None)
-        cluster.pause(0, 1, 2)
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            seen.append(lock.lost.is_set())
-            raise
+        await sleep_until_lost(cluster, (0, 1, 2),
+                               lambda: seen.append(lock.lost.is_set()))
 
     async def main():
         iso = rl_aiogram.RedlockEventIsolation(d.path, ttl_ms=1000)
@@ -139,12 +129,8 @@ def test_dedup_middleware_hands_the_lock_and_cancels_on_lost(nodes):
     async def handler(event, data):
         lock = data["lock"]
         seen.append((lock.resource, lock.lost.is_set()))
-        cluster.pause(1, 2, 3)
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            seen.append("cancelled")
-            raise
+        await sleep_until_lost(cluster, (1, 2, 3),
+                               lambda: seen.append("cancelled"))
 
     async def main():
         async with AsyncRedlockClient(d.path) as c:

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import rname
+from conftest import rname, sleep_until_lost
 from redlockd import (AsyncRedlockClient, BusyError, LockLostError,
                       RedlockClient, leader)
 
@@ -185,12 +185,6 @@ def test_resign_releases_at_once(daemon, sock):
     asyncio.run(main())
 
 
-@pytest.fixture
-def nodes(spawn):
-    cluster = spawn.cluster()
-    return cluster, spawn.daemon(nodes=cluster.uris)
-
-
 def test_lost_leadership_cancels_async_work(nodes):
     cluster, d = nodes
     seen = []
@@ -199,12 +193,10 @@ def test_lost_leadership_cancels_async_work(nodes):
         async with AsyncRedlockClient(d.path) as c:
             with pytest.raises(LockLostError) as ei:
                 async with leader.lead(c, rname("lost"), 1000) as term:
-                    cluster.pause(0, 1, 2)
-                    try:
-                        await asyncio.sleep(30)
-                    except asyncio.CancelledError:
-                        seen.append(("cancelled", term.lost.is_set()))
-                        raise
+                    await sleep_until_lost(
+                        cluster, (0, 1, 2),
+                        lambda: seen.append(("cancelled",
+                                             term.lost.is_set())))
             seen.append(ei.value.lock.lost_reason)
             cluster.resume_all()
             # The task is usable after it: the cancellation was absorbed.

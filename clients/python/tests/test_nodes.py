@@ -13,13 +13,6 @@ from redlockd import (AsyncRedlockClient, ConnectionLostError, NoQuorumError,
                       NotHeldError, RedlockClient)
 
 
-@pytest.fixture
-def nodes(spawn):
-    cluster = spawn.cluster()
-    daemon = spawn.daemon(nodes=cluster.uris)
-    return cluster, daemon
-
-
 def test_lost_event_sync(nodes):
     cluster, d = nodes
     events = []

@@ -34,6 +34,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "tests" / "harness"))
+
+import rl  # noqa: E402  (the harness every Python suite shares)
+
 CTL = Path(os.environ.get("REDLOCKCTL_BIN", str(
     REPO / "build" / "clients" / "redlockctl" / "redlockctl")))
 DAEMON = Path(os.environ.get("REDLOCKD_BIN", str(
@@ -86,117 +90,35 @@ def stop_proc(p, sig=signal.SIGTERM, timeout=5.0):
     return p.returncode
 
 
-def unix_request(path, data, timeout=2.0):
-    """Sends data on a fresh unix connection and returns all it gets back
-    until the peer closes (or the timeout)."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    out = b""
-    try:
-        s.connect(str(path))
-        s.sendall(data)
-        for _ in range(10000):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            out += chunk
-    finally:
-        s.close()
-    return out
-
-
-class Node:
-    """One redis-server on DIR/nK.sock (no TCP, no persistence)."""
-
-    def __init__(self, dir_, k):
-        self.path = Path(dir_) / ("n%d.sock" % k)
-        self.log = Path(dir_) / ("n%d.log" % k)
-        self.proc = None
-
-    def start(self):
-        self.proc = subprocess.Popen(
-            [REDIS_SERVER, "--port", "0", "--unixsocket", str(self.path),
-             "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
-             "--daemonize", "no", "--logfile", str(self.log),
-             "--dir", str(self.path.parent)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
-
-    def ready(self):
-        try:
-            return b"+PONG" in unix_request(
-                self.path, b"PING\r\nQUIT\r\n", timeout=0.5)
-        except OSError:
-            return False
-
-    def pause(self):
-        self.proc.send_signal(signal.SIGSTOP)
-
-    def resume(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
-
-    def stop(self):
-        if self.proc is not None:
-            stop_proc(self.proc, signal.SIGKILL)
-
-
 class Cluster:
-    """Five redis-servers and a redlockd in a temp dir."""
+    """Five redis-servers (rl.Cluster, on DIR/nK.sock) and a redlockd on
+    DIR/d.sock with its default flags (rl.Daemon), in a temp dir."""
 
     def __init__(self):
         self.dir = Path(tempfile.mkdtemp(prefix="rlctl-"))
-        self.nodes = [Node(self.dir, k + 1) for k in range(5)]
-        self.sock = self.dir / "d.sock"
-        self.daemon = None
-        self.daemon_err = self.dir / "redlockd.stderr"
+        self.redis = rl.Cluster(5, self.dir)
+        self.nodes = self.redis.nodes
+        self.d = rl.Daemon(self.redis, name="d", flags=[])
+        self.sock = self.d.socket
+
+    @property
+    def daemon(self):
+        """The daemon's Popen."""
+        return self.d.proc
 
     def start(self):
-        for n in self.nodes:
-            n.start()
-        for n in self.nodes:
-            assert wait_for(n.ready, 10), "redis-server did not start"
-        argv = [str(DAEMON), "--socket", str(self.sock)]
-        for n in self.nodes:
-            argv += ["--node", "unix://%s" % n.path]
-        with open(self.daemon_err, "wb") as err:
-            self.daemon = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                           stdout=subprocess.DEVNULL,
-                                           stderr=err)
-        assert wait_for(self.healthy, 10), self.stderr_tail()
+        self.redis.start()
+        self.d.start(timeout=10.0)
         return self
 
-    def healthy(self):
-        if not self.sock.exists():
-            return False
-        try:
-            out = unix_request(self.sock, b"GET /v1/health HTTP/1.1\r\n"
-                               b"Host: x\r\nConnection: close\r\n\r\n")
-        except OSError:
-            return False
-        body = out.partition(b"\r\n\r\n")[2]
-        try:
-            h = json.loads(body)
-        except ValueError:
-            return False
-        return h.get("ok") and all(n.get("up") for n in h.get("nodes", []))
-
     def stderr_tail(self, n=40):
-        try:
-            return "\n".join(self.daemon_err.read_text(
-                errors="replace").splitlines()[-n:])
-        except OSError:
-            return "(no daemon stderr)"
+        return self.d.stderr_tail(n) or "(no daemon stderr)"
 
     def stop(self):
-        for n in self.nodes:
-            if n.proc is not None:
-                n.resume()
-        code = None
-        if self.daemon is not None:
-            code = stop_proc(self.daemon)
-        for n in self.nodes:
-            n.stop()
+        """Stops everything; the daemon's exit code after SIGTERM."""
+        self.redis.resume_all()
+        code, _ = self.d.stop()
+        self.redis.stop()
         if not KEEP_TMP:
             shutil.rmtree(self.dir, ignore_errors=True)
         return code

@@ -1,14 +1,26 @@
-"""rl.py: test-side helpers for the redlockd integration suite.
+"""rl.py: the one test harness of redlockd's Python suites.
 
+The integration, fault, soak, end-to-end, docker and container suites and
+the Python and redlockctl clients' tests all import this module (each puts
+tests/harness on sys.path), so that redis-servers and daemons are started,
+waited for and cleaned up one way.
 Standard library only. It holds:
+  - popen / reap: children registered for cleanup at exit, each dying with
+    the test process (PR_SET_PDEATHSIG);
+  - free_tcp_port(s), rname, poll_until: loopback ports, random names,
+    bounded waits;
   - Resp: a tiny RESP client that talks to one redis-server over its unix
     socket (PING, GET, PTTL, KEYS, SET ...), no redis-py;
-  - RedisNode / Cluster: real redis-server children in a temp dir, with
-    pause (SIGSTOP), resume (SIGCONT), kill -9 and restart on the same path;
-  - Daemon: one redlockd process, started against a Cluster, stopped with
-    SIGTERM (its exit code and time are checked by the caller);
+  - RedisNode / Cluster: real redis-server children in a temp dir (unix
+    socket, optional 127.0.0.1 TCP port, password, AOF), with pause
+    (SIGSTOP), resume (SIGCONT), kill -9 and restart on the same path;
+  - Daemon: one redlockd process, started against a Cluster (or any object
+    with a .dir), waited for until it answers and every node is up, stopped
+    with SIGTERM (its exit code and time are checked by the caller);
   - Client: an NDJSON client (one JSON object per line) with pipelining,
-    responses matched by "id" and unsolicited {"event":..} lines collected.
+    responses matched by "id" and unsolicited {"event":..} lines collected;
+  - HttpConn / http: a raw HTTP/1.1 client (keep-alive, pipelining), and
+    parse_metrics / scrape / metric: the Prometheus text, parsed strictly.
 
 Every loop here is bounded in count and time and every socket has a
 timeout. Every child process is registered so that it is killed at exit even
@@ -16,6 +28,7 @@ when a test or the interpreter fails half way.
 
 This module (and every test module) imports with plain python3: when pytest
 is missing, `pytest` below is a stub whose decorators do nothing.
+`python3 tests/harness/rl.py` runs a smoke test of the node fixture alone.
 """
 
 import atexit
@@ -125,14 +138,24 @@ def reap(p, timeout=5.0):
         _CHILDREN.discard(p)
 
 
+def free_tcp_ports(n):
+    """n distinct loopback TCP ports that were free a moment ago (held open
+    together while chosen, so they differ)."""
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_tcp_port():
     """A loopback port that was free a moment ago."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-    finally:
-        s.close()
+    return free_tcp_ports(1)[0]
 
 
 def rname(tag="r"):
@@ -164,6 +187,60 @@ def poll_until(fn, timeout, interval=0.02, what="condition"):
     return val, time.monotonic() - start
 
 
+def wait_for(pred, bound, what, step=0.05, tolerate=(OSError, ValueError)):
+    """Calls pred() until it returns a truthy value, which it returns; an
+    exception of a tolerate class counts as not yet. Raises AssertionError
+    naming what (and the last such exception) after bound seconds."""
+    deadline = time.monotonic() + bound
+    last = None
+    for _ in range(1000000):
+        try:
+            v = pred()
+            if v:
+                return v
+        except tolerate as e:
+            last = e
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(step)
+    raise AssertionError("timed out after %.1fs waiting for %s (last: %r)"
+                         % (bound, what, last))
+
+
+# --------------------------------------------------------------------------
+# Connections
+
+
+def unix_socket(path, timeout, connect=True):
+    """A unix stream socket with timeout, connected to path (closed again
+    when the connect fails)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    if connect:
+        try:
+            sock.connect(str(path))
+        except Exception:
+            sock.close()
+            raise
+    return sock
+
+
+class SockOwner:
+    """close() and the with statement for a client holding self.sock."""
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 # --------------------------------------------------------------------------
 # RESP
 
@@ -183,29 +260,18 @@ def _resp_encode(args):
     return b"".join(out)
 
 
-class Resp:
+class Resp(SockOwner):
     """One RESP connection to a redis-server unix socket."""
 
     def __init__(self, path, timeout=2.0, password=None):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
+        self.sock = unix_socket(path, timeout)
         self.buf = b""
-        try:
-            self.sock.connect(str(path))
-            if password is not None:
+        if password is not None:
+            try:
                 self.cmd("AUTH", password)
-        except Exception:
-            self.sock.close()
-            raise
-
-    def close(self):
-        self.sock.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+            except Exception:
+                self.sock.close()
+                raise
 
     def _fill(self):
         data = self.sock.recv(65536)
@@ -283,57 +349,104 @@ PAUSED = "<paused: not asked>"
 
 
 class RedisNode:
-    """One redis-server child on DIR/nK.sock. With tcp_port it also
-    listens on 127.0.0.1:tcp_port and uri() names that (the tests still talk
-    to it over the unix socket); with password it requires AUTH."""
+    """One redis-server child on DIR/<name>.sock (name defaults to nK).
+    With tcp_port it also listens on 127.0.0.1:tcp_port and uri names that
+    (the tests still talk to it over the unix socket); with password it
+    requires AUTH; with aof it writes an append-only file (appendfsync
+    always) into data_dir and uri asks the daemon to treat it as persistent.
+    env: the child's environment (None: ours). tcp_port="free" picks a free
+    port, and another one when a first start finds it taken meanwhile.
+    socket_perm: the unix socket's mode ("777" for a client of another
+    uid, such as a container's user)."""
 
-    def __init__(self, dir_, k, password=None, tcp_port=0):
+    def __init__(self, dir_, k, password=None, tcp_port=0, name=None,
+                 aof=False, data_dir=None, env=None, socket_perm="700"):
         self.dir = Path(dir_)
         self.k = k
-        self.path = self.dir / ("n%d.sock" % k)
-        self.log = self.dir / ("n%d.log" % k)
+        self.name = name or "n%d" % k
+        self.path = self.dir / ("%s.sock" % self.name)
+        self.log = self.dir / ("%s.log" % self.name)
+        self.data_dir = Path(data_dir) if data_dir is not None else self.dir
         self.proc = None
         self.paused = False
         self.password = password
-        self.tcp_port = tcp_port
+        self.free_port = tcp_port == "free"
+        self.tcp_port = free_tcp_port() if self.free_port else tcp_port
+        self.started = False
+        self.aof = aof
+        self.env = env
+        self.socket_perm = socket_perm
 
     @property
     def uri(self):
+        persistent = "?persistent=1" if self.aof else ""
         if self.tcp_port:
             auth = ":%s@" % self.password if self.password else ""
-            return "redis://%s127.0.0.1:%d" % (auth, self.tcp_port)
-        return "unix://%s" % self.path
+            return "redis://%s127.0.0.1:%d%s" % (auth, self.tcp_port,
+                                                 persistent)
+        return "unix://%s%s" % (self.path, persistent)
+
+    @property
+    def port(self):
+        return self.tcp_port
 
     def start(self, timeout=10.0, extra=()):
         """extra: more redis-server arguments (config directives)."""
+        for attempt in range(5):
+            try:
+                self._start_once(timeout, extra)
+                self.started = True
+                return self
+            except RuntimeError as e:
+                if (not self.free_port or self.started or attempt == 4 or
+                        "already in use" not in str(e)):
+                    raise
+                self.pick_port()
+
+    def pick_port(self):
+        """Another free port, for a first start that found its taken."""
+        self.tcp_port = free_tcp_port()
+
+    def server_args(self):
+        """More redis-server arguments of this kind of node, built at each
+        start (a subclass's TLS port and certificates)."""
+        return []
+
+    def _start_once(self, timeout, extra):
         try:
             self.path.unlink()
         except FileNotFoundError:
             pass
         argv = [REDIS_SERVER, "--port", str(self.tcp_port),
-                "--unixsocket", str(self.path), "--unixsocketperm", "700",
-                "--save", "", "--appendonly", "no", "--daemonize", "no",
-                "--dir", str(self.dir), "--logfile", str(self.log)]
+                "--unixsocket", str(self.path),
+                "--unixsocketperm", self.socket_perm,
+                "--save", "", "--daemonize", "no",
+                "--dir", str(self.data_dir), "--logfile", str(self.log)]
+        if self.aof:
+            argv += ["--appendonly", "yes", "--appendfsync", "always"]
+        else:
+            argv += ["--appendonly", "no"]
         if self.tcp_port:
             argv += ["--bind", "127.0.0.1"]
         if self.password:
             argv += ["--requirepass", self.password]
-        argv += list(extra)
+        argv += self.server_args() + list(extra)
         self.proc = popen(argv, stdin=subprocess.DEVNULL,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          env=self.env)
         self.paused = False
         deadline = time.monotonic() + timeout
-        for _ in range(2000):
+        for _ in range(5000):
             if self.proc.poll() is not None:
-                raise RuntimeError("redis-server n%d exited %s: %s" % (
-                    self.k, self.proc.returncode, self.log_tail()))
+                raise RuntimeError("redis-server %s exited %s: %s" % (
+                    self.name, self.proc.returncode, self.log_tail()))
             if resp_ping(self.path, password=self.password):
                 return self
             if time.monotonic() > deadline:
                 break
             time.sleep(0.01)
-        raise RuntimeError("redis-server n%d did not answer PING within "
-                           "%.0fs: %s" % (self.k, timeout, self.log_tail()))
+        raise RuntimeError("redis-server %s did not answer PING within "
+                           "%.0fs: %s" % (self.name, timeout, self.log_tail()))
 
     def log_tail(self, n=20):
         try:
@@ -342,28 +455,38 @@ class RedisNode:
         except OSError:
             return "(no log)"
 
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
     def pause(self):
         """SIGSTOP: the node keeps its socket but answers nothing."""
-        self.proc.send_signal(signal.SIGSTOP)
+        if self.alive():
+            self.proc.send_signal(signal.SIGSTOP)
         self.paused = True
 
     def resume(self):
-        if self.proc is not None and self.proc.poll() is None:
+        if self.alive():
             self.proc.send_signal(signal.SIGCONT)
         self.paused = False
 
     def kill9(self):
-        """kill -9: the socket file stays, connections drop."""
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=5)
-        _CHILDREN.discard(self.proc)
+        """kill -9: the socket file stays, connections drop. A node that is
+        not running is only forgotten."""
+        if self.alive():
+            self.proc.send_signal(signal.SIGKILL)
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.proc is not None:
+            reap(self.proc)
         self.paused = False
 
-    def restart(self, extra=()):
-        """A fresh, empty redis-server on the same socket path."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.kill9()
-        return self.start(extra=extra)
+    def restart(self, extra=(), timeout=10.0):
+        """A fresh redis-server on the same socket path (empty, unless its
+        append-only file brings the data back)."""
+        self.kill9()
+        return self.start(timeout=timeout, extra=extra)
 
     def stop(self):
         if self.proc is not None:
@@ -376,12 +499,14 @@ class RedisNode:
 
 
 class Cluster:
-    """n redis-servers in a fresh temp dir. stop() always cleans up."""
+    """n redis-servers in a fresh temp dir (or dir_, which stays). stop()
+    always cleans up. node_kw: RedisNode's keywords for every node."""
 
-    def __init__(self, n=5, dir_=None):
+    def __init__(self, n=5, dir_=None, **node_kw):
         self.own_dir = dir_ is None
         self.dir = Path(dir_ or tempfile.mkdtemp(prefix="rlit-"))
-        self.nodes = [RedisNode(self.dir, k + 1) for k in range(n)]
+        self.nodes = [RedisNode(self.dir, k + 1, **node_kw)
+                      for k in range(n)]
 
     def start(self):
         try:
@@ -457,7 +582,7 @@ class Closed(Exception):
     """The daemon closed the connection while we waited for a line."""
 
 
-class Client:
+class Client(SockOwner):
     """NDJSON over the daemon's unix socket.
 
     send(obj) writes one line; read_msg() returns the next parsed line (events
@@ -475,26 +600,7 @@ class Client:
         self.eof = False
         self.events = []
         self.pending = {}  # id key -> list of responses not yet claimed
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        if connect:
-            try:
-                self.sock.connect(self.path)
-            except Exception:
-                self.sock.close()
-                raise
-
-    def close(self):
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        self.sock = unix_socket(self.path, timeout, connect)
 
     @classmethod
     def next_id(cls):
@@ -707,6 +813,209 @@ def assert_ok(rsp, what=""):
 
 
 # --------------------------------------------------------------------------
+# HTTP/1.1 over the daemon's socket, and its /metrics
+
+
+class HttpResponse:
+    def __init__(self, status, reason, headers, body, raw_head):
+        self.status = status
+        self.reason = reason
+        self.headers = headers  # lower-case name -> value (last wins)
+        self.body = body
+        self.raw_head = raw_head
+
+    def json(self):
+        try:
+            return json.loads(self.body)
+        except ValueError:
+            raise AssertionError("HTTP body is not JSON: %r" % self.body[:300])
+
+    def __repr__(self):
+        return "<HTTP %d %r %r>" % (self.status, self.headers,
+                                    self.body[:300])
+
+
+_STATUS_RE = re.compile(rb"^HTTP/1\.[01] (\d{3})(?: (.*))?$")
+
+
+def _parse_head(head):
+    lines = head.split(b"\r\n")
+    m = _STATUS_RE.match(lines[0])
+    assert m, "bad HTTP status line %r" % lines[0][:200]
+    headers = {}
+    for ln in lines[1:]:
+        if not ln:
+            continue
+        name, sep, value = ln.partition(b":")
+        assert sep, "bad HTTP header line %r" % ln[:200]
+        headers[name.strip().lower().decode()] = value.strip().decode(
+            errors="replace")
+    return int(m.group(1)), (m.group(2) or b"").decode(errors="replace"), \
+        headers
+
+
+def parse_one(buf):
+    """(response, rest) for the first complete response in buf, or
+    (None, buf) when it is incomplete. 1xx responses have no body."""
+    i = buf.find(b"\r\n\r\n")
+    if i < 0:
+        return None, buf
+    head = buf[:i]
+    status, reason, headers = _parse_head(head)
+    rest = buf[i + 4:]
+    if 100 <= status < 200:
+        return HttpResponse(status, reason, headers, b"", head), rest
+    n = int(headers.get("content-length", "0"))
+    if len(rest) < n:
+        return None, buf
+    return HttpResponse(status, reason, headers, rest[:n], head), rest[n:]
+
+
+def parse_responses(data):
+    """Every response in data, in order (a trailing partial one raises)."""
+    out = []
+    for _ in range(10000):
+        if not data:
+            return out
+        r, data = parse_one(data)
+        assert r is not None, "incomplete HTTP response: %r" % data[:300]
+        out.append(r)
+    raise AssertionError("too many responses")
+
+
+class HttpConn(SockOwner):
+    """One keep-alive HTTP/1.1 connection (unix path or (host, port))."""
+
+    def __init__(self, addr, timeout=5.0):
+        self.timeout = timeout
+        if isinstance(addr, tuple):
+            self.sock = socket.create_connection(addr, timeout=timeout)
+        else:
+            self.sock = unix_socket(addr, timeout)
+        self.buf = b""
+        self.eof = False
+
+    @staticmethod
+    def build(method, path, body=None, headers=None, host="localhost"):
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+        elif isinstance(body, str):
+            body = body.encode()
+        h = {"Host": host}
+        if body is not None:
+            h["Content-Type"] = "application/json"
+            h["Content-Length"] = str(len(body))
+        h.update(headers or {})
+        head = "%s %s HTTP/1.1\r\n" % (method, path)
+        head += "".join("%s: %s\r\n" % kv for kv in h.items() if kv[1]
+                        is not None)
+        return head.encode() + b"\r\n", (body or b"")
+
+    def send_raw(self, data):
+        self.sock.sendall(data)
+
+    def read_response(self, timeout=None):
+        deadline = time.monotonic() + (timeout or self.timeout)
+        for _ in range(100000):
+            r, rest = parse_one(self.buf)
+            if r is not None:
+                self.buf = rest
+                return r
+            if self.eof:
+                raise Closed("HTTP connection closed (partial %r)"
+                             % self.buf[:200])
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise socket.timeout("no HTTP response in time (have %r)"
+                                     % self.buf[:200])
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(262144)
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                self.eof = True
+            self.buf += data
+        raise socket.timeout("response loop bound")
+
+    def request(self, method, path, body=None, headers=None, timeout=None):
+        head, body = self.build(method, path, body, headers)
+        self.sock.sendall(head + body)
+        r = self.read_response(timeout)
+        return r
+
+    def is_closed(self, timeout=1.0):
+        """True when the peer closes within timeout (data read is kept)."""
+        deadline = time.monotonic() + timeout
+        for _ in range(10000):
+            if self.eof:
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                return False
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                self.eof = True
+            self.buf += data
+        return False
+
+
+def http(addr, method, path, body=None, headers=None, timeout=5.0):
+    """One request on a fresh connection."""
+    with HttpConn(addr, timeout) as h:
+        return h.request(method, path, body, headers, timeout)
+
+
+_SAMPLE_RE = re.compile(
+    r'^([a-zA-Z_:][a-zA-Z0-9_:]*)'
+    r'(?:\{((?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*"'
+    r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*")*,?)?)\})?'
+    r' ([-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|Inf|NaN))$')
+_LABEL_RE = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\\n]|\\[\\"n])*)"')
+
+
+def parse_metrics(text):
+    """{(name, ((label, value), ...)): float}. Asserts every line is a
+    comment (# HELP / # TYPE) or `name{labels} value`."""
+    out = {}
+    for ln in text.split("\n"):
+        if ln == "":
+            continue
+        if ln.startswith("#"):
+            assert re.match(r"^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* ", ln), \
+                "bad comment line in /metrics: %r" % ln
+            continue
+        m = _SAMPLE_RE.match(ln)
+        assert m, "unparseable /metrics line: %r" % ln
+        labels = tuple(sorted(_LABEL_RE.findall(m.group(2) or "")))
+        key = (m.group(1), labels)
+        assert key not in out, "duplicate sample in /metrics: %r" % ln
+        out[key] = float(m.group(3))
+    return out
+
+
+def scrape(addr):
+    """GET /metrics (unix socket path or (host, port)); parsed."""
+    r = http(addr, "GET", "/metrics")
+    assert r.status == 200, r
+    return parse_metrics(r.body.decode())
+
+
+def metric(m, name, **labels):
+    return m.get((name, tuple(sorted(labels.items()))))
+
+
+def metric_sum(m, name):
+    return sum(v for (n, _), v in m.items() if n == name)
+
+
+# --------------------------------------------------------------------------
 # The daemon
 
 
@@ -718,17 +1027,27 @@ def base_daemon_flags():
 
 
 class Daemon:
-    """One redlockd process against a cluster, serving on DIR/<name>.sock."""
+    """One redlockd process against a cluster, serving on DIR/<name>.sock.
 
-    def __init__(self, cluster, name="d", extra=(), node_args=None):
+    cluster: a Cluster, or anything with a .dir (then pass node_args).
+    flags: the flags after --socket and before extra; None gives
+    base_daemon_flags(). Its stdout and stderr go to DIR/<name>.stderr,
+    truncated at each start (stderr_mode "ab": appended, one file for every
+    run of a restarted daemon)."""
+
+    stderr_mode = "wb"
+
+    def __init__(self, cluster, name="d", extra=(), node_args=None,
+                 flags=None):
         self.cluster = cluster
         self.name = name
-        self.socket = cluster.dir / ("%s.sock" % name)
-        self.stderr_path = cluster.dir / ("%s.stderr" % name)
+        self.socket = Path(cluster.dir) / ("%s.sock" % name)
+        self.stderr_path = Path(cluster.dir) / ("%s.stderr" % name)
         self.node_args = (cluster.node_args() if node_args is None
                           else list(node_args))
         self.argv = ([str(BIN)] + self.node_args +
-                     ["--socket", str(self.socket)] + base_daemon_flags() +
+                     ["--socket", str(self.socket)] +
+                     (base_daemon_flags() if flags is None else list(flags)) +
                      list(extra))
         self.proc = None
         self.exit_code = None
@@ -743,18 +1062,29 @@ class Daemon:
         if not BIN.exists():
             raise RuntimeError("redlockd binary not found at %s (build it "
                                "or set REDLOCKD_BIN)" % BIN)
-        self._err = open(self.stderr_path, "wb")
+        self._err = open(self.stderr_path, self.stderr_mode)
         self.proc = popen(self.argv, stdin=subprocess.DEVNULL,
-                          stdout=self._err, stderr=self._err)
+                          stdout=self._err, stderr=self._err,
+                          **self.popen_kw())
         LIVE_DAEMONS.append(self)
         try:
-            self.wait_ready(timeout)
-            if wait_nodes:
-                self.wait_all_up(timeout)
+            self.wait_started(wait_nodes, timeout)
         except BaseException:
             self.kill()
             raise
         return self
+
+    def popen_kw(self):
+        """More subprocess.Popen keywords for the child (a subclass's
+        preexec_fn or env)."""
+        return {}
+
+    def wait_started(self, wait_nodes, timeout):
+        """Until it serves: a ping answered, then (wait_nodes) every node
+        up."""
+        self.wait_ready(timeout)
+        if wait_nodes:
+            self.wait_all_up(timeout)
 
     def wait_ready(self, timeout):
         """Until the socket accepts and {"op":"ping"} answers ok."""
@@ -800,10 +1130,14 @@ class Daemon:
         return self.proc is not None and self.proc.poll() is None
 
     def rss_kb(self):
-        with open("/proc/%d/status" % self.pid) as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
+        """VmRSS in kB; 0 for a zombie, None when the process is gone."""
+        try:
+            with open("/proc/%d/status" % self.pid) as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1])
+        except OSError:
+            return None
         return 0
 
     def fd_count(self):
