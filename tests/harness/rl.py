@@ -32,6 +32,7 @@ is missing, `pytest` below is a stub whose decorators do nothing.
 """
 
 import atexit
+import concurrent.futures
 import ctypes
 import json
 import os
@@ -509,9 +510,14 @@ class Cluster:
                       for k in range(n)]
 
     def start(self):
+        """Starts every node at once: the daemon quarantines a node without
+        persistence that started over 3 s after another (it may have lost
+        locks), and one after the other they can be that far apart on a
+        loaded machine."""
         try:
-            for nd in self.nodes:
-                nd.start()
+            with concurrent.futures.ThreadPoolExecutor(len(self.nodes)) as ex:
+                for f in [ex.submit(nd.start) for nd in self.nodes]:
+                    f.result()
         except BaseException:
             self.stop()
             raise
