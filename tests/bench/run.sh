@@ -52,7 +52,8 @@
 #   BENCH_SCALING_CONNS [1,10,100,1000,10000]
 #   BENCH_SCALING_HELD [1,1000,10000,100000]
 #   BENCH_PROFILE_DURATION [10]
-#   BENCH_OUT [tests/bench/out]  where raw results and logs go
+#   BENCH_OUT [tests/bench/out]  where raw results and logs go (set: the
+#                                report goes there too, not to BENCHMARKS.md)
 #
 # Every load loop is bounded (rlbench and node_redlock_bench.mjs stop by
 # themselves; each is also run under `timeout`), everything listens on
@@ -141,7 +142,11 @@ stamp() {
 
 report() {
     local md=$ROOT/BENCHMARKS.md png=$HERE/throughput_p99.png
-    if [ "$QUICK" = 1 ] || { [ "$TLS_ONLY" = 1 ] && [ -z "$PIN" ]; }; then
+    # A quick run, a --tls run, or a run with its own BENCH_OUT (whose
+    # results are not the ones BENCHMARKS.md was made from) writes its
+    # report to its out dir, unless it pins a section.
+    if [ "$QUICK" = 1 ] || { [ -z "$PIN" ] &&
+        { [ "$TLS_ONLY" = 1 ] || [ -n "${BENCH_OUT:-}" ]; }; }; then
         md=$OUT/BENCHMARKS.md png=$OUT/throughput_p99.png
     fi
     if [ -n "$PIN" ] && [ "$QUICK" != 1 ]; then
