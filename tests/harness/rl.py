@@ -367,7 +367,10 @@ class RedisNode:
         self.name = name or "n%d" % k
         self.path = self.dir / ("%s.sock" % self.name)
         self.log = self.dir / ("%s.log" % self.name)
-        self.data_dir = Path(data_dir) if data_dir is not None else self.dir
+        # A directory of its own: nodes that start at once (Cluster.start)
+        # must not share an AOF manifest.
+        self.data_dir = (Path(data_dir) if data_dir is not None
+                         else self.dir / ("%s.d" % self.name))
         self.proc = None
         self.paused = False
         self.password = password
@@ -418,6 +421,7 @@ class RedisNode:
             self.path.unlink()
         except FileNotFoundError:
             pass
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         argv = [REDIS_SERVER, "--port", str(self.tcp_port),
                 "--unixsocket", str(self.path),
                 "--unixsocketperm", self.socket_perm,
