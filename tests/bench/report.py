@@ -25,6 +25,8 @@ import sys
 IMPLS = [
     ("daemon", "redlockd (socket, NDJSON)"),
     ("daemon-shared", "redlockd, a connection per 16 clients"),
+    ("floor", "floor sidecar (rlbench --serve)"),
+    ("floor-shared", "floor sidecar, a connection per 16 clients"),
     ("limit", "minimal limit"),
     ("limit-scripts", "limit, daemon's scripts"),
     ("node-redlock", "node-redlock"),
@@ -56,6 +58,16 @@ connections (64 clients on 4, 256 on 16), requests pipelined and matched \
 by id, as the client libraries talk (one connection per client object, \
 many requests in flight); the limit shares its node connections the same \
 way.
+- **floor sidecar**: `rlbench --serve`, the minimal limit's engine (the \
+very code of the column above) served in its own process over a unix \
+socket, in the daemon's NDJSON, driven by the same generator command as \
+redlockd (one connection per client, and a connection per 16 clients): a \
+lean server (every complete line of a read handled, one write per \
+connection per loop turn, no JSON library) that trusts its input and does \
+not renew, wait, fence or validate. The cheapest correct sidecar, so the \
+bar for what a socket costs per request: **daemon / floor** is the \
+daemon's own overhead, **floor / limit** what any sidecar pays on this \
+machine. Not the product.
 - **node-redlock**: `redlock@5.0.0-beta.2` on `ioredis`, one client per \
 node, retryCount 0.
 - **cycles/s**: acquire + release of a client's own resource (ttl 10 s), \
@@ -278,6 +290,7 @@ def work_tables(rows, where):
                "brackets the median of the paired per-repetition ratios "
                "with each of them.\n")
     shared = any(i == "daemon-shared" for (i, _) in g)
+    floor = any(i == "floor" for (i, _) in g)
     hdr = ["clients", "daemon / minimal limit, cycles/s",
            "daemon / minimal limit, Redis cmds/cycle",
            "daemon / minimal limit, Redis CPU µs/cycle",
@@ -287,6 +300,8 @@ def work_tables(rows, where):
         hdr[2:2] = ["shared connections / minimal limit, cycles/s",
                     "shared connections / minimal limit, Redis CPU "
                     "µs/cycle"]
+    if floor:
+        hdr += floor_headers(shared)
     body = []
     for c in concs:
         cells = [c, ratio_cell(g, c, "daemon", "limit")]
@@ -298,6 +313,8 @@ def work_tables(rows, where):
                   ratio_cell(g, c, "daemon", "limit", "cpu_us_per_cycle"),
                   ratio_cell(g, c, "daemon", "limit-scripts"),
                   ratio_cell(g, c, "daemon", "node-redlock", nd=1)]
+        if floor:
+            cells += floor_cells(g, c, shared)
         body.append(cells)
     out += md_table(hdr, body)
     out.append("")
@@ -310,6 +327,29 @@ def work_tables(rows, where):
         out += md_table(["implementation", "commands per cycle"], mixes)
         out.append("")
     return "\n".join(out)
+
+
+def floor_headers(shared):
+    """The floor sidecar's ratio columns (see floor_cells)."""
+    hdr = ["daemon / floor, cycles/s", "floor / minimal limit, cycles/s",
+           "daemon / floor, Redis CPU µs/cycle"]
+    if shared:
+        hdr += ["shared connections: daemon / floor, cycles/s",
+                "shared connections: floor / minimal limit, cycles/s"]
+    return hdr
+
+
+def floor_cells(g, c, shared):
+    """daemon / floor (the daemon's own overhead over the cheapest correct
+    sidecar's) and floor / limit (what a socket costs any sidecar), per
+    connection and, with shared, on shared connections."""
+    cells = [ratio_cell(g, c, "daemon", "floor"),
+             ratio_cell(g, c, "floor", "limit"),
+             ratio_cell(g, c, "daemon", "floor", "cpu_us_per_cycle")]
+    if shared:
+        cells += [ratio_cell(g, c, "daemon-shared", "floor-shared"),
+                  ratio_cell(g, c, "floor-shared", "limit")]
+    return cells
 
 
 def errors_of(rs):
@@ -413,8 +453,14 @@ def comparison_tables(rows):
     out.append("### Throughput (cycles/s: acquire + release), median of %d "
                "rep(s), (min–max)\n" % reps)
     hdr = ["clients"] + [n for _, n in impls]
-    hdr += ["daemon / limit", "daemon / limit, paired", "daemon / node-redlock",
-            "daemon / node-redlock-ap"]
+    hdr += ["daemon / limit", "daemon / limit, paired"]
+    floor = any(i == "floor" for (i, _) in g)
+    shared = any(i == "daemon-shared" for (i, _) in g)
+    if floor:
+        hdr += floor_headers(shared)[:2]
+        if shared:
+            hdr += floor_headers(shared)[3:]
+    hdr += ["daemon / node-redlock", "daemon / node-redlock-ap"]
     table = []
     summary = {}
     for c in concs:
@@ -426,8 +472,11 @@ def comparison_tables(rows):
         nr = agg(g, "node-redlock", c, "cps")
         nra = agg(g, "node-redlock-ap", c, "cps")
         per = paired_ratios(g, c)
-        cells += [ratio(d, lim), fmt(med(per), 2) if per else "–",
-                  ratio(d, nr, 1), ratio(d, nra, 1)]
+        cells += [ratio(d, lim), fmt(med(per), 2) if per else "–"]
+        if floor:
+            fc = floor_cells(g, c, shared)
+            cells += fc[:2] + fc[3:]
+        cells += [ratio(d, nr, 1), ratio(d, nra, 1)]
         summary[c] = dict(daemon=d, limit=lim, nr=nr, nra=nra, paired=per)
         table.append(cells)
     out += md_table(hdr, table)
@@ -984,6 +1033,11 @@ def build(args):
         "latency is request to answer, *cycle* latency is acquire sent to "
         "release answered.\n"
         "- **redlockd**: `rlbench` over the daemon's unix socket (NDJSON).\n"
+        "- **floor sidecar**: `rlbench --serve`, the minimal limit's engine "
+        "served over its own unix socket in the daemon's NDJSON (a lean "
+        "server that trusts its input; not the product), driven exactly "
+        "like the daemon: the cheapest correct sidecar, the bar for the "
+        "per-connection cost (*daemon / floor*).\n"
         "- **minimal limit**: `rlbench --inproc`: the cheapest correct "
         "Redlock cycle inside the generator (hiredis async + libevent, one "
         "connection per node): `SET key token NX PX ttl` to all nodes at "
@@ -1002,8 +1056,9 @@ def build(args):
         "`acquire([resource], ttl)` then `lock.release()`, retryCount 0, "
         "N async workers, one ioredis client per node (also with "
         "`enableAutoPipelining`).\n"
-        "- Runs are interleaved (daemon, minimal limit, daemon on shared "
-        "connections, scripts limit, node-redlock, then the next concurrency, then the next "
+        "- Runs are interleaved (daemon, floor sidecar, minimal limit, "
+        "daemon and floor on shared connections, scripts limit, "
+        "node-redlock, then the next concurrency, then the next "
         "repetition; the daemon and the limits swap order every "
         "repetition) so that drifts of a shared machine hit all alike; "
         "tables show medians.\n")
