@@ -376,17 +376,20 @@ start_daemon() { # start_daemon N_NODES [extra flags...]
     "$RLBENCH" --socket "$SOCK" --wait-ready 20 ||
         { echo "run.sh: the daemon did not become ready" >&2; exit 1; }
 }
-stop_daemon() {
-    if [ -n "$DAEMON_PID" ]; then
-        kill -TERM "$DAEMON_PID" 2>/dev/null || true
-        local rc=0
-        wait "$DAEMON_PID" 2>/dev/null || rc=$?
-        if [ "$rc" != 0 ]; then
-            log "note: the daemon exited with status $rc"
-            echo "NOTE daemon_exit=$rc" >>"$OUT/notes.txt"
-        fi
-        DAEMON_PID=
+# stop_pid PID NAME: SIGTERM, wait, and a note when it did not exit 0.
+stop_pid() {
+    [ -n "$1" ] || return 0
+    kill -TERM "$1" 2>/dev/null || true
+    local rc=0
+    wait "$1" 2>/dev/null || rc=$?
+    if [ "$rc" != 0 ]; then
+        log "note: the $2 exited with status $rc"
+        echo "NOTE ${2// /_}_exit=$rc" >>"$OUT/notes.txt"
     fi
+}
+stop_daemon() {
+    stop_pid "$DAEMON_PID" daemon
+    DAEMON_PID=
 }
 
 # The floor sidecar: rlbench --serve on a socket of its own, against the
@@ -402,16 +405,8 @@ start_floor() { # start_floor N_NODES
         { echo "run.sh: the floor sidecar did not become ready" >&2; exit 1; }
 }
 stop_floor() {
-    if [ -n "$FLOOR_PID" ]; then
-        kill -TERM "$FLOOR_PID" 2>/dev/null || true
-        local rc=0
-        wait "$FLOOR_PID" 2>/dev/null || rc=$?
-        if [ "$rc" != 0 ]; then
-            log "note: the floor sidecar exited with status $rc"
-            echo "NOTE floor_exit=$rc" >>"$OUT/notes.txt"
-        fi
-        FLOOR_PID=
-    fi
+    stop_pid "$FLOOR_PID" "floor sidecar"
+    FLOOR_PID=
 }
 
 bound() { # seconds a run of $1 concurrencies may take

@@ -227,6 +227,16 @@ def test_serve_needs_redis(tmp_path):
     assert not sock.exists()
 
 
+def _out_dir(tmp_path, machine="CPU(s): 2\n"):
+    """A run's out dir for report.py, without results yet."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "commit-compare.txt").write_text(
+        "abc1234 2026-12-01T00:00:00Z 98c0982\n")
+    (out / "machine.txt").write_text(machine)
+    return out
+
+
 def test_report_pins_sections_and_keeps_them(tmp_path):
     """--pin adds the Redis-work tables above the rest and changes nothing
     else; a later --pin goes on top; a full regeneration keeps both."""
@@ -264,11 +274,7 @@ def test_report_pins_sections_and_keeps_them(tmp_path):
 def test_report_shared_connections_row(tmp_path):
     """The daemon on shared connections gets its row and its own ratio
     columns beside the per-connection daemon's."""
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "commit-compare.txt").write_text(
-        "abc1234 2026-12-01T00:00:00Z 98c0982\n")
-    (out / "machine.txt").write_text("CPU(s): 2\n")
+    out = _out_dir(tmp_path)
     res = "".join(_line("daemon", 64, "r%d" % k, 500, 18, 30) +
                   _line("daemon-shared", 64, "r%d" % k, 950, 18, 19) +
                   _line("limit", 64, "r%d" % k, 1000, 20, 20)
@@ -294,11 +300,7 @@ def test_report_floor_rows_and_ratios(tmp_path):
     floor and floor / limit columns beside daemon / limit, for one
     connection per client and for shared connections; the columns the
     report had stay."""
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "commit-compare.txt").write_text(
-        "abc1234 2026-12-01T00:00:00Z 98c0982\n")
-    (out / "machine.txt").write_text("CPU(s): 2\n")
+    out = _out_dir(tmp_path)
     res = "".join(_line("daemon", 64, "r%d" % k, 450, 18, 30) +
                   _line("floor", 64, "r%d" % k, 500, 20, 25) +
                   _line("daemon-shared", 64, "r%d" % k, 900, 18, 19) +
