@@ -492,10 +492,10 @@ struct conn {
     size_t next;  /* bulk phases: next index this connection sends */
     /* --serve: a client's connection to the floor sidecar */
     void (*on_dead)(struct conn *c); /* instead of the daemon's message */
-    struct event *flush_ev; /* end of the loop turn: one write */
-    bool flush_on;          /* flush_ev is active */
-    bool closing;           /* peer gone: freed once inflight is 0 */
-    struct conn *prev_s, *next_s; /* the floor's list of connections */
+    struct event *flush_ev;          /* end of the loop turn: one write */
+    bool flush_on;                   /* flush_ev is active */
+    bool closing;                    /* peer gone: freed once inflight is 0 */
+    struct conn *prev_s, *next_s;    /* the floor's list of connections */
 };
 
 /* The Redis work of one measured interval (filled by stats_end). */
@@ -584,9 +584,8 @@ static void conn_read_cb(evutil_socket_t fd, short what, void *arg);
 static void conn_write_cb(evutil_socket_t fd, short what, void *arg);
 
 /* conn_wrap: a connection on the nonblocking fd, read into on_line. */
-static struct conn *conn_wrap(int fd, int idx,
-                              void (*on_line)(struct conn *, const char *,
-                                              size_t))
+static struct conn *
+conn_wrap(int fd, int idx, void (*on_line)(struct conn *, const char *, size_t))
 {
     struct conn *c = xcalloc(1, sizeof(*c));
     c->fd = fd;
@@ -602,9 +601,8 @@ static struct conn *conn_wrap(int fd, int idx,
     return c;
 }
 
-static struct conn *conn_open(int idx,
-                              void (*on_line)(struct conn *, const char *,
-                                              size_t))
+static struct conn *conn_open(int idx, void (*on_line)(struct conn *,
+                                                       const char *, size_t))
 {
     int fd = unix_connect(opt.socket);
     if (fd < 0) {
@@ -1061,8 +1059,8 @@ struct iop {
     const char *chan; /* scripts release: borrowed: owned by the client */
     size_t chan_len;
     iop_done_fn *done;
-    void *owner;       /* the caller's: a bench client or a socket conn */
-    char id[ID_CAP];   /* --serve: the request's "id" value, raw JSON */
+    void *owner;     /* the caller's: a bench client or a socket conn */
+    char id[ID_CAP]; /* --serve: the request's "id" value, raw JSON */
     size_t id_len;
     struct iop *next_free;
 };
@@ -1086,9 +1084,8 @@ static size_t u64_dec(char *out, uint64_t v)
 /* iop_new: a round of kind on key (copied; at most KEY_CAP bytes) with
  * ttl_ms, ending in done with owner; an acquire gets a fresh token, a
  * release's caller copies its token in. Not sent yet: i_send_all. */
-static struct iop *iop_new(enum iop_kind kind, const char *key,
-                           size_t key_len, uint32_t ttl_ms, iop_done_fn *done,
-                           void *owner)
+static struct iop *iop_new(enum iop_kind kind, const char *key, size_t key_len,
+                           uint32_t ttl_ms, iop_done_fn *done, void *owner)
 {
     struct iop *op = iop_free_list;
     if (op != NULL) {
@@ -1296,8 +1293,7 @@ static void i_send_all(struct iop *op)
             if (limit_kind == LIMIT_MINIMAL) {
                 const char *argv[6] = {"SET", op->key, op->token,
                                        "NX",  "PX",    op->ttl};
-                size_t lens[6] = {3, op->key_len, TOKEN_LEN, 2, 2,
-                                  op->ttl_len};
+                size_t lens[6] = {3, op->key_len, TOKEN_LEN, 2, 2, op->ttl_len};
                 rb_command(&rb, 6, argv, lens);
             } else {
                 const char *argv[5] = {op->key, fence_key, op->token, op->ttl,
@@ -1326,7 +1322,7 @@ static void i_send_all(struct iop *op)
     }
 }
 
-/* ---- the bench's in-process clients ---------------------------------------- */
+/* ---- the bench's in-process clients -------------------------------------- */
 
 /* The error counter of a failed verdict's answer. */
 static int answer_err(enum redlock_answer a)
@@ -1398,8 +1394,8 @@ static void i_start_acquire(struct client *cl, bool new_cycle)
     }
     cl->t_req = t;
     cl->st = CS_ACQ;
-    i_send_all(iop_new(IOP_ACQUIRE, cl->key, cl->key_len,
-                       (uint32_t)opt.ttl_ms, i_client_done, cl));
+    i_send_all(iop_new(IOP_ACQUIRE, cl->key, cl->key_len, (uint32_t)opt.ttl_ms,
+                       i_client_done, cl));
 }
 
 static void i_start_release(struct client *cl)
@@ -1544,7 +1540,7 @@ static void inproc_teardown(void)
     }
 }
 
-/* ---- --serve: the floor sidecar -------------------------------------------- */
+/* ---- --serve: the floor sidecar ------------------------------------------ */
 
 /* The cheapest correct sidecar an expert could write, to measure the daemon
  * against: the minimal limit's engine above (SET NX PX on every node,
@@ -1899,8 +1895,8 @@ static void s_line(struct conn *c, const char *l, size_t n)
         memcpy(key, opt.prefix, S_.prefix_len - 5);
         memcpy(key + S_.prefix_len - 5, "lock:", 5);
         memcpy(key + S_.prefix_len, res, rl);
-        op = iop_new(IOP_ACQUIRE, key, S_.prefix_len + rl,
-                     (uint32_t)ttl, s_op_done, c);
+        op = iop_new(IOP_ACQUIRE, key, S_.prefix_len + rl, (uint32_t)ttl,
+                     s_op_done, c);
     } else if (sl == 7 && memcmp(s, "release", 7) == 0) {
         const char *tok;
         size_t tl;
@@ -2029,8 +2025,8 @@ static void mode_serve(const char *path, double max_s)
     S_.path = path;
     inproc_setup();
     S_.lfd = s_listen(path);
-    S_.accept_ev = event_new(base, S_.lfd, EV_READ | EV_PERSIST, s_accept_cb,
-                             NULL);
+    S_.accept_ev =
+        event_new(base, S_.lfd, EV_READ | EV_PERSIST, s_accept_cb, NULL);
     event_add(S_.accept_ev, NULL);
     S_.sig_int = evsignal_new(base, SIGINT, s_stop_cb, NULL);
     S_.sig_term = evsignal_new(base, SIGTERM, s_stop_cb, NULL);
@@ -2043,8 +2039,10 @@ static void mode_serve(const char *path, double max_s)
     S_.sweep_ev = event_new(base, -1, EV_PERSIST, s_sweep_cb, NULL);
     struct timeval sec = {1, 0};
     evtimer_add(S_.sweep_ev, &sec);
-    fprintf(stderr, "rlbench --serve: the floor sidecar on %s, %d node(s), "
-                    "at most %.0f s\n", path, n_nodes, max_s);
+    fprintf(stderr,
+            "rlbench --serve: the floor sidecar on %s, %d node(s), "
+            "at most %.0f s\n",
+            path, n_nodes, max_s);
     event_base_dispatch(base);
 
     /* Teardown in reverse: no new connections, then the clients, then the
