@@ -271,6 +271,9 @@ def run_row(g, impl, conc, name, keys):
 
 def work_tables(rows, where):
     """The Redis work per lock cycle: one table per transport."""
+    for r in rows:
+        v = daemon_us_per_cycle(r)
+        r["daemon_us_per_cycle"] = "%.3f" % v if v is not None else "-1"
     g = group(rows)
     concs = sorted({c for (i, c) in g if i in ("daemon", "limit")})
     if not concs:
@@ -300,8 +303,8 @@ def work_tables(rows, where):
         hdr[2:2] = ["shared connections / minimal limit, cycles/s",
                     "shared connections / minimal limit, Redis CPU "
                     "µs/cycle"]
-    if floor:
-        hdr += floor_headers(shared)
+    fcols = floor_columns(shared, True) if floor else []
+    hdr += [h for h, _, _, _ in fcols]
     body = []
     for c in concs:
         cells = [c, ratio_cell(g, c, "daemon", "limit")]
@@ -313,8 +316,7 @@ def work_tables(rows, where):
                   ratio_cell(g, c, "daemon", "limit", "cpu_us_per_cycle"),
                   ratio_cell(g, c, "daemon", "limit-scripts"),
                   ratio_cell(g, c, "daemon", "node-redlock", nd=1)]
-        if floor:
-            cells += floor_cells(g, c, shared)
+        cells += [ratio_cell(g, c, a, b, k) for _, a, b, k in fcols]
         body.append(cells)
     out += md_table(hdr, body)
     out.append("")
@@ -329,27 +331,31 @@ def work_tables(rows, where):
     return "\n".join(out)
 
 
-def floor_headers(shared):
-    """The floor sidecar's ratio columns (see floor_cells)."""
-    hdr = ["daemon / floor, cycles/s", "floor / minimal limit, cycles/s",
-           "daemon / floor, Redis CPU µs/cycle"]
+def floor_columns(shared, work):
+    """The floor sidecar's ratio columns, as (header, a, b, key): a / b of
+    key. daemon / floor is the daemon's own overhead over the cheapest
+    correct sidecar's, floor / limit what a socket costs any sidecar; with
+    shared, the same on shared connections. work adds the Redis CPU and
+    the sidecar process's own CPU per cycle (the sharper measure of the
+    daemon's overhead on a noisy machine: it does not depend on what else
+    ran)."""
+    cols = [("daemon / floor, cycles/s", "daemon", "floor", "cps"),
+            ("floor / minimal limit, cycles/s", "floor", "limit", "cps")]
+    if work:
+        cols += [("daemon / floor, Redis CPU µs/cycle", "daemon", "floor",
+                  "cpu_us_per_cycle"),
+                 ("daemon / floor, sidecar process CPU µs/cycle", "daemon",
+                  "floor", "daemon_us_per_cycle")]
     if shared:
-        hdr += ["shared connections: daemon / floor, cycles/s",
-                "shared connections: floor / minimal limit, cycles/s"]
-    return hdr
-
-
-def floor_cells(g, c, shared):
-    """daemon / floor (the daemon's own overhead over the cheapest correct
-    sidecar's) and floor / limit (what a socket costs any sidecar), per
-    connection and, with shared, on shared connections."""
-    cells = [ratio_cell(g, c, "daemon", "floor"),
-             ratio_cell(g, c, "floor", "limit"),
-             ratio_cell(g, c, "daemon", "floor", "cpu_us_per_cycle")]
-    if shared:
-        cells += [ratio_cell(g, c, "daemon-shared", "floor-shared"),
-                  ratio_cell(g, c, "floor-shared", "limit")]
-    return cells
+        cols += [("shared connections: daemon / floor, cycles/s",
+                  "daemon-shared", "floor-shared", "cps"),
+                 ("shared connections: floor / minimal limit, cycles/s",
+                  "floor-shared", "limit", "cps")]
+        if work:
+            cols.append(("shared connections: daemon / floor, sidecar "
+                         "process CPU µs/cycle", "daemon-shared",
+                         "floor-shared", "daemon_us_per_cycle"))
+    return cols
 
 
 def errors_of(rs):
@@ -456,10 +462,8 @@ def comparison_tables(rows):
     hdr += ["daemon / limit", "daemon / limit, paired"]
     floor = any(i == "floor" for (i, _) in g)
     shared = any(i == "daemon-shared" for (i, _) in g)
-    if floor:
-        hdr += floor_headers(shared)[:2]
-        if shared:
-            hdr += floor_headers(shared)[3:]
+    fcols = floor_columns(shared, False) if floor else []
+    hdr += [h for h, _, _, _ in fcols]
     hdr += ["daemon / node-redlock", "daemon / node-redlock-ap"]
     table = []
     summary = {}
@@ -473,9 +477,7 @@ def comparison_tables(rows):
         nra = agg(g, "node-redlock-ap", c, "cps")
         per = paired_ratios(g, c)
         cells += [ratio(d, lim), fmt(med(per), 2) if per else "–"]
-        if floor:
-            fc = floor_cells(g, c, shared)
-            cells += fc[:2] + fc[3:]
+        cells += [ratio_cell(g, c, a, b, k) for _, a, b, k in fcols]
         cells += [ratio(d, nr, 1), ratio(d, nra, 1)]
         summary[c] = dict(daemon=d, limit=lim, nr=nr, nra=nra, paired=per)
         table.append(cells)
@@ -500,7 +502,9 @@ def comparison_tables(rows):
                "measured window)\n")
     out.append("The machine is shared: *machine* is all CPU in use on it "
                "(200 = both cores busy), *other* is what processes outside "
-               "the benchmark used (machine − daemon − redis − generator).\n")
+               "the benchmark used (machine − daemon − redis − generator). "
+               "In the floor sidecar's rows, *daemon* is the floor's "
+               "process.\n")
     table = []
     for c, i, n, rs in measured(g, concs, impls):
         others = []

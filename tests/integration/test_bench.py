@@ -99,13 +99,14 @@ def test_no_redis_stats(cluster):
     assert r["stat_nodes"] == "0" and r["cmds_per_cycle"] == "-1.000", r
 
 
-def _line(impl, conc, tag, cps, cmds, cpu):
+def _line(impl, conc, tag, cps, cmds, cpu, daemon_cpu=-1):
     return ("RESULT mode=cycle impl=%s conc=%d secs=5 cycles=1 cps=%d "
             "p50_us=100 p99_us=200 p999_us=300 cyc_p50_us=1 cyc_p99_us=2 "
-            "cyc_p999_us=3 errors=0 errs=- cmds_per_cycle=%.3f "
-            "cmd_us_per_cycle=1.0 cpu_us_per_cycle=%.2f "
-            "cmd_mix=set:5.00,get:5.00 tag=%s\n" % (impl, conc, cps, cmds,
-                                                    cpu, tag))
+            "cyc_p999_us=3 errors=0 errs=- daemon_cpu=%.1f "
+            "cmds_per_cycle=%.3f cmd_us_per_cycle=1.0 cpu_us_per_cycle=%.2f "
+            "cmd_mix=set:5.00,get:5.00 tag=%s\n" % (impl, conc, cps,
+                                                    daemon_cpu, cmds, cpu,
+                                                    tag))
 
 
 def _report(out, md, *extra):
@@ -301,10 +302,12 @@ def test_report_floor_rows_and_ratios(tmp_path):
     connection per client and for shared connections; the columns the
     report had stay."""
     out = _out_dir(tmp_path)
-    res = "".join(_line("daemon", 64, "r%d" % k, 450, 18, 30) +
-                  _line("floor", 64, "r%d" % k, 500, 20, 25) +
-                  _line("daemon-shared", 64, "r%d" % k, 900, 18, 19) +
-                  _line("floor-shared", 64, "r%d" % k, 800, 20, 20) +
+    # Sidecar process CPU per cycle (daemon_cpu % × 1e4 / cps): daemon
+    # 1000 µs, floor 800, daemon-shared 500, floor-shared 600.
+    res = "".join(_line("daemon", 64, "r%d" % k, 450, 18, 30, 45) +
+                  _line("floor", 64, "r%d" % k, 500, 20, 25, 40) +
+                  _line("daemon-shared", 64, "r%d" % k, 900, 18, 19, 45) +
+                  _line("floor-shared", 64, "r%d" % k, 800, 20, 20, 48) +
                   _line("limit", 64, "r%d" % k, 1000, 20, 20)
                   for k in (1, 2, 3))
     (out / "results.txt").write_text(res)
@@ -331,5 +334,8 @@ def test_report_floor_rows_and_ratios(tmp_path):
             "| 0.90 ") in text, text
     assert ("| 0.90 (paired 0.90: 0.90, 0.90, 0.90) | 0.50 (paired 0.50: "
             "0.50, 0.50, 0.50) | 1.20 (paired 1.20: 1.20, 1.20, 1.20) | "
+            "1.25 (paired 1.25: 1.25, 1.25, 1.25) | "
             "1.12 (paired 1.12: 1.12, 1.12, 1.12) | 0.80 (paired 0.80: "
-            "0.80, 0.80, 0.80) |") in text, text
+            "0.80, 0.80, 0.80) | 0.83 (paired 0.83: 0.83, 0.83, 0.83) "
+            "|") in text, text
+    assert "daemon / floor, sidecar process CPU µs/cycle" in text
