@@ -8,8 +8,10 @@ the exact command count of each cycle; report.py must keep pinned sections.
 
 import os
 import re
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from rl import (BIN, REPO, Client, lock_key, popen, pytest, reap, rname,
@@ -217,6 +219,29 @@ def test_floor_refuses_what_it_does_not_do(floor):
             assert r["ok"] is False, (req, r)
             assert r["error"]["code"] == "bad_request", (req, r)
         assert c.request({"op": "health"})["ok"] is True
+
+
+def test_floor_is_bounded_and_owns_its_socket(cluster, floor, tmp_path):
+    """A second floor on a live floor's socket refuses to start; one on a
+    stale socket file takes it over; --serve-max-s ends it by itself, its
+    socket unlinked."""
+    p = subprocess.run([str(RLBENCH), "--serve", str(floor), "--redis",
+                        _paths(cluster), "--serve-max-s", "5"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 and "in use by a live server" in p.stderr, p
+    assert floor.exists()
+
+    stale = tmp_path / "stale.sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(stale))
+    s.close()  # the file stays, nobody listens
+    t0 = time.monotonic()
+    p = subprocess.run([str(RLBENCH), "--serve", str(stale), "--redis",
+                        _paths(cluster), "--serve-max-s", "0.5"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert time.monotonic() - t0 < 20
+    assert not stale.exists()
 
 
 def test_serve_needs_redis(tmp_path):
