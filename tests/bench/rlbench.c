@@ -1564,7 +1564,8 @@ static void inproc_teardown(void)
  *
  * It is a floor, not a product: it trusts its input (rlbench's own
  * requests: no JSON escapes, no validation beyond finding the fields), and
- * it does not renew, wait, fence, reconnect to a node, or limit anything.
+ * it does not renew, wait, fence, reconnect to a node, retry a release
+ * (the token is forgotten once its release is sent), or limit anything.
  * A lock whose owner never releases it stays in its table until its ttl
  * has passed (swept every second) and on the nodes until their ttl. It
  * exits on SIGTERM or SIGINT, or after --serve-max-s seconds, and unlinks

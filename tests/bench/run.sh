@@ -85,7 +85,7 @@ while [ $# -gt 0 ]; do
     --no-build) BUILD=0 ;;
     --reps) REPS_ARG=$2; shift ;;
     --report-only) REPORT_ONLY=1 COMPARE=0 RENEW=0 ;;
-    -h | --help) sed -n '2,60p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
