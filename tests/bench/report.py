@@ -25,6 +25,8 @@ import sys
 IMPLS = [
     ("daemon", "redlockd (socket, NDJSON)"),
     ("daemon-shared", "redlockd, a connection per 16 clients"),
+    ("floor", "floor sidecar (rlbench --serve)"),
+    ("floor-shared", "floor sidecar, a connection per 16 clients"),
     ("limit", "minimal limit"),
     ("limit-scripts", "limit, daemon's scripts"),
     ("node-redlock", "node-redlock"),
@@ -56,6 +58,16 @@ connections (64 clients on 4, 256 on 16), requests pipelined and matched \
 by id, as the client libraries talk (one connection per client object, \
 many requests in flight); the limit shares its node connections the same \
 way.
+- **floor sidecar**: `rlbench --serve`, the minimal limit's engine (the \
+very code of the column above) served in its own process over a unix \
+socket, in the daemon's NDJSON, driven by the same generator command as \
+redlockd (one connection per client, and a connection per 16 clients): a \
+lean server (every complete line of a read handled, one write per \
+connection per loop turn, no JSON library) that trusts its input and does \
+not renew, wait, fence or validate. The cheapest correct sidecar, so the \
+bar for what a socket costs per request: **daemon / floor** is the \
+daemon's own overhead, **floor / limit** what any sidecar pays on this \
+machine. Not the product.
 - **node-redlock**: `redlock@5.0.0-beta.2` on `ioredis`, one client per \
 node, retryCount 0.
 - **cycles/s**: acquire + release of a client's own resource (ttl 10 s), \
@@ -259,6 +271,9 @@ def run_row(g, impl, conc, name, keys):
 
 def work_tables(rows, where):
     """The Redis work per lock cycle: one table per transport."""
+    for r in rows:
+        v = daemon_us_per_cycle(r)
+        r["daemon_us_per_cycle"] = "%.3f" % v if v is not None else "-1"
     g = group(rows)
     concs = sorted({c for (i, c) in g if i in ("daemon", "limit")})
     if not concs:
@@ -278,6 +293,7 @@ def work_tables(rows, where):
                "brackets the median of the paired per-repetition ratios "
                "with each of them.\n")
     shared = any(i == "daemon-shared" for (i, _) in g)
+    floor = any(i == "floor" for (i, _) in g)
     hdr = ["clients", "daemon / minimal limit, cycles/s",
            "daemon / minimal limit, Redis cmds/cycle",
            "daemon / minimal limit, Redis CPU µs/cycle",
@@ -287,6 +303,8 @@ def work_tables(rows, where):
         hdr[2:2] = ["shared connections / minimal limit, cycles/s",
                     "shared connections / minimal limit, Redis CPU "
                     "µs/cycle"]
+    fcols = floor_columns(shared, True) if floor else []
+    hdr += [h for h, _, _, _ in fcols]
     body = []
     for c in concs:
         cells = [c, ratio_cell(g, c, "daemon", "limit")]
@@ -298,6 +316,7 @@ def work_tables(rows, where):
                   ratio_cell(g, c, "daemon", "limit", "cpu_us_per_cycle"),
                   ratio_cell(g, c, "daemon", "limit-scripts"),
                   ratio_cell(g, c, "daemon", "node-redlock", nd=1)]
+        cells += [ratio_cell(g, c, a, b, k) for _, a, b, k in fcols]
         body.append(cells)
     out += md_table(hdr, body)
     out.append("")
@@ -310,6 +329,33 @@ def work_tables(rows, where):
         out += md_table(["implementation", "commands per cycle"], mixes)
         out.append("")
     return "\n".join(out)
+
+
+def floor_columns(shared, work):
+    """The floor sidecar's ratio columns, as (header, a, b, key): a / b of
+    key. daemon / floor is the daemon's own overhead over the cheapest
+    correct sidecar's, floor / limit what a socket costs any sidecar; with
+    shared, the same on shared connections. work adds the Redis CPU and
+    the sidecar process's own CPU per cycle (the sharper measure of the
+    daemon's overhead on a noisy machine: it does not depend on what else
+    ran)."""
+    cols = [("daemon / floor, cycles/s", "daemon", "floor", "cps"),
+            ("floor / minimal limit, cycles/s", "floor", "limit", "cps")]
+    if work:
+        cols += [("daemon / floor, Redis CPU µs/cycle", "daemon", "floor",
+                  "cpu_us_per_cycle"),
+                 ("daemon / floor, sidecar process CPU µs/cycle", "daemon",
+                  "floor", "daemon_us_per_cycle")]
+    if shared:
+        cols += [("shared connections: daemon / floor, cycles/s",
+                  "daemon-shared", "floor-shared", "cps"),
+                 ("shared connections: floor / minimal limit, cycles/s",
+                  "floor-shared", "limit", "cps")]
+        if work:
+            cols.append(("shared connections: daemon / floor, sidecar "
+                         "process CPU µs/cycle", "daemon-shared",
+                         "floor-shared", "daemon_us_per_cycle"))
+    return cols
 
 
 def errors_of(rs):
@@ -413,8 +459,12 @@ def comparison_tables(rows):
     out.append("### Throughput (cycles/s: acquire + release), median of %d "
                "rep(s), (min–max)\n" % reps)
     hdr = ["clients"] + [n for _, n in impls]
-    hdr += ["daemon / limit", "daemon / limit, paired", "daemon / node-redlock",
-            "daemon / node-redlock-ap"]
+    hdr += ["daemon / limit", "daemon / limit, paired"]
+    floor = any(i == "floor" for (i, _) in g)
+    shared = any(i == "daemon-shared" for (i, _) in g)
+    fcols = floor_columns(shared, False) if floor else []
+    hdr += [h for h, _, _, _ in fcols]
+    hdr += ["daemon / node-redlock", "daemon / node-redlock-ap"]
     table = []
     summary = {}
     for c in concs:
@@ -426,8 +476,9 @@ def comparison_tables(rows):
         nr = agg(g, "node-redlock", c, "cps")
         nra = agg(g, "node-redlock-ap", c, "cps")
         per = paired_ratios(g, c)
-        cells += [ratio(d, lim), fmt(med(per), 2) if per else "–",
-                  ratio(d, nr, 1), ratio(d, nra, 1)]
+        cells += [ratio(d, lim), fmt(med(per), 2) if per else "–"]
+        cells += [ratio_cell(g, c, a, b, k) for _, a, b, k in fcols]
+        cells += [ratio(d, nr, 1), ratio(d, nra, 1)]
         summary[c] = dict(daemon=d, limit=lim, nr=nr, nra=nra, paired=per)
         table.append(cells)
     out += md_table(hdr, table)
@@ -451,7 +502,9 @@ def comparison_tables(rows):
                "measured window)\n")
     out.append("The machine is shared: *machine* is all CPU in use on it "
                "(200 = both cores busy), *other* is what processes outside "
-               "the benchmark used (machine − daemon − redis − generator).\n")
+               "the benchmark used (machine − daemon − redis − generator). "
+               "In the floor sidecar's rows, *daemon* is the floor's "
+               "process.\n")
     table = []
     for c, i, n, rs in measured(g, concs, impls):
         others = []
@@ -984,6 +1037,11 @@ def build(args):
         "latency is request to answer, *cycle* latency is acquire sent to "
         "release answered.\n"
         "- **redlockd**: `rlbench` over the daemon's unix socket (NDJSON).\n"
+        "- **floor sidecar**: `rlbench --serve`, the minimal limit's engine "
+        "served over its own unix socket in the daemon's NDJSON (a lean "
+        "server that trusts its input; not the product), driven exactly "
+        "like the daemon: the cheapest correct sidecar, the bar for the "
+        "per-connection cost (*daemon / floor*).\n"
         "- **minimal limit**: `rlbench --inproc`: the cheapest correct "
         "Redlock cycle inside the generator (hiredis async + libevent, one "
         "connection per node): `SET key token NX PX ttl` to all nodes at "
@@ -1002,8 +1060,9 @@ def build(args):
         "`acquire([resource], ttl)` then `lock.release()`, retryCount 0, "
         "N async workers, one ioredis client per node (also with "
         "`enableAutoPipelining`).\n"
-        "- Runs are interleaved (daemon, minimal limit, daemon on shared "
-        "connections, scripts limit, node-redlock, then the next concurrency, then the next "
+        "- Runs are interleaved (daemon, floor sidecar, minimal limit, "
+        "daemon and floor on shared connections, scripts limit, "
+        "node-redlock, then the next concurrency, then the next "
         "repetition; the daemon and the limits swap order every "
         "repetition) so that drifts of a shared machine hit all alike; "
         "tables show medians.\n")

@@ -488,8 +488,14 @@ struct conn {
     size_t out_len, out_off, out_cap;
     bool dead;
     void (*on_line)(struct conn *c, const char *line, size_t len);
-    int inflight; /* bulk phases */
+    int inflight; /* bulk phases; --serve: rounds in flight for it */
     size_t next;  /* bulk phases: next index this connection sends */
+    /* --serve: a client's connection to the floor sidecar */
+    void (*on_dead)(struct conn *c); /* instead of the daemon's message */
+    struct event *flush_ev;          /* end of the loop turn: one write */
+    bool flush_on;                   /* flush_ev is active */
+    bool closing;                    /* peer gone: freed once inflight is 0 */
+    struct conn *prev_s, *next_s;    /* the floor's list of connections */
 };
 
 /* The Redis work of one measured interval (filled by stats_end). */
@@ -540,15 +546,21 @@ static unsigned run_counter;
 
 static void conn_flush(struct conn *c);
 
+/* unix_addr: *sa for the unix socket at path (dies when it is too long). */
+static void unix_addr(struct sockaddr_un *sa, const char *path)
+{
+    if (strlen(path) >= sizeof(sa->sun_path)) {
+        die("socket path too long: %s", path);
+    }
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    strcpy(sa->sun_path, path);
+}
+
 static int unix_connect(const char *path)
 {
     struct sockaddr_un sa;
-    if (strlen(path) >= sizeof(sa.sun_path)) {
-        die("socket path too long: %s", path);
-    }
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    strcpy(sa.sun_path, path);
+    unix_addr(&sa, path);
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         return -1;
@@ -571,16 +583,10 @@ static int unix_connect(const char *path)
 static void conn_read_cb(evutil_socket_t fd, short what, void *arg);
 static void conn_write_cb(evutil_socket_t fd, short what, void *arg);
 
-static struct conn *conn_open(int idx,
-                              void (*on_line)(struct conn *, const char *,
-                                              size_t))
+/* conn_wrap: a connection on the nonblocking fd, read into on_line. */
+static struct conn *
+conn_wrap(int fd, int idx, void (*on_line)(struct conn *, const char *, size_t))
 {
-    int fd = unix_connect(opt.socket);
-    if (fd < 0) {
-        fprintf(stderr, "rlbench: connect %s: %s\n", opt.socket,
-                strerror(errno));
-        return NULL;
-    }
     struct conn *c = xcalloc(1, sizeof(*c));
     c->fd = fd;
     c->idx = idx;
@@ -595,6 +601,18 @@ static struct conn *conn_open(int idx,
     return c;
 }
 
+static struct conn *conn_open(int idx, void (*on_line)(struct conn *,
+                                                       const char *, size_t))
+{
+    int fd = unix_connect(opt.socket);
+    if (fd < 0) {
+        fprintf(stderr, "rlbench: connect %s: %s\n", opt.socket,
+                strerror(errno));
+        return NULL;
+    }
+    return conn_wrap(fd, idx, on_line);
+}
+
 static void conn_close(struct conn *c)
 {
     if (c == NULL) {
@@ -602,6 +620,9 @@ static void conn_close(struct conn *c)
     }
     event_free(c->rev);
     event_free(c->wev);
+    if (c->flush_ev != NULL) {
+        event_free(c->flush_ev);
+    }
     close(c->fd);
     free(c->in);
     free(c->out);
@@ -635,6 +656,10 @@ static void conn_dead(struct conn *c)
         c->dead = true;
         event_del(c->rev);
         event_del(c->wev);
+        if (c->on_dead != NULL) {
+            c->on_dead(c);
+            return;
+        }
         fprintf(stderr, "rlbench: connection %d closed by the daemon\n",
                 c->idx);
     }
@@ -959,7 +984,13 @@ static void d_client_line(struct conn *c, const char *line, size_t len)
  * Both classify replies and decide with the daemon's pure Redlock functions
  * (sidecar/redlock.c, linked in, and replyview.h: reply classification,
  * quorum, validity, rollback set, answer), so they cannot drift from the
- * daemon's. */
+ * daemon's.
+ *
+ * The engine knows nothing of who asked: a round (struct iop) is started by
+ * i_send_all and ends in the caller's done callback with redlock.c's
+ * verdict, after a lost acquisition's rollback went out. Two callers: the
+ * bench's in-process clients (--inproc, i_client_done) and the floor
+ * sidecar's socket requests (--serve, s_op_done). */
 
 /* The textbook compare-and-delete of the Redlock description: delete the key
  * only if it still holds our token. */
@@ -979,8 +1010,6 @@ static enum limit_kind limit_kind = LIMIT_MINIMAL;
 /* Arguments every round sends, formatted once. */
 static char fence_key[96];
 static size_t fence_key_len;
-static char ttl_str[16];
-static size_t ttl_len;
 
 struct rnode {
     int idx;
@@ -1000,23 +1029,63 @@ enum iop_kind {
     IOP_RELEASE,
 };
 
+/* A key: the prefix (at most 64 bytes, as the daemon's) + "lock:" + a
+ * resource of at most 512 bytes. */
+#define KEY_CAP 600
+#define ID_CAP 40 /* --serve: the longest request id it echoes, + 1 */
+
+struct iop;
+
+/* The end of a round: v is redlock.c's verdict, or NULL when not even a
+ * quorum of nodes could be asked (nothing was decided by the nodes). The
+ * round is freed after the callback returns; it may start new rounds. */
+typedef void iop_done_fn(struct iop *op, const struct redlock_verdict *v);
+
 /* One Redlock round in flight; lives until every node it was sent to has
  * answered. For a release, RL_WON means a quorum deleted the key and
  * RL_LOST_BUSY that too few still held our token. */
 struct iop {
-    struct client *cl;
     enum iop_kind kind;
     struct redlock_round round;
     int outstanding; /* sent, not yet answered */
     bool decided;
+    uint64_t t_req; /* sent: the validity clock starts here */
+    uint32_t ttl_ms;
+    char ttl[12]; /* ttl_ms in decimal */
+    size_t ttl_len;
     char token[TOKEN_LEN + 1];
+    char key[KEY_CAP];
+    size_t key_len;
+    const char *chan; /* scripts release: borrowed: owned by the client */
+    size_t chan_len;
+    iop_done_fn *done;
+    void *owner;     /* the caller's: a bench client or a socket conn */
+    char id[ID_CAP]; /* --serve: the request's "id" value, raw JSON */
+    size_t id_len;
     struct iop *next_free;
 };
 
 static struct iop *iop_free_list;
 static long inflight_cmds; /* commands sent to a node, not yet answered */
 
-static struct iop *iop_get(void)
+/* u64_dec: v in decimal at out (room for 20 bytes); returns the length. */
+static size_t u64_dec(char *out, uint64_t v)
+{
+    char tmp[24];
+    size_t i = sizeof(tmp);
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    memcpy(out, tmp + i, sizeof(tmp) - i);
+    return sizeof(tmp) - i;
+}
+
+/* iop_new: a round of kind on key (copied; at most KEY_CAP bytes) with
+ * ttl_ms, ending in done with owner; an acquire gets a fresh token, a
+ * release's caller copies its token in. Not sent yet: i_send_all. */
+static struct iop *iop_new(enum iop_kind kind, const char *key, size_t key_len,
+                           uint32_t ttl_ms, iop_done_fn *done, void *owner)
 {
     struct iop *op = iop_free_list;
     if (op != NULL) {
@@ -1024,7 +1093,22 @@ static struct iop *iop_get(void)
     } else {
         op = xmalloc(sizeof(*op));
     }
-    memset(op, 0, sizeof(*op));
+    op->kind = kind;
+    op->outstanding = 0;
+    op->decided = false;
+    op->t_req = 0;
+    op->ttl_ms = ttl_ms;
+    op->ttl_len = u64_dec(op->ttl, ttl_ms);
+    memcpy(op->key, key, key_len);
+    op->key_len = key_len;
+    op->chan = NULL;
+    op->chan_len = 0;
+    op->done = done;
+    op->owner = owner;
+    op->id_len = 0;
+    if (kind == IOP_ACQUIRE) {
+        new_token(op->token);
+    }
     return op;
 }
 
@@ -1036,22 +1120,15 @@ static void iop_put(struct iop *op)
 
 /* One RESP command, formatted by hand (no printf: this is the limit). */
 struct rbuf {
-    char b[1024];
+    char b[2048];
     size_t n;
 };
 
 /* Appends kind, the decimal n and CRLF. */
 static void rb_header(struct rbuf *r, char kind, size_t n)
 {
-    char tmp[24];
-    size_t i = sizeof(tmp);
-    do {
-        tmp[--i] = (char)('0' + n % 10);
-        n /= 10;
-    } while (n != 0);
     r->b[r->n++] = kind;
-    memcpy(r->b + r->n, tmp + i, sizeof(tmp) - i);
-    r->n += sizeof(tmp) - i;
+    r->n += u64_dec(r->b + r->n, n);
     r->b[r->n++] = '\r';
     r->b[r->n++] = '\n';
 }
@@ -1066,7 +1143,7 @@ static void rb_bulk(struct rbuf *r, const char *s, size_t n)
 }
 
 /* rb_command: argv[0..argc) as one RESP array; the total must fit the
- * 1 KiB buffer (keys here are under 200 bytes). */
+ * 2 KiB buffer (keys are at most KEY_CAP bytes). */
 static void rb_command(struct rbuf *r, int argc, const char **argv,
                        const size_t *lens)
 {
@@ -1097,23 +1174,21 @@ static void rb_evalsha(struct rbuf *r, const char *sha, int numkeys, int argc,
     rb_command(r, argc + 3, all, all_lens);
 }
 
-static void i_start_acquire(struct client *cl, bool new_cycle);
-static void i_start_release(struct client *cl);
-
-/* The compare-and-delete of one key on one node, for a release or a
+/* The compare-and-delete of op's key on one node, for a release or a
  * rollback; cb NULL: nobody waits for the answer. */
-static int i_send_delete(struct rnode *nd, struct client *cl, const char *token,
-                         bool publish, redisCallbackFn *cb, void *privdata)
+static int i_send_delete(struct rnode *nd, const struct iop *op, bool publish,
+                         redisCallbackFn *cb, void *privdata)
 {
     struct rbuf rb;
     if (limit_kind == LIMIT_MINIMAL) {
-        const char *argv[2] = {cl->key, token};
-        size_t lens[2] = {cl->key_len, TOKEN_LEN};
+        const char *argv[2] = {op->key, op->token};
+        size_t lens[2] = {op->key_len, TOKEN_LEN};
         rb_evalsha(&rb, nd->sha_del, 1, 2, argv, lens);
     } else {
         /* The daemon's release script; a rollback publishes nothing. */
-        const char *argv[3] = {cl->key, token, publish ? cl->chan : ""};
-        size_t lens[3] = {cl->key_len, TOKEN_LEN, publish ? cl->chan_len : 0};
+        bool pub = publish && op->chan != NULL;
+        const char *argv[3] = {op->key, op->token, pub ? op->chan : ""};
+        size_t lens[3] = {op->key_len, TOKEN_LEN, pub ? op->chan_len : 0};
         rb_evalsha(&rb, nd->sha_rel, 1, 3, argv, lens);
     }
     return redisAsyncFormattedCommand(nd->ac, cb, privdata, rb.b, rb.n);
@@ -1133,72 +1208,27 @@ static void i_rollback(struct iop *op, uint32_t set)
 {
     for (int i = 0; i < n_nodes; i++) {
         if ((set & (1u << i)) && nodes[i].up &&
-            i_send_delete(&nodes[i], op->cl, op->token, false, i_rollback_cb,
-                          NULL) == REDIS_OK) {
+            i_send_delete(&nodes[i], op, false, i_rollback_cb, NULL) ==
+                REDIS_OK) {
             inflight_cmds++;
         }
     }
 }
 
-/* The error counter of a failed verdict's answer. */
-static int answer_err(enum redlock_answer a)
+/* A round was decided: redlock.c's verdict, the rollback of a lost
+ * acquisition, then the caller's callback. */
+static void i_decided(struct iop *op)
 {
-    switch (a) {
-    case RL_ANSWER_BUSY:
-        return ERR_BUSY_IDX;
-    case RL_ANSWER_NOT_HELD:
-        return ERR_NOT_HELD_IDX;
-    case RL_ANSWER_DONE:
-        return ERR_DONE_IDX;
-    default:
-        return ERR_NO_QUORUM_IDX;
-    }
-}
-
-static void i_acquire_decided(struct iop *op)
-{
-    struct client *cl = op->cl;
-    uint64_t t = now_us();
     struct redlock_verdict v;
-    redlock_acquire_verdict(&op->round, false, &v);
-    if (v.answer == RL_ANSWER_OK) {
-        if (R.phase == PH_MEASURE) {
-            samples_add(&R.acq, t - cl->t_req);
-            R.acq_ok++;
+    if (op->kind == IOP_ACQUIRE) {
+        redlock_acquire_verdict(&op->round, false, &v);
+        if (v.answer != RL_ANSWER_OK) {
+            i_rollback(op, v.rollback);
         }
-        memcpy(cl->token, op->token, TOKEN_LEN + 1);
-        i_start_release(cl);
-        return;
-    }
-    i_rollback(op, v.rollback);
-    run_record_err(answer_err(v.answer));
-    if (run_loading()) {
-        i_start_acquire(cl, true);
     } else {
-        client_stop(cl);
+        redlock_other_verdict(RL_OP_RELEASE, &op->round, &v);
     }
-}
-
-static void i_release_decided(struct iop *op)
-{
-    struct client *cl = op->cl;
-    uint64_t t = now_us();
-    struct redlock_verdict v;
-    redlock_other_verdict(RL_OP_RELEASE, &op->round, &v);
-    if (v.answer == RL_ANSWER_OK) {
-        if (R.phase == PH_MEASURE) {
-            samples_add(&R.cyc, t - cl->t_cycle);
-            R.cycles++;
-        }
-        R.cycles_all++;
-    } else {
-        run_record_err(answer_err(v.answer));
-    }
-    if (run_loading()) {
-        i_start_acquire(cl, true);
-    } else {
-        client_stop(cl);
-    }
+    op->done(op, &v);
 }
 
 /* What one node's reply says, by the command that was sent: the daemon's
@@ -1224,60 +1254,52 @@ static void i_reply_cb(redisAsyncContext *ac, void *r, void *privdata)
     struct rnode *nd = ac->data;
     op->outstanding--;
     inflight_cmds--;
-    if (R.clients == NULL) {
-        /* An answer after its run ended (drain timed out): just account. */
+    int64_t fence = 0, pttl = -1;
+    enum redlock_node_result res = i_classify(op, r, &fence, &pttl);
+    enum redlock_outcome out =
+        redlock_round_answer(&op->round, nd->idx, res, fence, pttl, now_us);
+    if (out != RL_UNDECIDED && !op->decided) {
         op->decided = true;
-    } else {
-        int64_t fence = 0, pttl = -1;
-        enum redlock_node_result res = i_classify(op, r, &fence, &pttl);
-        enum redlock_outcome out =
-            redlock_round_answer(&op->round, nd->idx, res, fence, pttl, now_us);
-        if (out != RL_UNDECIDED && !op->decided) {
-            op->decided = true;
-            if (op->kind == IOP_ACQUIRE) {
-                i_acquire_decided(op);
-            } else {
-                i_release_decided(op);
-            }
-        }
+        i_decided(op);
     }
     if (op->decided && op->outstanding == 0) {
         iop_put(op);
     }
 }
 
-/* Sends op's command to every connected node; a node that is down or
- * refuses the command counts as failed. */
+/* Starts op: its command to every connected node, the validity clock from
+ * now; a node that is down or refuses the command counts as failed. When
+ * not even a quorum could be asked, op->done gets NULL at once. */
 static void i_send_all(struct iop *op)
 {
-    struct client *cl = op->cl;
     uint32_t down = 0;
     for (int i = 0; i < n_nodes; i++) {
         if (!nodes[i].up) {
             down |= 1u << i;
         }
     }
-    redlock_round_start(&op->round, n_nodes, (uint32_t)opt.ttl_ms, opt.drift,
-                        cl->t_req, down);
+    op->t_req = now_us();
+    redlock_round_start(&op->round, n_nodes, op->ttl_ms, opt.drift, op->t_req,
+                        down);
     for (int i = 0; i < n_nodes; i++) {
         if (down & (1u << i)) {
             continue;
         }
         int rc;
         if (op->kind == IOP_RELEASE) {
-            rc = i_send_delete(&nodes[i], cl, op->token, true, i_reply_cb, op);
+            rc = i_send_delete(&nodes[i], op, true, i_reply_cb, op);
         } else {
             struct rbuf rb;
             if (limit_kind == LIMIT_MINIMAL) {
-                const char *argv[6] = {"SET", cl->key, op->token,
-                                       "NX",  "PX",    ttl_str};
-                size_t lens[6] = {3, cl->key_len, TOKEN_LEN, 2, 2, ttl_len};
+                const char *argv[6] = {"SET", op->key, op->token,
+                                       "NX",  "PX",    op->ttl};
+                size_t lens[6] = {3, op->key_len, TOKEN_LEN, 2, 2, op->ttl_len};
                 rb_command(&rb, 6, argv, lens);
             } else {
-                const char *argv[5] = {cl->key, fence_key, op->token, ttl_str,
+                const char *argv[5] = {op->key, fence_key, op->token, op->ttl,
                                        "0"};
-                size_t lens[5] = {cl->key_len, fence_key_len, TOKEN_LEN,
-                                  ttl_len, 1};
+                size_t lens[5] = {op->key_len, fence_key_len, TOKEN_LEN,
+                                  op->ttl_len, 1};
                 rb_evalsha(&rb, nodes[i].sha_acq, 2, 5, argv, lens);
             }
             rc = redisAsyncFormattedCommand(nodes[i].ac, i_reply_cb, op, rb.b,
@@ -1291,17 +1313,75 @@ static void i_send_all(struct iop *op)
         }
     }
     if (redlock_round_outcome(&op->round) != RL_UNDECIDED) {
-        /* Not even a quorum could be asked (no answer can have come yet):
-         * this client stops (retrying at once would only recurse). */
+        /* No answer can have come yet: the caller hears it now. */
         op->decided = true;
-        run_record_err(ERR_NO_QUORUM_IDX);
+        op->done(op, NULL);
         if (op->outstanding == 0) {
             iop_put(op);
         }
+    }
+}
+
+/* ---- the bench's in-process clients -------------------------------------- */
+
+/* The error counter of a failed verdict's answer. */
+static int answer_err(enum redlock_answer a)
+{
+    switch (a) {
+    case RL_ANSWER_BUSY:
+        return ERR_BUSY_IDX;
+    case RL_ANSWER_NOT_HELD:
+        return ERR_NOT_HELD_IDX;
+    case RL_ANSWER_DONE:
+        return ERR_DONE_IDX;
+    default:
+        return ERR_NO_QUORUM_IDX;
+    }
+}
+
+static void i_start_acquire(struct client *cl, bool new_cycle);
+static void i_start_release(struct client *cl);
+
+/* iop_done_fn of the bench's clients: records the answer, then the
+ * client's next request. */
+static void i_client_done(struct iop *op, const struct redlock_verdict *v)
+{
+    struct client *cl = op->owner;
+    if (R.clients == NULL) {
+        return; /* an answer after its run ended (drain timed out) */
+    }
+    if (v == NULL) {
+        /* Retrying at once would only recurse: this client stops. */
+        run_record_err(ERR_NO_QUORUM_IDX);
         fprintf(stderr,
                 "rlbench: client %d: fewer than a quorum of nodes "
                 "connected; stopping it\n",
                 cl->idx);
+        client_stop(cl);
+        return;
+    }
+    uint64_t t = now_us();
+    if (v->answer == RL_ANSWER_OK) {
+        if (op->kind == IOP_ACQUIRE) {
+            if (R.phase == PH_MEASURE) {
+                samples_add(&R.acq, t - cl->t_req);
+                R.acq_ok++;
+            }
+            memcpy(cl->token, op->token, TOKEN_LEN + 1);
+            i_start_release(cl);
+            return;
+        }
+        if (R.phase == PH_MEASURE) {
+            samples_add(&R.cyc, t - cl->t_cycle);
+            R.cycles++;
+        }
+        R.cycles_all++;
+    } else {
+        run_record_err(answer_err(v->answer));
+    }
+    if (run_loading()) {
+        i_start_acquire(cl, true);
+    } else {
         client_stop(cl);
     }
 }
@@ -1314,21 +1394,19 @@ static void i_start_acquire(struct client *cl, bool new_cycle)
     }
     cl->t_req = t;
     cl->st = CS_ACQ;
-    struct iop *op = iop_get();
-    op->cl = cl;
-    op->kind = IOP_ACQUIRE;
-    new_token(op->token);
-    i_send_all(op);
+    i_send_all(iop_new(IOP_ACQUIRE, cl->key, cl->key_len, (uint32_t)opt.ttl_ms,
+                       i_client_done, cl));
 }
 
 static void i_start_release(struct client *cl)
 {
     cl->t_req = now_us();
     cl->st = CS_REL;
-    struct iop *op = iop_get();
-    op->cl = cl;
-    op->kind = IOP_RELEASE;
+    struct iop *op = iop_new(IOP_RELEASE, cl->key, cl->key_len,
+                             (uint32_t)opt.ttl_ms, i_client_done, cl);
     memcpy(op->token, cl->token, TOKEN_LEN + 1);
+    op->chan = cl->chan;
+    op->chan_len = cl->chan_len;
     i_send_all(op);
 }
 
@@ -1414,7 +1492,6 @@ static void inproc_setup(void)
     n_nodes = opt.n_redis;
     fence_key_len =
         (size_t)snprintf(fence_key, sizeof(fence_key), "%sfence", opt.prefix);
-    ttl_len = (size_t)snprintf(ttl_str, sizeof(ttl_str), "%d", opt.ttl_ms);
     for (int i = 0; i < n_nodes; i++) {
         struct rnode *nd = &nodes[i];
         nd->idx = i;
@@ -1461,6 +1538,543 @@ static void inproc_teardown(void)
         iop_free_list = op->next_free;
         free(op);
     }
+}
+
+/* ---- --serve: the floor sidecar ------------------------------------------ */
+
+/* The cheapest correct sidecar an expert could write, to measure the daemon
+ * against: the minimal limit's engine above (SET NX PX on every node,
+ * decided at quorum with the validity rule, rollback of a lost attempt,
+ * one compare-and-delete EVALSHA on every node) served to other processes
+ * over a unix stream socket, in the subset of the daemon's NDJSON protocol
+ * that rlbench's cycle mode speaks:
+ *
+ *   {"id":N,"op":"acquire","resource":"r","ttl_ms":T}
+ *     -> {"id":N,"ok":true,"lock":"<token>","resource":"r","validity_ms":V}
+ *   {"id":N,"op":"release","lock":"<token>"}  -> {"id":N,"ok":true}
+ *   {"id":N,"op":"health"} or "ping"           -> {"id":N,"ok":true}
+ *   failures: {"id":N,"ok":false,"error":{"code":"busy","message":".."}}
+ *
+ * Lean, as the per-connection cost is what it measures: a nonblocking
+ * listener; per connection an input buffer in which every complete line of
+ * a read is handled at once; answers appended to the connection's output
+ * buffer and written at the end of the loop turn (one write per connection
+ * per turn, however many answers that turn produced); the fields it needs
+ * found with memmem, no JSON library.
+ *
+ * It is a floor, not a product: it trusts its input (rlbench's own
+ * requests: no JSON escapes, no validation beyond finding the fields), and
+ * it does not renew, wait, fence, reconnect to a node, retry a release
+ * (the token is forgotten once its release is sent), or limit anything.
+ * A lock whose owner never releases it stays in its table until its ttl
+ * has passed (swept every second) and on the nodes until their ttl. It
+ * exits on SIGTERM or SIGINT, or after --serve-max-s seconds, and unlinks
+ * its socket. */
+
+/* A lock the floor handed out, found by its token at release. */
+struct held {
+    struct held *next; /* hash chain, or the free list */
+    char token[TOKEN_LEN];
+    uint64_t expires_us; /* the lock's ttl has passed by then */
+    size_t key_len;
+    char key[KEY_CAP];
+};
+
+static struct {
+    const char *path;
+    int lfd;
+    struct event *accept_ev, *sig_int, *sig_term, *stop_ev, *sweep_ev;
+    struct conn *conns; /* every open connection */
+    int n_conns;
+    size_t prefix_len; /* of a key, before the resource */
+    bool stopping;     /* teardown: rounds still in flight answer nobody */
+    struct held **bucket;
+    size_t n_bucket; /* a power of 2 */
+    size_t n_held;
+    struct held *free_held;
+} S_;
+
+static size_t held_hash(const char *token)
+{
+    uint64_t a, b;
+    memcpy(&a, token, 8);
+    memcpy(&b, token + 8, 8);
+    return (size_t)(((a ^ (b << 1)) * 0x9E3779B97F4A7C15ull) >> 32) &
+           (S_.n_bucket - 1);
+}
+
+static void held_grow(void)
+{
+    size_t n = S_.n_bucket ? S_.n_bucket * 2 : 1024;
+    struct held **b = xcalloc(n, sizeof(*b));
+    struct held **old = S_.bucket;
+    size_t n_old = S_.n_bucket;
+    S_.bucket = b;
+    S_.n_bucket = n;
+    for (size_t i = 0; i < n_old; i++) {
+        while (old[i] != NULL) {
+            struct held *h = old[i];
+            old[i] = h->next;
+            size_t k = held_hash(h->token);
+            h->next = b[k];
+            b[k] = h;
+        }
+    }
+    free(old);
+}
+
+/* held_put: remembers the lock of a won acquisition. */
+static void held_put(const struct iop *op)
+{
+    if (S_.n_held >= S_.n_bucket) {
+        held_grow();
+    }
+    struct held *h = S_.free_held;
+    if (h != NULL) {
+        S_.free_held = h->next;
+    } else {
+        h = xmalloc(sizeof(*h));
+    }
+    memcpy(h->token, op->token, TOKEN_LEN);
+    h->expires_us = op->t_req + (uint64_t)op->ttl_ms * 1000u;
+    memcpy(h->key, op->key, op->key_len);
+    h->key_len = op->key_len;
+    size_t k = held_hash(h->token);
+    h->next = S_.bucket[k];
+    S_.bucket[k] = h;
+    S_.n_held++;
+}
+
+/* held_take: the lock of token, out of the table (the caller gives it
+ * back with held_free), or NULL. */
+static struct held *held_take(const char *token)
+{
+    if (S_.n_bucket == 0) {
+        return NULL;
+    }
+    for (struct held **pp = &S_.bucket[held_hash(token)]; *pp != NULL;
+         pp = &(*pp)->next) {
+        struct held *h = *pp;
+        if (memcmp(h->token, token, TOKEN_LEN) == 0) {
+            *pp = h->next;
+            S_.n_held--;
+            return h;
+        }
+    }
+    return NULL;
+}
+
+static void held_free(struct held *h)
+{
+    h->next = S_.free_held;
+    S_.free_held = h;
+}
+
+/* Once a second: locks whose ttl has passed leave the table. */
+static void s_sweep_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    uint64_t t = now_us();
+    for (size_t i = 0; i < S_.n_bucket; i++) {
+        struct held **pp = &S_.bucket[i];
+        while (*pp != NULL) {
+            struct held *h = *pp;
+            if (h->expires_us <= t) {
+                *pp = h->next;
+                S_.n_held--;
+                held_free(h);
+            } else {
+                pp = &h->next;
+            }
+        }
+    }
+}
+
+static void s_flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct conn *c = arg;
+    c->flush_on = false;
+    conn_flush(c);
+}
+
+/* Queues bytes for c; they go out at the end of this loop turn, with every
+ * other answer the turn produces for c. */
+static void s_out(struct conn *c, const char *s, size_t n)
+{
+    conn_append(c, s, n);
+    if (!c->flush_on) {
+        c->flush_on = true;
+        event_active(c->flush_ev, EV_WRITE, 1);
+    }
+}
+
+static void s_free_conn(struct conn *c)
+{
+    if (c->prev_s != NULL) {
+        c->prev_s->next_s = c->next_s;
+    } else {
+        S_.conns = c->next_s;
+    }
+    if (c->next_s != NULL) {
+        c->next_s->prev_s = c->prev_s;
+    }
+    S_.n_conns--;
+    conn_close(c);
+}
+
+/* The peer closed (or a write failed): the connection goes once no round
+ * of it is in flight. */
+static void s_conn_dead(struct conn *c)
+{
+    c->closing = true;
+    if (c->inflight == 0) {
+        s_free_conn(c);
+    }
+}
+
+/* Appends {"id":<id>, (or {) to an answer. */
+static size_t s_open(char *b, const char *id, size_t id_len)
+{
+    if (id_len == 0) {
+        b[0] = '{';
+        return 1;
+    }
+    memcpy(b, "{\"id\":", 6);
+    memcpy(b + 6, id, id_len);
+    b[6 + id_len] = ',';
+    return 7 + id_len;
+}
+
+static void s_fail(struct conn *c, const char *id, size_t id_len,
+                   const char *code, const char *msg)
+{
+    char b[512];
+    size_t n = s_open(b, id, id_len);
+    n += (size_t)snprintf(b + n, sizeof(b) - n,
+                          "\"ok\":false,\"error\":{\"code\":\"%s\","
+                          "\"message\":\"%s\"}}\n",
+                          code, msg);
+    s_out(c, b, n < sizeof(b) ? n : sizeof(b) - 1);
+}
+
+/* iop_done_fn of the floor: the answer to the request's connection. */
+static void s_op_done(struct iop *op, const struct redlock_verdict *v)
+{
+    struct conn *c = op->owner;
+    if (S_.stopping) {
+        return;
+    }
+    c->inflight--;
+    if (c->closing) {
+        /* Nobody to answer; a won lock expires with its ttl. */
+        if (c->inflight == 0) {
+            s_free_conn(c);
+        }
+        return;
+    }
+    if (v == NULL) {
+        s_fail(c, op->id, op->id_len, "no_quorum",
+               "fewer than a quorum of nodes are connected");
+        return;
+    }
+    switch (v->answer) {
+    case RL_ANSWER_OK:
+        break;
+    case RL_ANSWER_BUSY:
+        s_fail(c, op->id, op->id_len, "busy",
+               "the resource is held by another owner");
+        return;
+    case RL_ANSWER_DONE:
+        s_fail(c, op->id, op->id_len, "done", "the resource was completed");
+        return;
+    case RL_ANSWER_NOT_HELD:
+        s_fail(c, op->id, op->id_len, "not_held", "the lock is not held");
+        return;
+    default:
+        s_fail(c, op->id, op->id_len, "no_quorum",
+               "too few nodes answered in time");
+        return;
+    }
+    char b[KEY_CAP + 160];
+    size_t n = s_open(b, op->id, op->id_len);
+    if (op->kind == IOP_RELEASE) {
+        memcpy(b + n, "\"ok\":true}\n", 11);
+        s_out(c, b, n + 11);
+        return;
+    }
+    held_put(op);
+    static const char a1[] = "\"ok\":true,\"lock\":\"";
+    static const char a2[] = "\",\"resource\":\"";
+    static const char a3[] = "\",\"validity_ms\":";
+    memcpy(b + n, a1, sizeof(a1) - 1);
+    n += sizeof(a1) - 1;
+    memcpy(b + n, op->token, TOKEN_LEN);
+    n += TOKEN_LEN;
+    memcpy(b + n, a2, sizeof(a2) - 1);
+    n += sizeof(a2) - 1;
+    memcpy(b + n, op->key + S_.prefix_len, op->key_len - S_.prefix_len);
+    n += op->key_len - S_.prefix_len;
+    memcpy(b + n, a3, sizeof(a3) - 1);
+    n += sizeof(a3) - 1;
+    n += u64_dec(b + n, v->validity_ms > 0 ? (uint64_t)v->validity_ms : 0);
+    b[n++] = '}';
+    b[n++] = '\n';
+    s_out(c, b, n);
+}
+
+/* The raw JSON value of "id" (a number, or a string without escapes). */
+static bool s_find_id(const char *l, size_t n, const char **id, size_t *len)
+{
+    const char *p = memmem(l, n, "\"id\":", 5);
+    if (p == NULL) {
+        *len = 0;
+        return true;
+    }
+    p += 5;
+    const char *end = l + n, *q = p;
+    if (q < end && *q == '"') {
+        q = memchr(q + 1, '"', (size_t)(end - q - 1));
+        if (q == NULL) {
+            return false;
+        }
+        q++;
+    } else {
+        while (q < end && *q != ',' && *q != '}' && *q != ' ') {
+            q++;
+        }
+    }
+    *id = p;
+    *len = (size_t)(q - p);
+    return *len > 0;
+}
+
+/* One request line of a client. */
+static void s_line(struct conn *c, const char *l, size_t n)
+{
+    const char *id = NULL, *s;
+    size_t id_len = 0, sl;
+    if (c->closing) {
+        return;
+    }
+    if (!s_find_id(l, n, &id, &id_len) || id_len >= ID_CAP) {
+        s_fail(c, NULL, 0, "bad_request", "id: a number or a plain string");
+        return;
+    }
+    if (!find_str(l, n, "\"op\":", &s, &sl)) {
+        s_fail(c, id, id_len, "bad_request", "op: required");
+        return;
+    }
+    struct iop *op;
+    if (sl == 7 && memcmp(s, "acquire", 7) == 0) {
+        const char *res;
+        size_t rl;
+        long long ttl = 30000;
+        find_int(l, n, "\"ttl_ms\":", &ttl);
+        if (!find_str(l, n, "\"resource\":", &res, &rl) || rl == 0 ||
+            rl > 512 || memchr(res, '\\', rl) != NULL) {
+            s_fail(c, id, id_len, "bad_request",
+                   "resource: 1..512 bytes, no escapes (the floor)");
+            return;
+        }
+        if (ttl < 10 || ttl > 86400000) {
+            s_fail(c, id, id_len, "bad_request", "ttl_ms: 10..86400000");
+            return;
+        }
+        if (memmem(l, n, "\"wait_ms\":", 10) != NULL ||
+            memmem(l, n, "\"fence\":true", 12) != NULL ||
+            memmem(l, n, "\"renew\":true", 12) != NULL ||
+            memmem(l, n, "\"permits\":", 10) != NULL) {
+            s_fail(c, id, id_len, "bad_request",
+                   "the floor does not wait, fence, renew or count permits");
+            return;
+        }
+        char key[KEY_CAP];
+        memcpy(key, opt.prefix, S_.prefix_len - 5);
+        memcpy(key + S_.prefix_len - 5, "lock:", 5);
+        memcpy(key + S_.prefix_len, res, rl);
+        op = iop_new(IOP_ACQUIRE, key, S_.prefix_len + rl, (uint32_t)ttl,
+                     s_op_done, c);
+    } else if (sl == 7 && memcmp(s, "release", 7) == 0) {
+        const char *tok;
+        size_t tl;
+        if (!find_str(l, n, "\"lock\":", &tok, &tl) || tl != TOKEN_LEN) {
+            s_fail(c, id, id_len, "bad_request",
+                   "lock: must be a 32-character hex token");
+            return;
+        }
+        struct held *h = held_take(tok);
+        if (h == NULL) {
+            s_fail(c, id, id_len, "not_held", "the lock is not held");
+            return;
+        }
+        op = iop_new(IOP_RELEASE, h->key, h->key_len, (uint32_t)opt.ttl_ms,
+                     s_op_done, c);
+        memcpy(op->token, h->token, TOKEN_LEN);
+        op->token[TOKEN_LEN] = '\0';
+        held_free(h);
+    } else if ((sl == 6 && memcmp(s, "health", 6) == 0) ||
+               (sl == 4 && memcmp(s, "ping", 4) == 0)) {
+        char b[64];
+        size_t k = s_open(b, id, id_len);
+        int up = 0;
+        for (int i = 0; i < n_nodes; i++) {
+            up += nodes[i].up;
+        }
+        if (up < redlock_quorum(n_nodes)) {
+            s_fail(c, id, id_len, "no_quorum",
+                   "fewer than a quorum of nodes are connected");
+            return;
+        }
+        memcpy(b + k, "\"ok\":true}\n", 11);
+        s_out(c, b, k + 11);
+        return;
+    } else {
+        s_fail(c, id, id_len, "bad_request",
+               "op: the floor serves acquire, release, health and ping");
+        return;
+    }
+    memcpy(op->id, id, id_len);
+    op->id_len = id_len;
+    c->inflight++;
+    i_send_all(op);
+}
+
+static void s_accept_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    (void)arg;
+    for (;;) {
+        int cfd = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (cfd < 0) {
+            if (errno == EINTR) {
+                continue;
+            }
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                fprintf(stderr, "rlbench --serve: accept: %s\n",
+                        strerror(errno));
+            }
+            return;
+        }
+        struct conn *c = conn_wrap(cfd, S_.n_conns, s_line);
+        c->on_dead = s_conn_dead;
+        c->flush_ev = event_new(base, -1, 0, s_flush_cb, c);
+        c->next_s = S_.conns;
+        if (S_.conns != NULL) {
+            S_.conns->prev_s = c;
+        }
+        S_.conns = c;
+        S_.n_conns++;
+    }
+}
+
+static void s_stop_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+    event_base_loopbreak(base);
+}
+
+/* s_listen: the unix stream socket at path, nonblocking; a stale socket
+ * file is replaced, a live one (something answers there) is an error. */
+static int s_listen(const char *path)
+{
+    struct sockaddr_un sa;
+    unix_addr(&sa, path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        die("--serve: socket: %s", strerror(errno));
+    }
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        if (errno != EADDRINUSE) {
+            die("--serve: bind %s: %s", path, strerror(errno));
+        }
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (probe >= 0 &&
+            connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
+            die("--serve: %s is in use by a live server", path);
+        }
+        if (probe >= 0) {
+            close(probe);
+        }
+        unlink(path);
+        if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+            die("--serve: bind %s: %s", path, strerror(errno));
+        }
+    }
+    if (listen(fd, 4096) != 0) {
+        die("--serve: listen %s: %s", path, strerror(errno));
+    }
+    return fd;
+}
+
+/* mode_serve: runs the floor until SIGTERM, SIGINT or max_s seconds. */
+static void mode_serve(const char *path, double max_s)
+{
+    if (limit_kind != LIMIT_MINIMAL) {
+        die("--serve runs the minimal limit's engine only");
+    }
+    size_t plen = strlen(opt.prefix);
+    if (plen > 64) {
+        die("--prefix: at most 64 bytes");
+    }
+    S_.prefix_len = plen + 5;
+    S_.path = path;
+    inproc_setup();
+    S_.lfd = s_listen(path);
+    S_.accept_ev =
+        event_new(base, S_.lfd, EV_READ | EV_PERSIST, s_accept_cb, NULL);
+    event_add(S_.accept_ev, NULL);
+    S_.sig_int = evsignal_new(base, SIGINT, s_stop_cb, NULL);
+    S_.sig_term = evsignal_new(base, SIGTERM, s_stop_cb, NULL);
+    event_add(S_.sig_int, NULL);
+    event_add(S_.sig_term, NULL);
+    S_.stop_ev = evtimer_new(base, s_stop_cb, NULL);
+    struct timeval tv = {(time_t)max_s,
+                         (suseconds_t)((max_s - floor(max_s)) * 1e6)};
+    evtimer_add(S_.stop_ev, &tv);
+    S_.sweep_ev = event_new(base, -1, EV_PERSIST, s_sweep_cb, NULL);
+    struct timeval sec = {1, 0};
+    evtimer_add(S_.sweep_ev, &sec);
+    fprintf(stderr,
+            "rlbench --serve: the floor sidecar on %s, %d node(s), "
+            "at most %.0f s\n",
+            path, n_nodes, max_s);
+    event_base_dispatch(base);
+
+    /* Teardown in reverse: no new connections, then the clients, then the
+     * nodes (inproc_teardown; rounds still in flight are dropped, their
+     * locks expire with their ttl). */
+    S_.stopping = true;
+    event_free(S_.accept_ev);
+    close(S_.lfd);
+    unlink(path);
+    while (S_.conns != NULL) {
+        S_.conns->inflight = 0;
+        s_free_conn(S_.conns);
+    }
+    event_free(S_.sig_int);
+    event_free(S_.sig_term);
+    event_free(S_.stop_ev);
+    event_free(S_.sweep_ev);
+    for (size_t i = 0; i < S_.n_bucket; i++) {
+        while (S_.bucket[i] != NULL) {
+            struct held *h = S_.bucket[i];
+            S_.bucket[i] = h->next;
+            free(h);
+        }
+    }
+    free(S_.bucket);
+    while (S_.free_held != NULL) {
+        struct held *h = S_.free_held;
+        S_.free_held = h->next;
+        free(h);
+    }
+    fprintf(stderr, "rlbench --serve: stopped\n");
 }
 
 /* ---- Redis work per cycle, from the nodes' INFO ------------------------- */
@@ -2618,6 +3232,11 @@ static void usage(void)
         "  --limit minimal|scripts  --inproc: the cheapest correct cycle\n"
         "                       (SET NX PX, compare-and-delete; default) or\n"
         "                       the daemon's own Lua scripts\n"
+        "  --serve PATH         the floor sidecar: serve the minimal limit's\n"
+        "                       engine on the --redis nodes over a unix\n"
+        "                       socket at PATH (acquire, release, health in\n"
+        "                       the daemon's NDJSON), for rlbench --socket\n"
+        "  --serve-max-s S      --serve: exit after S seconds (600)\n"
         "  --no-redis-stats     no CONFIG RESETSTAT / INFO on the --redis\n"
         "                       nodes (by default, cycle and contended runs\n"
         "                       report Redis commands and CPU per cycle)\n"
@@ -2662,6 +3281,8 @@ int main(int argc, char **argv)
 {
     bool ttl_given = false;
     double ready_secs = 0;
+    const char *serve_path = NULL;
+    double serve_max_s = 600;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -2763,6 +3384,12 @@ int main(int argc, char **argv)
             } else {
                 die("--limit minimal|scripts, not %s", v);
             }
+        } else if (strcmp(a, "--serve") == 0) {
+            NEEDV();
+            serve_path = v;
+        } else if (strcmp(a, "--serve-max-s") == 0) {
+            NEEDV();
+            serve_max_s = atof(v);
         } else if (strcmp(a, "--no-redis-stats") == 0) {
             stats_off = true;
         } else if (strcmp(a, "--prefix") == 0) {
@@ -2781,6 +3408,27 @@ int main(int argc, char **argv)
             die("--wait-ready needs --socket");
         }
         return wait_ready(ready_secs);
+    }
+    if (serve_path != NULL) {
+        if (opt.n_redis < 1) {
+            die("--serve needs --redis ADDR[,ADDR...]: the Redis nodes it "
+                "takes locks on");
+        }
+        if (opt.inproc || opt.socket != NULL) {
+            die("--serve is a mode of its own: no --inproc, no --socket");
+        }
+        if (!(serve_max_s > 0)) {
+            die("--serve-max-s: a positive number of seconds");
+        }
+        signal(SIGPIPE, SIG_IGN);
+        base = event_base_new();
+        if (base == NULL) {
+            die("cannot create the event loop");
+        }
+        mode_serve(serve_path, serve_max_s);
+        inproc_teardown();
+        event_base_free(base);
+        return 0;
     }
     if (opt.n_conc == 0) {
         opt.conc[0] = 64;

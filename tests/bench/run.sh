@@ -5,10 +5,12 @@
 # --appendonly no), each listening on TCP loopback (127.0.0.1, a random free
 # port) and on a unix socket, and an optimized redlockd against five of
 # them over TCP, then runs interleaved repetitions of the acquire/release
-# cycle at each concurrency: the daemon, the minimal in-process limit (the
-# cheapest correct Redlock cycle: SET NX PX, then one compare-and-delete),
-# the in-process limit on the daemon's own scripts, and node-redlock; the
-# daemon and the limits swap order every repetition. Each run reports
+# cycle at each concurrency: the daemon, the floor sidecar (rlbench --serve:
+# the minimal limit's engine behind a lean unix-socket server, the cheapest
+# correct sidecar), the minimal in-process limit (the cheapest correct
+# Redlock cycle: SET NX PX, then one compare-and-delete), the in-process
+# limit on the daemon's own scripts, and node-redlock; the daemon, the floor
+# and the limits swap order every repetition. Each run reports
 # cycles/s, latency, and the nodes' Redis commands and CPU per cycle (INFO
 # commandstats and INFO cpu). Then the renew run (100,000 renewing locks by
 # default); writes BENCHMARKS.md plus a PNG.
@@ -83,7 +85,7 @@ while [ $# -gt 0 ]; do
     --no-build) BUILD=0 ;;
     --reps) REPS_ARG=$2; shift ;;
     --report-only) REPORT_ONLY=1 COMPARE=0 RENEW=0 ;;
-    -h | --help) sed -n '2,60p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
     *) echo "run.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -231,13 +233,14 @@ fi
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/rlbench.XXXXXX")
 REDIS_PIDS=()
-DAEMON_PID=
+DAEMON_PID= FLOOR_PID=
 cleanup() {
     local rc=$?
-    if [ -n "$DAEMON_PID" ]; then
-        kill -TERM "$DAEMON_PID" 2>/dev/null || true
-        wait "$DAEMON_PID" 2>/dev/null || true
-    fi
+    for p in "$DAEMON_PID" "$FLOOR_PID"; do
+        [ -n "$p" ] || continue
+        kill -TERM "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
     for p in "${REDIS_PIDS[@]}"; do
         kill -TERM "$p" 2>/dev/null || true
     done
@@ -373,17 +376,37 @@ start_daemon() { # start_daemon N_NODES [extra flags...]
     "$RLBENCH" --socket "$SOCK" --wait-ready 20 ||
         { echo "run.sh: the daemon did not become ready" >&2; exit 1; }
 }
-stop_daemon() {
-    if [ -n "$DAEMON_PID" ]; then
-        kill -TERM "$DAEMON_PID" 2>/dev/null || true
-        local rc=0
-        wait "$DAEMON_PID" 2>/dev/null || rc=$?
-        if [ "$rc" != 0 ]; then
-            log "note: the daemon exited with status $rc"
-            echo "NOTE daemon_exit=$rc" >>"$OUT/notes.txt"
-        fi
-        DAEMON_PID=
+# stop_pid PID NAME: SIGTERM, wait, and a note when it did not exit 0.
+stop_pid() {
+    [ -n "$1" ] || return 0
+    kill -TERM "$1" 2>/dev/null || true
+    local rc=0
+    wait "$1" 2>/dev/null || rc=$?
+    if [ "$rc" != 0 ]; then
+        log "note: the $2 exited with status $rc"
+        echo "NOTE ${2// /_}_exit=$rc" >>"$OUT/notes.txt"
     fi
+}
+stop_daemon() {
+    stop_pid "$DAEMON_PID" daemon
+    DAEMON_PID=
+}
+
+# The floor sidecar: rlbench --serve on a socket of its own, against the
+# same nodes as the daemon, reached the same way (TRANSPORT). It exits by
+# itself after --serve-max-s, a bound above any comparison's length.
+FLOOR_SOCK=$TMP/floor.sock
+start_floor() { # start_floor N_NODES
+    stop_floor
+    "$RLBENCH" --serve "$FLOOR_SOCK" --redis "$(redis_addrs "$1")" \
+        --serve-max-s 7200 >>"$OUT/floor.log" 2>&1 &
+    FLOOR_PID=$!
+    "$RLBENCH" --socket "$FLOOR_SOCK" --wait-ready 20 ||
+        { echo "run.sh: the floor sidecar did not become ready" >&2; exit 1; }
+}
+stop_floor() {
+    stop_pid "$FLOOR_PID" "floor sidecar"
+    FLOOR_PID=
 }
 
 bound() { # seconds a run of $1 concurrencies may take
@@ -428,14 +451,16 @@ machine_info() {
 }
 
 # ---- the comparison -------------------------------------------------------------
-# compare FILE: every repetition, every concurrency: the daemon, the minimal
-# limit and the scripts limit (odd repetitions in that order, even ones
-# reversed, so that neither always meets the machine in the same state),
-# then node-redlock. Each RESULT line is tagged with its repetition.
+# compare FILE: every repetition, every concurrency: the daemon, the floor
+# sidecar, the minimal limit, both sidecars on shared connections and the
+# scripts limit (odd repetitions in that order, even ones reversed, so that
+# none always meets the machine in the same state), then node-redlock. Each
+# RESULT line is tagged with its repetition.
 compare() {
     local res=$1 rep c
     : >"$res"
     start_daemon 5
+    start_floor 5
     RP=$(redis_pids 5)
     log "comparison over $TRANSPORT: $REPS rep(s) x concurrency $CONC, ${DUR}s each (+${WARM}s warmup)"
     run_daemon() { # rep concurrency
@@ -453,6 +478,24 @@ compare() {
         rl "$res" "r$1" --socket "$SOCK" --mode cycle --concurrency "$2" \
             --conns $(($2 / 16)) --impl daemon-shared \
             --duration "$DUR" --warmup "$WARM" --daemon-pid "$DAEMON_PID" \
+            --redis-pids "$RP" --redis "$(redis_addrs 5)"
+    }
+    # The floor sidecar driven by the very same generator command as the
+    # daemon: per client a connection, and (run_floor_shared) a connection
+    # per 16 clients. Its CPU is reported in the daemon's column.
+    run_floor() { # rep concurrency
+        log "rep $1, $2 client(s): floor sidecar ($TRANSPORT)"
+        rl "$res" "r$1" --socket "$FLOOR_SOCK" --mode cycle \
+            --concurrency "$2" --impl floor \
+            --duration "$DUR" --warmup "$WARM" --daemon-pid "$FLOOR_PID" \
+            --redis-pids "$RP" --redis "$(redis_addrs 5)"
+    }
+    run_floor_shared() { # rep concurrency
+        [ "$2" -ge 32 ] || return 0
+        log "rep $1, $2 client(s): floor sidecar, $(($2 / 16)) shared connections"
+        rl "$res" "r$1" --socket "$FLOOR_SOCK" --mode cycle \
+            --concurrency "$2" --conns $(($2 / 16)) --impl floor-shared \
+            --duration "$DUR" --warmup "$WARM" --daemon-pid "$FLOOR_PID" \
             --redis-pids "$RP" --redis "$(redis_addrs 5)"
     }
     run_limit() { # rep concurrency minimal|scripts
@@ -475,13 +518,17 @@ compare() {
         for c in ${CONC//,/ }; do
             if [ $((rep % 2)) = 1 ]; then
                 run_daemon "$rep" "$c"
+                run_floor "$rep" "$c"
                 run_limit "$rep" "$c" minimal
                 run_daemon_shared "$rep" "$c"
+                run_floor_shared "$rep" "$c"
                 run_limit "$rep" "$c" scripts
             else
                 run_limit "$rep" "$c" scripts
+                run_floor_shared "$rep" "$c"
                 run_daemon_shared "$rep" "$c"
                 run_limit "$rep" "$c" minimal
+                run_floor "$rep" "$c"
                 run_daemon "$rep" "$c"
             fi
             if [ "$NODE" = 1 ]; then
@@ -498,6 +545,7 @@ compare() {
             fi
         done
     done
+    stop_floor
 }
 
 if [ "$COMPARE" = 1 ]; then
@@ -507,6 +555,7 @@ if [ "$COMPARE" = 1 ]; then
     : >"$OUT/rlbench.log"
     : >"$OUT/node.log"
     : >"$OUT/daemon.log"
+    : >"$OUT/floor.log"
     TRANSPORT=tcp
     compare "$OUT/results.txt"
 

@@ -8,11 +8,14 @@ the exact command count of each cycle; report.py must keep pinned sections.
 
 import os
 import re
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
-from rl import BIN, REPO, pytest
+from rl import (BIN, REPO, Client, lock_key, popen, pytest, reap, rname,
+                wait_for)
 
 RLBENCH = Path(os.environ.get("RLBENCH_BIN",
                               str(BIN.parents[1] / "tests" / "bench" /
@@ -98,13 +101,14 @@ def test_no_redis_stats(cluster):
     assert r["stat_nodes"] == "0" and r["cmds_per_cycle"] == "-1.000", r
 
 
-def _line(impl, conc, tag, cps, cmds, cpu):
+def _line(impl, conc, tag, cps, cmds, cpu, daemon_cpu=-1):
     return ("RESULT mode=cycle impl=%s conc=%d secs=5 cycles=1 cps=%d "
             "p50_us=100 p99_us=200 p999_us=300 cyc_p50_us=1 cyc_p99_us=2 "
-            "cyc_p999_us=3 errors=0 errs=- cmds_per_cycle=%.3f "
-            "cmd_us_per_cycle=1.0 cpu_us_per_cycle=%.2f "
-            "cmd_mix=set:5.00,get:5.00 tag=%s\n" % (impl, conc, cps, cmds,
-                                                    cpu, tag))
+            "cyc_p999_us=3 errors=0 errs=- daemon_cpu=%.1f "
+            "cmds_per_cycle=%.3f cmd_us_per_cycle=1.0 cpu_us_per_cycle=%.2f "
+            "cmd_mix=set:5.00,get:5.00 tag=%s\n" % (impl, conc, cps,
+                                                    daemon_cpu, cmds, cpu,
+                                                    tag))
 
 
 def _report(out, md, *extra):
@@ -114,6 +118,149 @@ def _report(out, md, *extra):
                        timeout=60)
     assert p.returncode == 0, p.stderr
     return md.read_text()
+
+
+# ---- the floor sidecar (rlbench --serve) ----------------------------------
+
+
+@pytest.fixture
+def floor(cluster, tmp_path):
+    """rlbench --serve on the cluster's five nodes; yields its socket path,
+    and checks on the way out that SIGTERM ends it cleanly (exit 0, socket
+    unlinked)."""
+    sock = tmp_path / "floor.sock"
+    p = popen([str(RLBENCH), "--serve", str(sock), "--redis",
+               _paths(cluster), "--serve-max-s", "120"],
+              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        r = subprocess.run([str(RLBENCH), "--socket", str(sock),
+                            "--wait-ready", "10"], capture_output=True,
+                           text=True, timeout=30)
+        assert r.returncode == 0, (r.stderr, p.poll())
+        yield sock
+        p.terminate()
+        _, err = p.communicate(timeout=10)
+        assert p.returncode == 0, err
+        assert not sock.exists()
+    finally:
+        reap(p)
+
+
+@pytest.mark.parametrize("conns", [None, 2])
+def test_floor_serves_the_cycle(cluster, floor, conns):
+    """rlbench's cycle mode drives the floor exactly as it drives the
+    daemon (one connection per client, or shared and pipelined), without
+    an error, and every cycle costs the minimal limit's 20 commands: the
+    floor runs that engine, not a copy of it."""
+    extra = ["--conns", str(conns)] if conns else []
+    p = subprocess.run([str(RLBENCH), "--socket", str(floor), "--redis",
+                        _paths(cluster), "--mode", "cycle", "--concurrency",
+                        "8", "--duration", "1", "--warmup", "0.2",
+                        "--drain", "5", "--impl", "floor"] + extra,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    r = _result(p.stdout)
+    assert r["impl"] == "floor" and r["conns"] == str(conns or 8), r
+    assert r["errors"] == "0", r
+    assert int(r["cycles"]) > 0, r
+    assert r["settled"] == "1", r
+    assert _mix(r) == {"set": 5.0, "evalsha": 5.0, "get": 5.0,
+                       "del": 5.0}, r
+    for nd in cluster.nodes:
+        assert nd.cmd("DBSIZE") == 0
+
+
+def test_floor_lock_is_on_a_majority(cluster, floor):
+    """A lock the floor answers is on a majority of the nodes under the
+    token it gave, with the ttl asked; a second acquire is busy; the
+    release takes it off every node; the token is then not held."""
+    res = rname("floor")
+    key = lock_key(res)
+    with Client(floor) as c:
+        a = c.request({"id": 7, "op": "acquire", "resource": res,
+                       "ttl_ms": 20000})
+        assert a["id"] == 7 and a["ok"] is True, a
+        tok = a["lock"]
+        assert len(tok) == 32 and int(tok, 16) >= 0, a
+        assert a["resource"] == res, a
+        assert 0 < a["validity_ms"] <= 20000, a
+        held = [v for v in cluster.get_all(key) if v == tok.encode()]
+        assert len(held) >= 3, cluster.get_all(key)
+        # The two slowest nodes answer soon after the quorum did.
+        wait_for(lambda: cluster.get_all(key) == [tok.encode()] * 5, 5,
+                 "the key on all five nodes")
+        assert all(10000 < t <= 20000 for t in cluster.pttl_all(key))
+
+        b = c.request({"id": "s", "op": "acquire", "resource": res,
+                       "ttl_ms": 20000})
+        assert b["id"] == "s" and b["ok"] is False, b
+        assert b["error"]["code"] == "busy", b
+        assert cluster.get_all(key) == [tok.encode()] * 5
+
+        r = c.request({"id": 8, "op": "release", "lock": tok})
+        assert r == {"id": 8, "ok": True}, r
+        assert sum(v is None for v in cluster.get_all(key)) >= 3
+        wait_for(lambda: cluster.get_all(key) == [None] * 5, 5,
+                 "the key gone from all five nodes")
+        again = c.request({"id": 9, "op": "release", "lock": tok})
+        assert again["error"]["code"] == "not_held", again
+
+
+def test_floor_refuses_what_it_does_not_do(floor):
+    """The floor serves acquire, release, health and ping; anything else
+    (another op, a wait, a fence) is a bad_request, never silently done
+    differently."""
+    with Client(floor) as c:
+        for req in ({"op": "extend", "lock": "0" * 32},
+                    {"op": "acquire", "resource": "x", "wait_ms": 100},
+                    {"op": "acquire", "resource": "x", "fence": True},
+                    {"op": "release", "lock": "short"}):
+            r = c.request(req)
+            assert r["ok"] is False, (req, r)
+            assert r["error"]["code"] == "bad_request", (req, r)
+        assert c.request({"op": "health"})["ok"] is True
+
+
+def test_floor_is_bounded_and_owns_its_socket(cluster, floor, tmp_path):
+    """A second floor on a live floor's socket refuses to start; one on a
+    stale socket file takes it over; --serve-max-s ends it by itself, its
+    socket unlinked."""
+    p = subprocess.run([str(RLBENCH), "--serve", str(floor), "--redis",
+                        _paths(cluster), "--serve-max-s", "5"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 and "in use by a live server" in p.stderr, p
+    assert floor.exists()
+
+    stale = tmp_path / "stale.sock"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(stale))
+    s.close()  # the file stays, nobody listens
+    t0 = time.monotonic()
+    p = subprocess.run([str(RLBENCH), "--serve", str(stale), "--redis",
+                        _paths(cluster), "--serve-max-s", "0.5"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    assert time.monotonic() - t0 < 20
+    assert not stale.exists()
+
+
+def test_serve_needs_redis(tmp_path):
+    sock = tmp_path / "floor.sock"
+    p = subprocess.run([str(RLBENCH), "--serve", str(sock)],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0
+    assert "--serve needs --redis" in p.stderr, p.stderr
+    assert not sock.exists()
+
+
+def _out_dir(tmp_path, machine="CPU(s): 2\n"):
+    """A run's out dir for report.py, without results yet."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "commit-compare.txt").write_text(
+        "abc1234 2026-12-01T00:00:00Z 98c0982\n")
+    (out / "machine.txt").write_text(machine)
+    return out
 
 
 def test_report_pins_sections_and_keeps_them(tmp_path):
@@ -153,11 +300,7 @@ def test_report_pins_sections_and_keeps_them(tmp_path):
 def test_report_shared_connections_row(tmp_path):
     """The daemon on shared connections gets its row and its own ratio
     columns beside the per-connection daemon's."""
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "commit-compare.txt").write_text(
-        "abc1234 2026-12-01T00:00:00Z 98c0982\n")
-    (out / "machine.txt").write_text("CPU(s): 2\n")
+    out = _out_dir(tmp_path)
     res = "".join(_line("daemon", 64, "r%d" % k, 500, 18, 30) +
                   _line("daemon-shared", 64, "r%d" % k, 950, 18, 19) +
                   _line("limit", 64, "r%d" % k, 1000, 20, 20)
@@ -176,3 +319,48 @@ def test_report_shared_connections_row(tmp_path):
     assert ("| 64 | 0.50 (paired 0.50: 0.50, 0.50, 0.50) | 0.95 (paired "
             "0.95: 0.95, 0.95, 0.95) | 0.95 (paired 0.95: 0.95, 0.95, 0.95) "
             "| 0.90 ") in text, text
+
+
+def test_report_floor_rows_and_ratios(tmp_path):
+    """The floor sidecar gets its rows beside the daemon's, and daemon /
+    floor and floor / limit columns beside daemon / limit, for one
+    connection per client and for shared connections; the columns the
+    report had stay."""
+    out = _out_dir(tmp_path)
+    # Sidecar process CPU per cycle (daemon_cpu % × 1e4 / cps): daemon
+    # 1000 µs, floor 800, daemon-shared 500, floor-shared 600.
+    res = "".join(_line("daemon", 64, "r%d" % k, 450, 18, 30, 45) +
+                  _line("floor", 64, "r%d" % k, 500, 20, 25, 40) +
+                  _line("daemon-shared", 64, "r%d" % k, 900, 18, 19, 45) +
+                  _line("floor-shared", 64, "r%d" % k, 800, 20, 20, 48) +
+                  _line("limit", 64, "r%d" % k, 1000, 20, 20)
+                  for k in (1, 2, 3))
+    (out / "results.txt").write_text(res)
+    md = tmp_path / "BENCHMARKS.md"
+    md.write_text("# redlockd benchmarks\n")
+    text = _report(out, md)
+    assert ("| 64 | floor sidecar (rlbench --serve) | 500 (500–500) | "
+            "100 / 200 | 20.0 | 1.0 | 25.0 | none |") in text, text
+    assert "| 64 | floor sidecar, a connection per 16 clients | 800 " in text
+    # Throughput: daemon / limit, paired, then daemon / floor, floor /
+    # limit, and the same two on shared connections.
+    assert ("| daemon / limit | daemon / limit, paired | daemon / floor, "
+            "cycles/s | floor / minimal limit, cycles/s | shared "
+            "connections: daemon / floor, cycles/s | shared connections: "
+            "floor / minimal limit, cycles/s | daemon / node-redlock "
+            "|") in text, text
+    assert ("| 0.45 | 0.45 | 0.90 (paired 0.90: 0.90, 0.90, 0.90) | 0.50 "
+            "(paired 0.50: 0.50, 0.50, 0.50) | 1.12 (paired 1.12: 1.12, "
+            "1.12, 1.12) | 0.80 (paired 0.80: 0.80, 0.80, 0.80) | n/a "
+            "|") in text, text
+    # Redis work ratios: the old columns first, the floor's at the end.
+    assert ("| 64 | 0.45 (paired 0.45: 0.45, 0.45, 0.45) | 0.90 (paired "
+            "0.90: 0.90, 0.90, 0.90) | 0.95 (paired 0.95: 0.95, 0.95, 0.95) "
+            "| 0.90 ") in text, text
+    assert ("| 0.90 (paired 0.90: 0.90, 0.90, 0.90) | 0.50 (paired 0.50: "
+            "0.50, 0.50, 0.50) | 1.20 (paired 1.20: 1.20, 1.20, 1.20) | "
+            "1.25 (paired 1.25: 1.25, 1.25, 1.25) | "
+            "1.12 (paired 1.12: 1.12, 1.12, 1.12) | 0.80 (paired 0.80: "
+            "0.80, 0.80, 0.80) | 0.83 (paired 0.83: 0.83, 0.83, 0.83) "
+            "|") in text, text
+    assert "daemon / floor, sidecar process CPU µs/cycle" in text
