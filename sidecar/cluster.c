@@ -419,21 +419,78 @@ static int batch_prepare_one(struct batch *b)
     return node_prepare(&b->prep, SCRIPT_COMPLETE, 4, argv, lens);
 }
 
-/* SCRIPT_BATCH's arguments: the keys, then per key its action, token,
- * number (ttl or keep_ms) and channel. */
+static bool batch_entry_is_release(const struct batch_entry *e)
+{
+    return e->rollback || e->op->kind == RL_OP_RELEASE;
+}
+
+/* The batch script for b's entries: the release or the extend one when
+ * every entry is of that kind (the common turns: a cycle's releases, a
+ * renewal's extends), SCRIPT_BATCH for a mix. */
+static enum node_script batch_script(const struct batch *b)
+{
+    bool all_release = true;
+    bool all_extend = true;
+    for (int j = 0; j < b->n; j++) {
+        bool release = batch_entry_is_release(&b->e[j]);
+        all_release = all_release && release;
+        all_extend = all_extend && !release && b->e[j].op->kind == RL_OP_EXTEND;
+    }
+    return all_release  ? SCRIPT_BATCH_RELEASE
+           : all_extend ? SCRIPT_BATCH_EXTEND
+                        : SCRIPT_BATCH;
+}
+
+/* The channel entry j announces on, "" when none: a rollback publishes
+ * nothing (the key was never ours to announce), an extend has nothing to
+ * announce, and only the turn's publishers announce. */
+static const char *batch_entry_channel(const struct batch *b, int j,
+                                       size_t *len)
+{
+    const struct batch_entry *e = &b->e[j];
+    if (e->rollback || e->op->kind == RL_OP_EXTEND || !b->publish) {
+        *len = 0;
+        return "";
+    }
+    *len = e->op->channel_len;
+    return e->op->channel;
+}
+
+/* The arguments of b's batch script (scripts.h): the keys, then for
+ * SCRIPT_BATCH per key its action, token, number (ttl or keep_ms) and
+ * channel; for the release one the tokens, then the channels on a node
+ * that announces; for the extend one the tokens, then the ttls. */
 static int batch_prepare(struct batch *b)
 {
     const char *argv[BATCH_MAX * 5];
     size_t lens[BATCH_MAX * 5];
     char nums[BATCH_MAX][24];
+    enum node_script script = batch_script(b);
     int a = 0;
     for (int j = 0; j < b->n; j++) {
         argv[a] = b->e[j].op->key;
         lens[a++] = b->e[j].op->key_len;
     }
+    if (script != SCRIPT_BATCH) {
+        for (int j = 0; j < b->n; j++) {
+            argv[a] = b->e[j].op->token;
+            lens[a++] = PROTO_TOKEN_LEN;
+        }
+        bool extend = script == SCRIPT_BATCH_EXTEND;
+        for (int j = 0; (extend || b->publish) && j < b->n; j++) {
+            if (extend) {
+                argv[a] = nums[j];
+                lens[a] = dec_u64(nums[j], b->e[j].op->ttl_ms);
+            } else {
+                argv[a] = batch_entry_channel(b, j, &lens[a]);
+            }
+            a++;
+        }
+        return node_prepare_keys(&b->prep, script, b->n, a, argv, lens);
+    }
     for (int j = 0; j < b->n; j++) {
         const struct cluster_op *op = b->e[j].op;
-        bool release = b->e[j].rollback || op->kind == RL_OP_RELEASE;
+        bool release = batch_entry_is_release(&b->e[j]);
         argv[a] = release ? "r" : op->kind == RL_OP_EXTEND ? "e" : "c";
         lens[a++] = 1;
         argv[a] = op->token;
@@ -443,18 +500,12 @@ static int batch_prepare(struct batch *b)
             release ? 0
                     : dec_u64(nums[j], op->kind == RL_OP_EXTEND ? op->ttl_ms
                                                                 : op->keep_ms);
-        /* A rollback publishes nothing: the key was never ours to
-         * announce. An extend has nothing to announce. */
-        bool quiet =
-            b->e[j].rollback || op->kind == RL_OP_EXTEND || !b->publish;
-        argv[a] = quiet ? "" : op->channel;
-        lens[a++] = quiet ? 0 : op->channel_len;
+        argv[a] = batch_entry_channel(b, j, &lens[a]);
+        a++;
     }
     return node_prepare_keys(&b->prep, SCRIPT_BATCH, b->n, a, argv, lens);
 }
 
-/* Sends node i's open batch, if any; when it cannot be sent, every entry
- * fails there at once. */
 /* Whether batches a and b hold the same entries in the same order. */
 static bool batch_same(const struct batch *a, const struct batch *b)
 {

@@ -31,15 +31,22 @@ enum node_script {
      * single-key script would, or the text of the error that key met
      * (the other keys are unaffected). */
     SCRIPT_BATCH,
+    /* SCRIPT_BATCH when every key is a release (or rollback): KEYS
+     * k1..kn; ARGV t1..tn, then, on a node that announces, channels
+     * c1..cn ("": none). Same answers. */
+    SCRIPT_BATCH_RELEASE,
+    /* SCRIPT_BATCH when every key is an extend: KEYS k1..kn; ARGV
+     * t1..tn, ttl1..ttln. Same answers. */
+    SCRIPT_BATCH_EXTEND,
     SCRIPT_DONE_SCAN,    /* ARGV cursor, match, count -> {cursor,
                             key, mark, pttl, key, mark, pttl, ...} */
     SCRIPT_DONE_COPY,    /* ARGV key, mark, pttl, ... -> marks set */
     SCRIPT__COUNT
 };
 
-/* Indexed by enum node_script; static storage, never freed. SCRIPT_BATCH
- * takes any number of keys: its script_numkeys is 0 and the caller gives
- * the count (node_prepare_keys). */
+/* Indexed by enum node_script; static storage, never freed. The batch
+ * scripts take any number of keys: their script_numkeys is 0 and the
+ * caller gives the count (node_prepare_keys). */
 extern const char *const script_source[SCRIPT__COUNT];
 extern const int script_numkeys[SCRIPT__COUNT];
 

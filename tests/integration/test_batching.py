@@ -127,3 +127,79 @@ def test_batched_ops_answer_per_key(cluster, daemon_factory, extra):
     # the broken key was left as it was
     assert cluster.each("TYPE", lock_key(bad)) == ["hash"] * 5
     owner.close()
+
+
+def _batched_evalsha_argc(cluster):
+    """(numkeys, ARGV count) of every EVALSHA over more than one key the
+    nodes ran, from their slow logs (which keep 31 arguments and count the
+    rest)."""
+    out = []
+    for log in cluster.each("SLOWLOG", "GET", "100000"):
+        for entry in log:
+            args = [a.decode() if isinstance(a, bytes) else a
+                    for a in entry[3]]
+            if args[0].upper() != "EVALSHA" or int(args[2]) < 2:
+                continue
+            total = len(args)
+            m = re.match(r"\.\.\. \((\d+) more arguments\)", args[-1])
+            if m:
+                total = len(args) - 1 + int(m.group(1))
+            out.append((int(args[2]), total - 3 - int(args[2])))
+    return out
+
+
+@pytest.mark.parametrize("op", ["release", "extend"])
+def test_one_kind_turn_goes_as_its_own_script(cluster, daemon_factory, op):
+    """A node's turn that holds only releases (or only extends) goes as the
+    lighter script of that kind (tokens, then channels or ttls: 1 or 2
+    arguments per key, not SCRIPT_BATCH's 4), and still answers per key:
+    the right token acts, a wrong one is not_held, a key of another type
+    fails alone."""
+    d = daemon_factory.start(cluster, name="dk")
+    owner = d.client()
+    bad = rname("kbad")
+    cluster.each("HSET", lock_key(bad), "f", "v")
+    held = {}
+    for j in range(24):
+        res = rname("k%d" % j)
+        r = owner.call("acquire", resource=res, ttl_ms=20000)
+        assert_ok(r, "acquire")
+        held[res] = r["lock"]
+    fields = {"ttl_ms": 60000} if op == "extend" else {}
+    plan = []
+    for j, (res, tok) in enumerate(held.items()):
+        right = j % 3 != 1
+        plan.append((dict(op=op, resource=res, id="q%d" % j,
+                          lock=tok if right else "0" * 32, **fields),
+                     "ok" if right else "not_held"))
+    plan.append((dict(op=op, resource=bad, id="qbad", lock="1" * 32,
+                      **fields), "no_quorum"))
+    cluster.each("CONFIG", "SET", "slowlog-log-slower-than", "0")
+    cluster.each("CONFIG", "SET", "slowlog-max-len", "100000")
+    cluster.each("SLOWLOG", "RESET")
+    with d.client(timeout=15) as c:
+        answers, _ = c.pipeline([req for req, _ in plan], timeout=15)
+    cluster.each("CONFIG", "SET", "slowlog-log-slower-than", "10000")
+    for req, want in plan:
+        got = answers[Client.key(req["id"])]
+        assert len(got) == 1 and _code(got[0]) == want, (req, want, got)
+    for (req, want) in plan[:-1]:
+        key = lock_key(req["resource"])
+        tok = held[req["resource"]].encode()
+        if want == "not_held":
+            assert cluster.get_all(key) == [tok] * 5
+            for p in cluster.pttl_all(key):
+                assert p <= 20000, cluster.pttl_all(key)
+        elif op == "release":
+            assert cluster.get_all(key) == [None] * 5
+        else:
+            for p in cluster.pttl_all(key):
+                assert 20000 < p <= 60000, cluster.pttl_all(key)
+    assert cluster.each("TYPE", lock_key(bad)) == ["hash"] * 5
+    batched = _batched_evalsha_argc(cluster)
+    assert batched, "no batched script call was made"
+    for n, argc in batched:
+        # release: the tokens, and the channels on a node that announces
+        allowed = (n, 2 * n) if op == "release" else (2 * n,)
+        assert argc in allowed, (op, n, argc, batched)
+    owner.close()

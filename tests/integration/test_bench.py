@@ -364,3 +364,25 @@ def test_report_floor_rows_and_ratios(tmp_path):
             "0.80, 0.80, 0.80) | 0.83 (paired 0.83: 0.83, 0.83, 0.83) "
             "|") in text, text
     assert "daemon / floor, sidecar process CPU µs/cycle" in text
+
+
+def test_script_cost_prices_every_shape():
+    """script_cost.py runs the daemon's scripts (read from scripts.c) on a
+    redis-server of its own, checks that each shape acted on every key, and
+    prints a row of Redis µs per key for each."""
+    p = subprocess.run([sys.executable, str(REPO / "tests" / "bench" /
+                                            "script_cost.py"),
+                        "--reps", "1", "--keys", "300", "--batch", "1,8"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = [ln for ln in p.stdout.splitlines()
+            if ln.startswith("| ") and "µs" not in ln]
+    names = [r.split("|")[1].strip() for r in rows]
+    assert names == [
+        "release, one key per call", "extend, one key per call",
+        "release, SCRIPT_BATCH, 8 keys",
+        "release, SCRIPT_BATCH_RELEASE, 8 keys",
+        "extend, SCRIPT_BATCH, 8 keys",
+        "extend, SCRIPT_BATCH_EXTEND, 8 keys"], p.stdout
+    for r in rows:
+        assert float(r.split("|")[2]) > 0, r
