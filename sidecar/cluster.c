@@ -395,30 +395,6 @@ static void batch_cb(struct node *node, struct redisReply *reply,
     batch_free(b);
 }
 
-/* A batch of one goes as the single-key script of its op, the cheapest
- * call for a lone key. */
-static int batch_prepare_one(struct batch *b)
-{
-    const struct batch_entry *e = &b->e[0];
-    const struct cluster_op *op = e->op;
-    char num[24];
-    bool quiet = e->rollback || !b->publish;
-    const char *argv[4] = {op->key, op->token, num, quiet ? "" : op->channel};
-    size_t lens[4] = {op->key_len, PROTO_TOKEN_LEN, 0,
-                      quiet ? 0 : op->channel_len};
-    if (e->rollback || op->kind == RL_OP_RELEASE) {
-        argv[2] = argv[3];
-        lens[2] = lens[3];
-        return node_prepare(&b->prep, SCRIPT_RELEASE, 3, argv, lens);
-    }
-    if (op->kind == RL_OP_EXTEND) {
-        lens[2] = dec_u64(num, op->ttl_ms);
-        return node_prepare(&b->prep, SCRIPT_EXTEND, 3, argv, lens);
-    }
-    lens[2] = dec_u64(num, op->keep_ms);
-    return node_prepare(&b->prep, SCRIPT_COMPLETE, 4, argv, lens);
-}
-
 static bool batch_entry_is_release(const struct batch_entry *e)
 {
     return e->rollback || e->op->kind == RL_OP_RELEASE;
@@ -456,6 +432,29 @@ static const char *batch_entry_channel(const struct batch *b, int j,
     return e->op->channel;
 }
 
+/* A batch of one goes as the single-key script of its op, the cheapest
+ * call for a lone key. */
+static int batch_prepare_one(struct batch *b)
+{
+    const struct cluster_op *op = b->e[0].op;
+    char num[24];
+    size_t ch_len;
+    const char *ch = batch_entry_channel(b, 0, &ch_len);
+    const char *argv[4] = {op->key, op->token, num, ch};
+    size_t lens[4] = {op->key_len, PROTO_TOKEN_LEN, 0, ch_len};
+    if (batch_entry_is_release(&b->e[0])) {
+        argv[2] = ch;
+        lens[2] = ch_len;
+        return node_prepare(&b->prep, SCRIPT_RELEASE, 3, argv, lens);
+    }
+    if (op->kind == RL_OP_EXTEND) {
+        lens[2] = dec_u64(num, op->ttl_ms);
+        return node_prepare(&b->prep, SCRIPT_EXTEND, 3, argv, lens);
+    }
+    lens[2] = dec_u64(num, op->keep_ms);
+    return node_prepare(&b->prep, SCRIPT_COMPLETE, 4, argv, lens);
+}
+
 /* The arguments of b's batch script (scripts.h): the keys, then for
  * SCRIPT_BATCH per key its action, token, number (ttl or keep_ms) and
  * channel; for the release one the tokens, then the channels on a node
@@ -476,15 +475,16 @@ static int batch_prepare(struct batch *b)
             argv[a] = b->e[j].op->token;
             lens[a++] = PROTO_TOKEN_LEN;
         }
-        bool extend = script == SCRIPT_BATCH_EXTEND;
-        for (int j = 0; (extend || b->publish) && j < b->n; j++) {
-            if (extend) {
+        if (script == SCRIPT_BATCH_EXTEND) {
+            for (int j = 0; j < b->n; j++) {
                 argv[a] = nums[j];
-                lens[a] = dec_u64(nums[j], b->e[j].op->ttl_ms);
-            } else {
-                argv[a] = batch_entry_channel(b, j, &lens[a]);
+                lens[a++] = dec_u64(nums[j], b->e[j].op->ttl_ms);
             }
-            a++;
+        } else if (b->publish) {
+            for (int j = 0; j < b->n; j++) {
+                argv[a] = batch_entry_channel(b, j, &lens[a]);
+                a++;
+            }
         }
         return node_prepare_keys(&b->prep, script, b->n, a, argv, lens);
     }

@@ -266,11 +266,7 @@ def _out_dir(tmp_path, machine="CPU(s): 2\n"):
 def test_report_pins_sections_and_keeps_them(tmp_path):
     """--pin adds the Redis-work tables above the rest and changes nothing
     else; a later --pin goes on top; a full regeneration keeps both."""
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "commit-compare.txt").write_text(
-        "abc1234 2026-12-01T00:00:00Z 98c0982\n")
-    (out / "machine.txt").write_text("CPU(s): 2\nHypervisor vendor: KVM\n")
+    out = _out_dir(tmp_path, machine="CPU(s): 2\nHypervisor vendor: KVM\n")
     res = "".join(_line("daemon", 64, "r%d" % k, 900, 35, 40) +
                   _line("limit", 64, "r%d" % k, 1000, 20, 20)
                   for k in (1, 2, 3))
