@@ -54,6 +54,7 @@
 #include "redlock.h" /* the daemon's quorum and validity rules */
 #include "replyview.h"
 #include "scripts.h" /* the daemon's Lua scripts, not a copy */
+#include "util.h"    /* the daemon's hash table */
 
 #define MAX_CONC 64
 #define MAX_NODES 16
@@ -1573,7 +1574,8 @@ static void inproc_teardown(void)
 
 /* A lock the floor handed out, found by its token at release. */
 struct held {
-    struct held *next; /* hash chain, or the free list */
+    struct util_hnode node; /* in S_.held, keyed by token */
+    struct held *next_free;
     char token[TOKEN_LEN];
     uint64_t expires_us; /* the lock's ttl has passed by then */
     size_t key_len;
@@ -1588,50 +1590,16 @@ static struct {
     int n_conns;
     size_t prefix_len; /* of a key, before the resource */
     bool stopping;     /* teardown: rounds still in flight answer nobody */
-    struct held **bucket;
-    size_t n_bucket; /* a power of 2 */
-    size_t n_held;
+    struct util_htable held; /* the won locks, by token */
     struct held *free_held;
 } S_;
-
-static size_t held_hash(const char *token)
-{
-    uint64_t a, b;
-    memcpy(&a, token, 8);
-    memcpy(&b, token + 8, 8);
-    return (size_t)(((a ^ (b << 1)) * 0x9E3779B97F4A7C15ull) >> 32) &
-           (S_.n_bucket - 1);
-}
-
-static void held_grow(void)
-{
-    size_t n = S_.n_bucket ? S_.n_bucket * 2 : 1024;
-    struct held **b = xcalloc(n, sizeof(*b));
-    struct held **old = S_.bucket;
-    size_t n_old = S_.n_bucket;
-    S_.bucket = b;
-    S_.n_bucket = n;
-    for (size_t i = 0; i < n_old; i++) {
-        while (old[i] != NULL) {
-            struct held *h = old[i];
-            old[i] = h->next;
-            size_t k = held_hash(h->token);
-            h->next = b[k];
-            b[k] = h;
-        }
-    }
-    free(old);
-}
 
 /* held_put: remembers the lock of a won acquisition. */
 static void held_put(const struct iop *op)
 {
-    if (S_.n_held >= S_.n_bucket) {
-        held_grow();
-    }
     struct held *h = S_.free_held;
     if (h != NULL) {
-        S_.free_held = h->next;
+        S_.free_held = h->next_free;
     } else {
         h = xmalloc(sizeof(*h));
     }
@@ -1639,34 +1607,24 @@ static void held_put(const struct iop *op)
     h->expires_us = op->t_req + (uint64_t)op->ttl_ms * 1000u;
     memcpy(h->key, op->key, op->key_len);
     h->key_len = op->key_len;
-    size_t k = held_hash(h->token);
-    h->next = S_.bucket[k];
-    S_.bucket[k] = h;
-    S_.n_held++;
+    util_htable_add(&S_.held, &h->node, h->token, TOKEN_LEN);
 }
 
 /* held_take: the lock of token, out of the table (the caller gives it
  * back with held_free), or NULL. */
 static struct held *held_take(const char *token)
 {
-    if (S_.n_bucket == 0) {
+    struct util_hnode *n = util_htable_find(&S_.held, token, TOKEN_LEN);
+    if (n == NULL) {
         return NULL;
     }
-    for (struct held **pp = &S_.bucket[held_hash(token)]; *pp != NULL;
-         pp = &(*pp)->next) {
-        struct held *h = *pp;
-        if (memcmp(h->token, token, TOKEN_LEN) == 0) {
-            *pp = h->next;
-            S_.n_held--;
-            return h;
-        }
-    }
-    return NULL;
+    util_htable_remove(&S_.held, n);
+    return UTIL_CONTAINER_OF(n, struct held, node);
 }
 
 static void held_free(struct held *h)
 {
-    h->next = S_.free_held;
+    h->next_free = S_.free_held;
     S_.free_held = h;
 }
 
@@ -1677,18 +1635,15 @@ static void s_sweep_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     (void)arg;
     uint64_t t = now_us();
-    for (size_t i = 0; i < S_.n_bucket; i++) {
-        struct held **pp = &S_.bucket[i];
-        while (*pp != NULL) {
-            struct held *h = *pp;
-            if (h->expires_us <= t) {
-                *pp = h->next;
-                S_.n_held--;
-                held_free(h);
-            } else {
-                pp = &h->next;
-            }
+    struct util_hnode *n = util_htable_first(&S_.held);
+    while (n != NULL) {
+        struct util_hnode *next = util_htable_next(&S_.held, n);
+        struct held *h = UTIL_CONTAINER_OF(n, struct held, node);
+        if (h->expires_us <= t) {
+            util_htable_remove(&S_.held, n);
+            held_free(h);
         }
+        n = next;
     }
 }
 
@@ -2024,6 +1979,11 @@ static void mode_serve(const char *path, double max_s)
     }
     S_.prefix_len = plen + 5;
     S_.path = path;
+    /* Held locks are at most the clients' (plus the abandoned, until their
+     * ttl passes): 4096 chains keep them short. */
+    if (util_htable_init(&S_.held, 4096) < 0) {
+        die("rlbench --serve: out of memory");
+    }
     inproc_setup();
     S_.lfd = s_listen(path);
     S_.accept_ev =
@@ -2061,17 +2021,16 @@ static void mode_serve(const char *path, double max_s)
     event_free(S_.sig_term);
     event_free(S_.stop_ev);
     event_free(S_.sweep_ev);
-    for (size_t i = 0; i < S_.n_bucket; i++) {
-        while (S_.bucket[i] != NULL) {
-            struct held *h = S_.bucket[i];
-            S_.bucket[i] = h->next;
-            free(h);
-        }
+    struct util_hnode *hn = util_htable_first(&S_.held);
+    while (hn != NULL) {
+        struct util_hnode *next = util_htable_next(&S_.held, hn);
+        free(UTIL_CONTAINER_OF(hn, struct held, node));
+        hn = next;
     }
-    free(S_.bucket);
+    util_htable_free(&S_.held);
     while (S_.free_held != NULL) {
         struct held *h = S_.free_held;
-        S_.free_held = h->next;
+        S_.free_held = h->next_free;
         free(h);
     }
     fprintf(stderr, "rlbench --serve: stopped\n");
