@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <hiredis/hiredis.h>
 
@@ -124,8 +125,9 @@ static void reply(struct call *call, enum proto_err err, const char *msg,
 
 /* ---- locks ----------------------------------------------------------- */
 
+/* now: the monotonic clock; wall_ms: the wall clock at the same moment. */
 static void lock_json(struct buf *b, const struct lock *l, uint64_t now,
-                      size_t waiters)
+                      int64_t wall_ms, size_t waiters)
 {
     int64_t left = l->valid_until_us > now
                        ? (int64_t)((l->valid_until_us - now) / 1000u)
@@ -145,7 +147,7 @@ static void lock_json(struct buf *b, const struct lock *l, uint64_t now,
                "\"held_ms\":%llu,\"since_ms\":%lld",
                (unsigned)l->ttl_ms, (long long)left,
                l->renew ? "true" : "false", (unsigned long long)held,
-               (long long)l->since_ms);
+               (long long)(wall_ms - (int64_t)held));
     if (l->has_fence) {
         buf_printf(b, ",\"fence\":%lld", (long long)l->fence);
     } else {
@@ -179,14 +181,19 @@ void inspect_locks(struct lock_table *t, inspect_waiters_fn *waiters,
     uint64_t next = 0;
     size_t n = locks_scan(t, req->cursor, req->prefix, req->prefix_len,
                           SCAN_VISIT_MAX, page, req->limit, &next);
+    /* since_ms is counted back from the wall clock by held_ms, so the
+     * table keeps one clock per lock, and since_ms + held_ms is now. */
     uint64_t now = util_now_us();
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    int64_t wall_ms = (int64_t)wall.tv_sec * 1000 + wall.tv_nsec / 1000000;
     struct buf b = {0};
     buf_str(&b, "\"locks\":[");
     for (size_t i = 0; i < n; i++) {
         if (i > 0) {
             buf_str(&b, ",");
         }
-        lock_json(&b, page[i], now,
+        lock_json(&b, page[i], now, wall_ms,
                   waiters(page[i]->resource, page[i]->resource_len, priv));
     }
     buf_printf(&b, "],\"count\":%zu,\"total\":%zu", n, locks_count(t));

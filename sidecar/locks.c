@@ -10,10 +10,11 @@
 #include <string.h>
 
 #include <sys/random.h>
-#include <sys/time.h>
 #include <sys/types.h>
 
 #include <uuid/uuid.h>
+
+#include "util.h"
 
 struct lock_table {
     struct lock **buckets;
@@ -22,28 +23,57 @@ struct lock_table {
     struct lock **heap; /* min-heap on heap_due[] */
     uint64_t *heap_due;
     size_t heap_len, heap_cap;
-    /* Every lock in the order it was added, for listing: removal leaves a
-     * NULL (order_seq keeps its number, so the array stays sorted for a
-     * binary search) and compaction drops them once they are half. */
-    struct lock **order;
-    uint64_t *order_seq;
+    /* Every lock in the order it was added, for listing. An entry is a
+     * lock's address, or, once the lock is removed, its number shifted
+     * left with the low bit set (addresses are even): the array stays
+     * sorted by number for a binary search without a second array of
+     * numbers, and compaction drops the removed entries once they are
+     * half. */
+    uint64_t *order;
     size_t order_len, order_cap, order_dead;
     uint64_t next_seq;
 };
 
-#define HEAP_NONE ((size_t)-1)
+#define HEAP_NONE UINT32_MAX
 
-static size_t token_hash(const char *token)
+#define TOKEN_RAW_LEN (PROTO_TOKEN_LEN / 2)
+
+static const char hex_digits[] = "0123456789abcdef";
+
+/* The 16 bytes a token's lowercase hex spells. Returns 0, or -1 for
+ * anything else (no other spelling may find a lock: the nodes compare the
+ * hex). */
+static int token_decode(const char *hex, unsigned char out[TOKEN_RAW_LEN])
 {
-    /* Tokens are uniformly random hex: the first 16 chars make a fine
-     * hash without mixing. */
-    size_t h = 0;
-    for (int i = 0; i < 16; i++) {
-        char ch = token[i];
-        unsigned v = (unsigned)(ch <= '9' ? ch - '0' : ch - 'a' + 10);
-        h = (h << 4) | (v & 0xfu);
+    for (int i = 0; i < TOKEN_RAW_LEN; i++) {
+        unsigned char hi = (unsigned char)hex[2 * i];
+        unsigned char lo = (unsigned char)hex[2 * i + 1];
+        int h = util_hex_value(hi), l = util_hex_value(lo);
+        if (h < 0 || l < 0 || (hi >= 'A' && hi <= 'F') ||
+            (lo >= 'A' && lo <= 'F')) {
+            return -1;
+        }
+        out[i] = (unsigned char)(h << 4 | l);
     }
+    return 0;
+}
+
+static size_t token_hash(const unsigned char raw[TOKEN_RAW_LEN])
+{
+    /* Tokens are uniformly random: their first bytes make a fine hash
+     * without mixing. */
+    size_t h;
+    memcpy(&h, raw, sizeof(h));
     return h;
+}
+
+void locks_token_hex(const struct lock *l, char out[PROTO_TOKEN_LEN + 1])
+{
+    for (int i = 0; i < TOKEN_RAW_LEN; i++) {
+        out[2 * i] = hex_digits[l->token_raw[i] >> 4];
+        out[2 * i + 1] = hex_digits[l->token_raw[i] & 0xf];
+    }
+    out[PROTO_TOKEN_LEN] = '\0';
 }
 
 struct lock_table *locks_create(void)
@@ -70,7 +100,6 @@ void locks_destroy(struct lock_table *t)
         struct lock *l = t->buckets[i];
         while (l != NULL) {
             struct lock *next = l->tok_next;
-            free(l->resource);
             free(l);
             l = next;
         }
@@ -79,7 +108,6 @@ void locks_destroy(struct lock_table *t)
     free(t->heap);
     free(t->heap_due);
     free(t->order);
-    free(t->order_seq);
     free(t);
 }
 
@@ -105,15 +133,33 @@ static int grow_pair(struct lock ***locks, uint64_t **vals, size_t *cap)
 
 /* ---- addition order ------------------------------------------------------ */
 
+static uint64_t order_entry(const struct lock *l)
+{
+    return (uint64_t)(uintptr_t)l;
+}
+
+/* The lock at position i, or NULL when it was removed. */
+static struct lock *order_lock(const struct lock_table *t, size_t i)
+{
+    uint64_t e = t->order[i];
+    return (e & 1u) ? NULL : (struct lock *)(uintptr_t)e;
+}
+
+static uint64_t order_seq(const struct lock_table *t, size_t i)
+{
+    uint64_t e = t->order[i];
+    return (e & 1u) ? e >> 1 : order_lock(t, i)->seq;
+}
+
 /* Drops the removed entries, keeping the order. */
 static void order_compact(struct lock_table *t)
 {
     size_t k = 0;
     for (size_t i = 0; i < t->order_len; i++) {
-        if (t->order[i] != NULL) {
+        struct lock *l = order_lock(t, i);
+        if (l != NULL) {
             t->order[k] = t->order[i];
-            t->order_seq[k] = t->order_seq[i];
-            t->order[k]->order_idx = k;
+            l->order_idx = (uint32_t)k;
             k++;
         }
     }
@@ -131,12 +177,19 @@ static int order_reserve(struct lock_table *t)
         order_compact(t);
         return 0;
     }
-    return grow_pair(&t->order, &t->order_seq, &t->order_cap);
+    size_t n = t->order_cap ? t->order_cap * 2 : 256;
+    uint64_t *o = realloc(t->order, n * sizeof(*o));
+    if (o == NULL) {
+        return -1;
+    }
+    t->order = o;
+    t->order_cap = n;
+    return 0;
 }
 
 static void order_remove(struct lock_table *t, struct lock *l)
 {
-    t->order[l->order_idx] = NULL;
+    t->order[l->order_idx] = (l->seq << 1) | 1u;
     t->order_dead++;
     if (t->order_dead > 1024 && t->order_dead * 2 > t->order_len) {
         order_compact(t);
@@ -165,7 +218,7 @@ size_t locks_scan(const struct lock_table *t, uint64_t after,
     size_t lo = 0, hi = t->order_len;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (t->order_seq[mid] <= after) {
+        if (order_seq(t, mid) <= after) {
             lo = mid + 1;
         } else {
             hi = mid;
@@ -173,13 +226,13 @@ size_t locks_scan(const struct lock_table *t, uint64_t after,
     }
     size_t i = lo, found = 0, visited = 0;
     while (i < t->order_len && visited < visit_max && found < out_max) {
-        struct lock *l = t->order[i++];
+        struct lock *l = order_lock(t, i++);
         visited++;
         if (l != NULL && has_prefix(l, prefix, prefix_len)) {
             out[found++] = l;
         }
     }
-    *next = i < t->order_len && i > 0 ? t->order_seq[i - 1] : 0;
+    *next = i < t->order_len && i > 0 ? order_seq(t, i - 1) : 0;
     return found;
 }
 
@@ -194,7 +247,7 @@ static void table_grow(struct lock_table *t)
         struct lock *l = t->buckets[i];
         while (l != NULL) {
             struct lock *next = l->tok_next;
-            size_t h = token_hash(l->token) & (nb - 1);
+            size_t h = token_hash(l->token_raw) & (nb - 1);
             l->tok_next = b[h];
             b[h] = l;
             l = next;
@@ -215,8 +268,8 @@ static void heap_swap(struct lock_table *t, size_t a, size_t b)
     t->heap_due[a] = t->heap_due[b];
     t->heap[b] = la;
     t->heap_due[b] = da;
-    t->heap[a]->heap_idx = a;
-    t->heap[b]->heap_idx = b;
+    t->heap[a]->heap_idx = (uint32_t)a;
+    t->heap[b]->heap_idx = (uint32_t)b;
 }
 
 static void heap_up(struct lock_table *t, size_t i)
@@ -251,10 +304,10 @@ static void heap_down(struct lock_table *t, size_t i)
 
 static void heap_remove(struct lock_table *t, struct lock *l)
 {
-    size_t i = l->heap_idx;
-    if (i == HEAP_NONE) {
+    if (l->heap_idx == HEAP_NONE) {
         return;
     }
+    size_t i = l->heap_idx;
     size_t last = t->heap_len - 1;
     if (i != last) {
         heap_swap(t, i, last);
@@ -291,7 +344,7 @@ void locks_set_deadline(struct lock_table *t, struct lock *l, uint64_t due_us)
     size_t i = t->heap_len++;
     t->heap[i] = l;
     t->heap_due[i] = due_us;
-    l->heap_idx = i;
+    l->heap_idx = (uint32_t)i;
     heap_up(t, i);
 }
 
@@ -311,37 +364,34 @@ struct lock *locks_add(struct lock_table *t, const char *token,
                        struct lock_owner *owner, uint32_t ttl_ms,
                        uint64_t valid_until_us)
 {
+    unsigned char raw[TOKEN_RAW_LEN];
+    if (token_decode(token, raw) != 0 || resource_len > UINT32_MAX - 1) {
+        return NULL;
+    }
     if (heap_reserve(t) != 0 || order_reserve(t) != 0) {
         return NULL;
     }
-    struct lock *l = calloc(1, sizeof(*l));
+    /* The resource lives in the lock's own block, from its offset: the
+     * struct's tail padding is not wasted. */
+    size_t size = offsetof(struct lock, resource) + resource_len + 1;
+    struct lock *l = calloc(1, size < sizeof(*l) ? sizeof(*l) : size);
     if (l == NULL) {
-        return NULL;
-    }
-    l->resource = malloc(resource_len + 1);
-    if (l->resource == NULL) {
-        free(l);
         return NULL;
     }
     memcpy(l->resource, resource, resource_len);
     l->resource[resource_len] = '\0';
-    l->resource_len = resource_len;
-    memcpy(l->token, token, PROTO_TOKEN_LEN);
-    l->token[PROTO_TOKEN_LEN] = '\0';
+    l->resource_len = (uint32_t)resource_len;
+    memcpy(l->token_raw, raw, TOKEN_RAW_LEN);
     l->ttl_ms = ttl_ms;
     l->valid_until_us = valid_until_us;
     l->heap_idx = HEAP_NONE;
     l->seq = ++t->next_seq;
-    l->order_idx = t->order_len;
-    t->order[t->order_len] = l;
-    t->order_seq[t->order_len++] = l->seq;
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    l->since_ms = (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+    l->order_idx = (uint32_t)t->order_len;
+    t->order[t->order_len++] = order_entry(l);
     if (t->count >= t->n_buckets) {
         table_grow(t);
     }
-    size_t h = token_hash(l->token) & (t->n_buckets - 1);
+    size_t h = token_hash(l->token_raw) & (t->n_buckets - 1);
     l->tok_next = t->buckets[h];
     t->buckets[h] = l;
     t->count++;
@@ -359,9 +409,14 @@ struct lock *locks_add(struct lock_table *t, const char *token,
 
 struct lock *locks_find(struct lock_table *t, const char *token)
 {
-    size_t h = token_hash(token) & (t->n_buckets - 1);
+    unsigned char raw[TOKEN_RAW_LEN];
+    if (token == NULL || strnlen(token, PROTO_TOKEN_LEN) < PROTO_TOKEN_LEN ||
+        token_decode(token, raw) != 0) {
+        return NULL;
+    }
+    size_t h = token_hash(raw) & (t->n_buckets - 1);
     for (struct lock *l = t->buckets[h]; l != NULL; l = l->tok_next) {
-        if (memcmp(l->token, token, PROTO_TOKEN_LEN) == 0) {
+        if (memcmp(l->token_raw, raw, TOKEN_RAW_LEN) == 0) {
             return l;
         }
     }
@@ -414,7 +469,7 @@ struct lock *locks_undefer(struct lock_owner *owner)
 
 void locks_remove(struct lock_table *t, struct lock *l)
 {
-    size_t h = token_hash(l->token) & (t->n_buckets - 1);
+    size_t h = token_hash(l->token_raw) & (t->n_buckets - 1);
     struct lock **pp = &t->buckets[h];
     while (*pp != NULL && *pp != l) {
         pp = &(*pp)->tok_next;
@@ -437,7 +492,6 @@ void locks_remove(struct lock_table *t, struct lock *l)
     }
     heap_remove(t, l);
     order_remove(t, l);
-    free(l->resource);
     free(l);
 }
 
@@ -484,12 +538,11 @@ static void random_token_bytes(unsigned char out[16])
 
 void locks_new_token(char out[PROTO_TOKEN_LEN + 1])
 {
-    static const char hex[] = "0123456789abcdef";
-    unsigned char u[16];
+    unsigned char u[TOKEN_RAW_LEN];
     random_token_bytes(u);
-    for (int i = 0; i < 16; i++) {
-        out[2 * i] = hex[u[i] >> 4];
-        out[2 * i + 1] = hex[u[i] & 0xf];
+    for (int i = 0; i < TOKEN_RAW_LEN; i++) {
+        out[2 * i] = hex_digits[u[i] >> 4];
+        out[2 * i + 1] = hex_digits[u[i] & 0xf];
     }
     out[PROTO_TOKEN_LEN] = '\0';
 }

@@ -2,7 +2,8 @@
  *
  * Locks are found by token (release, extend, complete) and grouped by owning
  * connection (session release on close). A struct lock is owned by the
- * table: locks_add() allocates it, locks_remove() frees it. The table also
+ * table: locks_add() allocates it (with its resource, in one block),
+ * locks_remove() frees it. The table also
  * keeps locks in the order they were added, for listing by pages
  * (locks_scan). */
 #ifndef REDLOCKD_LOCKS_H
@@ -49,32 +50,35 @@ struct lock_owner {
     unsigned uid, gid;
 };
 
+/* One held lock. 100k renewing locks is a load the bench keeps, so the
+ * layout is packed: the 8-byte fields first, then the 4-byte ones, then the
+ * token's 16 bytes (not its 32 hex digits) and the flags, and the resource
+ * inline at the end (one allocation per lock, sized to its resource). */
 struct lock {
-    char token[PROTO_TOKEN_LEN + 1];
-    char *resource; /* owned: heap copy, NUL-terminated */
-    size_t resource_len;
     struct lock_owner *owner; /* borrowed: owning NDJSON session, or NULL */
-    uint64_t valid_until_us;  /* monotonic end of validity */
-    uint32_t ttl_ms;
-    bool renew;              /* renewed by the daemon (NDJSON only) */
-    uint64_t renew_until_us; /* 0: no cap (renew_max_ms) */
-    uint64_t next_renew_us;  /* when the next renewal is due */
-    uint64_t renew_sent_us;  /* a renewal in flight was sent then; 0: none */
-    unsigned ending;         /* releases and completes in flight: renewal
-                                waits, their answer decides */
-    bool deferred;           /* in its owner's defer list */
     struct lock *defer_prev, *defer_next;
     struct lock *tok_next; /* table: token hash chain */
     struct lock *own_prev; /* owner's list */
     struct lock *own_next;
-    size_t heap_idx;   /* table: position in the deadline heap */
-    uint64_t seq;      /* table: order of addition, from 1; the cursor */
-    size_t order_idx;  /* table: position in the addition order */
-    bool has_fence;    /* ops: acquired with fence (fence below) */
-    int64_t fence;     /* ops: the fencing token answered */
-    int64_t since_ms;  /* table: wall clock (ms since the epoch) at add */
-    uint64_t added_us; /* ops: monotonic time the acquisition answered */
-    uint32_t permits;  /* ops: a semaphore's slot (of permits), or 0 */
+    uint64_t valid_until_us; /* monotonic end of validity */
+    uint64_t renew_until_us; /* 0: no cap (renew_max_ms) */
+    uint64_t next_renew_us;  /* when the next renewal is due */
+    uint64_t renew_sent_us;  /* a renewal in flight was sent then; 0: none */
+    uint64_t seq;            /* table: order of addition, from 1; the cursor */
+    int64_t fence;           /* ops: the fencing token answered */
+    uint64_t added_us;       /* ops: monotonic time the acquisition answered */
+    uint32_t ttl_ms;
+    uint32_t ending;       /* releases and completes in flight: renewal
+                              waits, their answer decides */
+    uint32_t permits;      /* ops: a semaphore's slot (of permits), or 0 */
+    uint32_t heap_idx;     /* table: position in the deadline heap */
+    uint32_t order_idx;    /* table: position in the addition order */
+    uint32_t resource_len; /* at most PROTO_RESOURCE_MAX + a slot prefix */
+    unsigned char token_raw[PROTO_TOKEN_LEN / 2]; /* locks_token_hex() */
+    bool renew : 1;     /* renewed by the daemon (NDJSON only) */
+    bool deferred : 1;  /* in its owner's defer list */
+    bool has_fence : 1; /* ops: acquired with fence (fence above) */
+    char resource[];    /* NUL-terminated, part of this allocation */
 };
 
 struct lock_table *locks_create(void);
@@ -82,14 +86,20 @@ struct lock_table *locks_create(void);
 /* locks_destroy: frees every lock still in the table. */
 void locks_destroy(struct lock_table *t);
 
-/* locks_add: a new lock; owner may be NULL. Returns NULL on allocation
- * failure. */
+/* locks_add: a new lock under token (PROTO_TOKEN_LEN lowercase hex, as
+ * locks_new_token makes); owner may be NULL. Returns NULL on allocation
+ * failure or a token of another shape. */
 struct lock *locks_add(struct lock_table *t, const char *token,
                        const char *resource, size_t resource_len,
                        struct lock_owner *owner, uint32_t ttl_ms,
                        uint64_t valid_until_us);
 
+/* locks_find: the lock whose token is the hex string token, or NULL. */
 struct lock *locks_find(struct lock_table *t, const char *token);
+
+/* locks_token_hex: l's token as PROTO_TOKEN_LEN lowercase hex digits plus
+ * NUL into out. */
+void locks_token_hex(const struct lock *l, char out[PROTO_TOKEN_LEN + 1]);
 
 /* locks_remove: unlinks the lock from the table and its owner (and the
  * owner's defer list) and frees it. */

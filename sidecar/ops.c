@@ -342,7 +342,7 @@ static bool acquire_won(struct ops *o, struct call *call,
         }
     }
     renew_schedule(o->renew, l, now);
-    reply_ok(call, l->token, l->resource, l->resource_len, res->validity_ms,
+    reply_ok(call, call->token, l->resource, l->resource_len, res->validity_ms,
              call->req.fence, res->fence);
     return true;
 }
@@ -475,8 +475,9 @@ static void lock_drop_by(struct ops *o, struct lock *l, const struct call *call,
                          const char *why)
 {
     if (l->owner != NULL && call->session != l->owner) {
-        char tag[9];
-        log_debug(NULL, "lock %s on '%.64s': %s", log_token_hash(l->token, tag),
+        char tag[9], token[PROTO_TOKEN_LEN + 1];
+        locks_token_hex(l, token);
+        log_debug(NULL, "lock %s on '%.64s': %s", log_token_hash(token, tag),
                   l->resource, why);
         renew_tell_lost(l);
     }
@@ -867,11 +868,12 @@ void ops_client_closed(struct ops *o, struct lock_owner *session)
 {
     while (session->head != NULL) {
         struct lock *l = session->head;
-        char tag[9];
+        char tag[9], token[PROTO_TOKEN_LEN + 1];
+        locks_token_hex(l, token);
         log_debug(NULL, "session closed: releasing %s",
-                  log_token_hash(l->token, tag));
-        cluster_release(o->cluster, l->resource, l->resource_len, l->token,
-                        NULL, NULL);
+                  log_token_hash(token, tag));
+        cluster_release(o->cluster, l->resource, l->resource_len, token, NULL,
+                        NULL);
         METRIC_INC(session_releases);
         renew_drop(o->renew, l);
     }

@@ -173,21 +173,22 @@ static void log_lost(const struct lock *l, const char *why)
         return;
     }
     logged++;
-    char tag[9];
-    log_warn(NULL, "lock %s on '%.64s' lost: %s", log_token_hash(l->token, tag),
+    char tag[9], token[PROTO_TOKEN_LEN + 1];
+    locks_token_hex(l, token);
+    log_warn(NULL, "lock %s on '%.64s' lost: %s", log_token_hash(token, tag),
              l->resource, why);
 }
 
 void renew_tell_lost(const struct lock *l)
 {
     if (l->owner != NULL && l->owner->event_cb != NULL) {
-        char buf[PROTO_RESPONSE_MAX];
+        char buf[PROTO_RESPONSE_MAX], token[PROTO_TOKEN_LEN + 1];
+        locks_token_hex(l, token);
         const char *r = l->resource;
         size_t rl = l->resource_len;
         int k;
         (void)sem_parse(l->resource, l->resource_len, &r, &rl, &k);
-        size_t n =
-            proto_encode_event("lost", l->token, r, rl, buf, sizeof(buf));
+        size_t n = proto_encode_event("lost", token, r, rl, buf, sizeof(buf));
         if (n > 0) {
             l->owner->event_cb(l->owner, buf, n);
         }
@@ -200,7 +201,9 @@ static void lock_lost(struct renew *r, struct lock *l, const char *why)
     METRIC_INC(locks_lost);
     renew_tell_lost(l);
     /* Whatever nodes still hold it let go now rather than at expiry. */
-    cluster_release(r->cluster, l->resource, l->resource_len, l->token, NULL,
+    char token[PROTO_TOKEN_LEN + 1];
+    locks_token_hex(l, token);
+    cluster_release(r->cluster, l->resource, l->resource_len, token, NULL,
                     NULL);
     renew_drop(r, l);
 }
@@ -300,7 +303,7 @@ static void lock_renew(struct renew *r, struct lock *l, uint64_t now,
         return;
     }
     ctx->r = r;
-    memcpy(ctx->token, l->token, sizeof(ctx->token));
+    locks_token_hex(l, ctx->token);
     l->renew_sent_us = now > 0 ? now : 1;
     r->renew_inflight++;
     if (l->owner != NULL) {
@@ -308,7 +311,7 @@ static void lock_renew(struct renew *r, struct lock *l, uint64_t now,
     }
     /* Until the renewal answers, the next event is giving up on it. */
     locks_set_deadline(r->locks, l, give_up_us);
-    if (cluster_extend(r->cluster, l->resource, l->resource_len, l->token,
+    if (cluster_extend(r->cluster, l->resource, l->resource_len, ctx->token,
                        l->ttl_ms, renew_done_cb, ctx) != 0) {
         free(ctx);
         r->renew_inflight--;
