@@ -148,8 +148,9 @@ static void lock_json(struct buf *b, const struct lock *l, uint64_t now,
                (unsigned)l->ttl_ms, (long long)left,
                l->renew ? "true" : "false", (unsigned long long)held,
                (long long)(wall_ms - (int64_t)held));
-    if (l->has_fence) {
-        buf_printf(b, ",\"fence\":%lld", (long long)l->fence);
+    int64_t fence;
+    if (locks_fence(l, &fence)) {
+        buf_printf(b, ",\"fence\":%lld", (long long)fence);
     } else {
         buf_str(b, ",\"fence\":null");
     }

@@ -362,7 +362,7 @@ struct lock *locks_peek_due(struct lock_table *t, uint64_t *due_us)
 struct lock *locks_add(struct lock_table *t, const char *token,
                        const char *resource, size_t resource_len,
                        struct lock_owner *owner, uint32_t ttl_ms,
-                       uint64_t valid_until_us)
+                       uint64_t valid_until_us, const int64_t *fence)
 {
     unsigned char raw[TOKEN_RAW_LEN];
     if (token_decode(token, raw) != 0 || resource_len > UINT32_MAX - 1) {
@@ -373,7 +373,8 @@ struct lock *locks_add(struct lock_table *t, const char *token,
     }
     /* The resource lives in the lock's own block, from its offset: the
      * struct's tail padding is not wasted. */
-    size_t size = offsetof(struct lock, resource) + resource_len + 1;
+    size_t size = offsetof(struct lock, resource) + resource_len + 1 +
+                  (fence != NULL ? sizeof(*fence) : 0);
     struct lock *l = calloc(1, size < sizeof(*l) ? sizeof(*l) : size);
     if (l == NULL) {
         return NULL;
@@ -381,6 +382,10 @@ struct lock *locks_add(struct lock_table *t, const char *token,
     memcpy(l->resource, resource, resource_len);
     l->resource[resource_len] = '\0';
     l->resource_len = (uint32_t)resource_len;
+    if (fence != NULL) {
+        l->has_fence = true;
+        memcpy(l->resource + resource_len + 1, fence, sizeof(*fence));
+    }
     memcpy(l->token_raw, raw, TOKEN_RAW_LEN);
     l->ttl_ms = ttl_ms;
     l->valid_until_us = valid_until_us;
@@ -397,14 +402,26 @@ struct lock *locks_add(struct lock_table *t, const char *token,
     t->count++;
     l->owner = owner;
     if (owner != NULL) {
+        /* At the head: before the deferred tail, if any. */
         l->own_next = owner->head;
         if (owner->head != NULL) {
             owner->head->own_prev = l;
+        } else {
+            owner->tail = l;
         }
         owner->head = l;
         owner->count++;
     }
     return l;
+}
+
+bool locks_fence(const struct lock *l, int64_t *fence)
+{
+    if (!l->has_fence) {
+        return false;
+    }
+    memcpy(fence, l->resource + l->resource_len + 1, sizeof(*fence));
+    return true;
 }
 
 struct lock *locks_find(struct lock_table *t, const char *token)
@@ -423,23 +440,25 @@ struct lock *locks_find(struct lock_table *t, const char *token)
     return NULL;
 }
 
-static void defer_unlink(struct lock *l)
+/* Takes l out of its owner's list, moving the start of the deferred tail
+ * past it when it is the first deferred. */
+static void owner_unlink(struct lock *l)
 {
-    if (!l->deferred) {
-        return;
+    struct lock_owner *o = l->owner;
+    if (o->defer_head == l) {
+        o->defer_head = l->own_next;
     }
-    if (l->defer_prev != NULL) {
-        l->defer_prev->defer_next = l->defer_next;
+    if (l->own_prev != NULL) {
+        l->own_prev->own_next = l->own_next;
     } else {
-        l->owner->defer_head = l->defer_next;
+        o->head = l->own_next;
     }
-    if (l->defer_next != NULL) {
-        l->defer_next->defer_prev = l->defer_prev;
+    if (l->own_next != NULL) {
+        l->own_next->own_prev = l->own_prev;
     } else {
-        l->owner->defer_tail = l->defer_prev;
+        o->tail = l->own_prev;
     }
-    l->defer_prev = l->defer_next = NULL;
-    l->deferred = false;
+    l->own_prev = l->own_next = NULL;
 }
 
 void locks_defer(struct lock *l)
@@ -447,22 +466,29 @@ void locks_defer(struct lock *l)
     if (l->deferred || l->owner == NULL) {
         return;
     }
-    l->deferred = true;
-    l->defer_next = NULL;
-    l->defer_prev = l->owner->defer_tail;
-    if (l->owner->defer_tail != NULL) {
-        l->owner->defer_tail->defer_next = l;
+    struct lock_owner *o = l->owner;
+    owner_unlink(l);
+    l->own_prev = o->tail;
+    if (o->tail != NULL) {
+        o->tail->own_next = l;
     } else {
-        l->owner->defer_head = l;
+        o->head = l;
     }
-    l->owner->defer_tail = l;
+    o->tail = l;
+    if (o->defer_head == NULL) {
+        o->defer_head = l;
+    }
+    l->deferred = true;
 }
 
 struct lock *locks_undefer(struct lock_owner *owner)
 {
+    /* The oldest deferred lock stays where it is: the deferred tail now
+     * starts after it. */
     struct lock *l = owner->defer_head;
     if (l != NULL) {
-        defer_unlink(l);
+        owner->defer_head = l->own_next;
+        l->deferred = false;
     }
     return l;
 }
@@ -479,16 +505,8 @@ void locks_remove(struct lock_table *t, struct lock *l)
         t->count--;
     }
     if (l->owner != NULL) {
-        if (l->own_prev != NULL) {
-            l->own_prev->own_next = l->own_next;
-        } else {
-            l->owner->head = l->own_next;
-        }
-        if (l->own_next != NULL) {
-            l->own_next->own_prev = l->own_prev;
-        }
+        owner_unlink(l);
         l->owner->count--;
-        defer_unlink(l);
     }
     heap_remove(t, l);
     order_remove(t, l);

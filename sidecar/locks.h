@@ -34,13 +34,14 @@ typedef void lock_owner_close_fn(struct lock_owner *owner);
  * table hold it as an opaque handle; they reach the connection only through
  * the callbacks the server set. */
 struct lock_owner {
-    struct lock *head; /* borrowed: locks are owned by the table */
+    /* borrowed: locks are owned by the table. The list's tail from
+     * defer_head on (NULL: none) are the locks whose renewal waits for this
+     * connection's budget, oldest first (locks_defer), so that waiting
+     * costs a lock no links of its own. */
+    struct lock *head, *tail, *defer_head;
     size_t count;
     size_t waiters;  /* ops: this connection's calls in a wait queue */
     size_t renewing; /* ops: renewals in flight for its locks */
-    struct lock *defer_head, *defer_tail; /* borrowed: locks whose renewal
-                                             waits for this connection's
-                                             budget, oldest first */
     /* server: set at accept; ops reaches the connection only so */
     lock_owner_event_fn *event_cb;
     lock_owner_close_fn *close_cb;
@@ -53,19 +54,17 @@ struct lock_owner {
 /* One held lock. 100k renewing locks is a load the bench keeps, so the
  * layout is packed: the 8-byte fields first, then the 4-byte ones, then the
  * token's 16 bytes (not its 32 hex digits) and the flags, and the resource
- * inline at the end (one allocation per lock, sized to its resource). */
+ * inline at the end (one allocation per lock, sized to its resource), and
+ * after it the fence, only when there is one (locks_fence). */
 struct lock {
     struct lock_owner *owner; /* borrowed: owning NDJSON session, or NULL */
-    struct lock *defer_prev, *defer_next;
-    struct lock *tok_next; /* table: token hash chain */
-    struct lock *own_prev; /* owner's list */
+    struct lock *tok_next;    /* table: token hash chain */
+    struct lock *own_prev;    /* owner's list */
     struct lock *own_next;
     uint64_t valid_until_us; /* monotonic end of validity */
-    uint64_t renew_until_us; /* 0: no cap (renew_max_ms) */
     uint64_t next_renew_us;  /* when the next renewal is due */
     uint64_t renew_sent_us;  /* a renewal in flight was sent then; 0: none */
     uint64_t seq;            /* table: order of addition, from 1; the cursor */
-    int64_t fence;           /* ops: the fencing token answered */
     uint64_t added_us;       /* ops: monotonic time the acquisition answered */
     uint32_t ttl_ms;
     uint32_t ending;       /* releases and completes in flight: renewal
@@ -74,10 +73,11 @@ struct lock {
     uint32_t heap_idx;     /* table: position in the deadline heap */
     uint32_t order_idx;    /* table: position in the addition order */
     uint32_t resource_len; /* at most PROTO_RESOURCE_MAX + a slot prefix */
+    uint32_t renew_max_ms; /* ops: renewed until added_us + this; 0: no cap */
     unsigned char token_raw[PROTO_TOKEN_LEN / 2]; /* locks_token_hex() */
     bool renew : 1;     /* renewed by the daemon (NDJSON only) */
-    bool deferred : 1;  /* in its owner's defer list */
-    bool has_fence : 1; /* ops: acquired with fence (fence above) */
+    bool deferred : 1;  /* in its owner's list's deferred tail */
+    bool has_fence : 1; /* acquired with fence (locks_fence) */
     char resource[];    /* NUL-terminated, part of this allocation */
 };
 
@@ -87,12 +87,16 @@ struct lock_table *locks_create(void);
 void locks_destroy(struct lock_table *t);
 
 /* locks_add: a new lock under token (PROTO_TOKEN_LEN lowercase hex, as
- * locks_new_token makes); owner may be NULL. Returns NULL on allocation
- * failure or a token of another shape. */
+ * locks_new_token makes); owner may be NULL; fence: the fencing token it
+ * was acquired with, or NULL. Returns NULL on allocation failure or a token
+ * of another shape. */
 struct lock *locks_add(struct lock_table *t, const char *token,
                        const char *resource, size_t resource_len,
                        struct lock_owner *owner, uint32_t ttl_ms,
-                       uint64_t valid_until_us);
+                       uint64_t valid_until_us, const int64_t *fence);
+
+/* locks_fence: l's fencing token into *fence; false when it has none. */
+bool locks_fence(const struct lock *l, int64_t *fence);
 
 /* locks_find: the lock whose token is the hex string token, or NULL. */
 struct lock *locks_find(struct lock_table *t, const char *token);
@@ -101,8 +105,8 @@ struct lock *locks_find(struct lock_table *t, const char *token);
  * NUL into out. */
 void locks_token_hex(const struct lock *l, char out[PROTO_TOKEN_LEN + 1]);
 
-/* locks_remove: unlinks the lock from the table and its owner (and the
- * owner's defer list) and frees it. */
+/* locks_remove: unlinks the lock from the table and its owner's list and
+ * frees it. */
 void locks_remove(struct lock_table *t, struct lock *l);
 
 /* locks_set_deadline: the lock's next event time (renewal or expiry) for
@@ -125,11 +129,11 @@ size_t locks_scan(const struct lock_table *t, uint64_t after,
                   const char *prefix, size_t prefix_len, size_t visit_max,
                   struct lock **out, size_t out_max, uint64_t *next);
 /* locks_defer: queues l (which has an owner) at the tail of its owner's
- * defer list, unless it is there already. */
+ * deferred locks, unless it is there already. */
 void locks_defer(struct lock *l);
 
-/* locks_undefer: takes the oldest lock out of owner's defer list and
- * returns it, or NULL when the list is empty. */
+/* locks_undefer: takes the oldest lock out of owner's deferred locks and
+ * returns it, or NULL when there is none. */
 struct lock *locks_undefer(struct lock_owner *owner);
 
 /* locks_new_token: 128 random bits (getrandom, else libuuid) as 32 hex chars

@@ -321,7 +321,8 @@ static bool acquire_won(struct ops *o, struct call *call,
     }
     struct lock *l = locks_add(o->locks, call->token, call->req.resource,
                                call->req.resource_len, call->session,
-                               call->req.ttl_ms, res->valid_until_us);
+                               call->req.ttl_ms, res->valid_until_us,
+                               call->req.fence ? &res->fence : NULL);
     if (l == NULL) {
         log_error(NULL, "acquire: out of memory adding a lock");
         cluster_release(o->cluster, call->req.resource, call->req.resource_len,
@@ -332,14 +333,12 @@ static bool acquire_won(struct ops *o, struct call *call,
     METRIC_INC(acquire_ok);
     METRIC_ADD(locks_held, 1);
     l->permits = call->req.permits;
-    l->has_fence = call->req.fence;
-    l->fence = res->fence;
     l->added_us = now;
     if (call->req.renew && call->session != NULL) {
         l->renew = true;
-        if (call->req.renew_max_ms > 0) {
-            l->renew_until_us = now + call->req.renew_max_ms * 1000u;
-        }
+        _Static_assert(PROTO_RENEW_MAX_MAX <= UINT32_MAX,
+                       "renew_max_ms is kept in 32 bits");
+        l->renew_max_ms = (uint32_t)call->req.renew_max_ms;
     }
     renew_schedule(o->renew, l, now);
     reply_ok(call, call->token, l->resource, l->resource_len, res->validity_ms,

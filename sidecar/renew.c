@@ -65,6 +65,13 @@ static void lock_renew_ended(struct renew *r, struct lock *l, uint64_t now);
  * early (redlock_renew_early_us never exceeds it). */
 #define RENEW_EARLY_MAX_US 5000u
 
+/* Whether l's renew_max_ms has passed: it renews no more. */
+static bool renew_cap_passed(const struct lock *l, uint64_t now)
+{
+    return l->renew_max_ms != 0 &&
+           now >= l->added_us + (uint64_t)l->renew_max_ms * 1000u;
+}
+
 /* The renewal state of l, for redlock_renew_decide(). */
 static struct redlock_renew_state lock_renew_state(const struct renew *r,
                                                    const struct lock *l)
@@ -212,7 +219,7 @@ static void lock_lost(struct renew *r, struct lock *l, const char *why)
 static bool lock_renew_would_send(const struct renew *r, const struct lock *l,
                                   uint64_t now)
 {
-    if (!l->renew || (l->renew_until_us != 0 && now >= l->renew_until_us)) {
+    if (!l->renew || renew_cap_passed(l, now)) {
         return false;
     }
     struct redlock_renew_state st = lock_renew_state(r, l);
@@ -327,7 +334,7 @@ static bool lock_renew_early(const struct renew *r, const struct lock *l,
 {
     if (!l->renew || r->renew_inflight >= RENEW_INFLIGHT_MAX ||
         (l->owner != NULL && l->owner->renewing >= RENEW_CONN_INFLIGHT_MAX) ||
-        (l->renew_until_us != 0 && now >= l->renew_until_us)) {
+        renew_cap_passed(l, now)) {
         return false;
     }
     struct redlock_renew_state st = lock_renew_state(r, l);
@@ -409,7 +416,7 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
             locks_set_deadline(r->locks, l, wake);
             continue;
         }
-        if (l->renew_until_us != 0 && now >= l->renew_until_us) {
+        if (renew_cap_passed(l, now)) {
             l->renew = false; /* renew_max_ms reached: expire normally */
             locks_set_deadline(r->locks, l, l->valid_until_us);
             continue;

@@ -1,6 +1,7 @@
 /* test_locks.c: the lock table: token lookup across growth, session lists,
  * the deadline heap's order under updates and removals, token shape. */
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -50,8 +51,8 @@ static void test_add_find_remove_many(void **state)
         locks_new_token(tokens[i]);
         char res[32];
         int n = snprintf(res, sizeof(res), "r%d", i);
-        assert_non_null(
-            locks_add(t, tokens[i], res, (size_t)n, NULL, 1000, (uint64_t)i));
+        assert_non_null(locks_add(t, tokens[i], res, (size_t)n, NULL, 1000,
+                                  (uint64_t)i, NULL));
     }
     assert_int_equal(locks_count(t), N);
     for (int i = 0; i < N; i++) {
@@ -83,7 +84,7 @@ static void test_owner_list(void **state)
     struct lock *l[4];
     for (int i = 0; i < 4; i++) {
         locks_new_token(tok[i]);
-        l[i] = locks_add(t, tok[i], "x", 1, i < 3 ? &a : &b, 100, 0);
+        l[i] = locks_add(t, tok[i], "x", 1, i < 3 ? &a : &b, 100, 0, NULL);
     }
     assert_int_equal(a.count, 3);
     assert_int_equal(b.count, 1);
@@ -113,7 +114,7 @@ static void test_deadline_heap(void **state)
     for (int i = 0; i < N; i++) {
         char tok[PROTO_TOKEN_LEN + 1];
         locks_new_token(tok);
-        l[i] = locks_add(t, tok, "r", 1, NULL, 100, 0);
+        l[i] = locks_add(t, tok, "r", 1, NULL, 100, 0, NULL);
         locks_set_deadline(t, l[i], (uint64_t)(rand() % 100000));
     }
     /* move some, remove some */
@@ -142,7 +143,7 @@ static void test_deadline_heap(void **state)
     for (int i = 0; i < M; i++) {
         char tok[PROTO_TOKEN_LEN + 1];
         locks_new_token(tok);
-        m[i] = locks_add(t, tok, "r", 1, NULL, 100, 0);
+        m[i] = locks_add(t, tok, "r", 1, NULL, 100, 0, NULL);
         assert_non_null(m[i]);
     }
     for (int i = 0; i < M; i++) {
@@ -167,7 +168,7 @@ static void test_scan_pages(void **state)
         char tok[PROTO_TOKEN_LEN + 1], res[32];
         locks_new_token(tok);
         int n = snprintf(res, sizeof(res), "%s:%d", i % 3 ? "b" : "a", i);
-        all[i] = locks_add(t, tok, res, (size_t)n, NULL, 1000, 0);
+        all[i] = locks_add(t, tok, res, (size_t)n, NULL, 1000, 0, NULL);
         assert_non_null(all[i]);
         assert_int_equal(all[i]->seq, (uint64_t)i + 1);
     }
@@ -223,7 +224,7 @@ static void test_scan_cursor_on_removed_lock(void **state)
     for (int i = 0; i < 10; i++) {
         char tok[PROTO_TOKEN_LEN + 1];
         locks_new_token(tok);
-        all[i] = locks_add(t, tok, "r", 1, NULL, 1000, 0);
+        all[i] = locks_add(t, tok, "r", 1, NULL, 1000, 0, NULL);
         assert_non_null(all[i]);
     }
     locks_remove(t, all[4]); /* number 5 */
@@ -257,14 +258,14 @@ static void test_resource_inline(void **state)
     res[7] = '\0';
     char tok[PROTO_TOKEN_LEN + 1];
     locks_new_token(tok);
-    struct lock *l = locks_add(t, tok, res, sizeof(res), NULL, 1000, 0);
+    struct lock *l = locks_add(t, tok, res, sizeof(res), NULL, 1000, 0, NULL);
     assert_non_null(l);
     assert_int_equal(l->resource_len, sizeof(res));
     assert_memory_equal(l->resource, res, sizeof(res));
     assert_int_equal(l->resource[sizeof(res)], '\0');
     assert_ptr_equal(locks_find(t, tok), l);
     locks_new_token(tok);
-    struct lock *e = locks_add(t, tok, "", 0, NULL, 1000, 0);
+    struct lock *e = locks_add(t, tok, "", 0, NULL, 1000, 0, NULL);
     assert_non_null(e);
     assert_int_equal(e->resource_len, 0);
     assert_int_equal(e->resource[0], '\0');
@@ -280,7 +281,7 @@ static void test_resource_inline(void **state)
 static void test_lock_fixed_size_budget(void **state)
 {
     (void)state;
-    assert_true(offsetof(struct lock, resource) <= 148);
+    assert_true(offsetof(struct lock, resource) <= 120);
 }
 
 /* The table keeps a token's 16 bytes; it spells them back as the same
@@ -293,7 +294,7 @@ static void test_token_kept_as_bytes(void **state)
     char tok[PROTO_TOKEN_LEN + 1], back[PROTO_TOKEN_LEN + 1];
     locks_new_token(tok);
     tok[0] = 'a'; /* at least one letter to upper-case */
-    struct lock *l = locks_add(t, tok, "r", 1, NULL, 1000, 0);
+    struct lock *l = locks_add(t, tok, "r", 1, NULL, 1000, 0, NULL);
     assert_non_null(l);
     locks_token_hex(l, back);
     assert_string_equal(back, tok);
@@ -308,8 +309,107 @@ static void test_token_kept_as_bytes(void **state)
     memcpy(bad, tok, sizeof(bad));
     bad[31] = 'g';
     assert_null(locks_find(t, bad));
-    assert_null(locks_add(t, up, "r", 1, NULL, 1000, 0));
+    assert_null(locks_add(t, up, "r", 1, NULL, 1000, 0, NULL));
     assert_int_equal(locks_count(t), 1);
+    locks_destroy(t);
+}
+
+/* The owner's list walks the same both ways, ends at its tail, holds
+ * count locks, and from defer_head on holds only deferred ones (and
+ * before it none). */
+static void assert_owner_list(const struct lock_owner *o)
+{
+    size_t n = 0;
+    bool in_tail = false;
+    const struct lock *prev = NULL;
+    for (const struct lock *p = o->head; p != NULL; p = p->own_next) {
+        assert_ptr_equal(p->own_prev, prev);
+        assert_ptr_equal(p->owner, o);
+        if (p == o->defer_head) {
+            in_tail = true;
+        }
+        assert_int_equal(p->deferred, in_tail);
+        prev = p;
+        n++;
+    }
+    assert_ptr_equal(o->tail, prev);
+    assert_int_equal(n, o->count);
+    assert_true(o->defer_head == NULL || in_tail);
+}
+
+/* Deferred locks come back oldest first; a removed one (first deferred or
+ * not) leaves the others in order; a lock added meanwhile is not
+ * deferred. */
+static void test_defer_order(void **state)
+{
+    (void)state;
+    struct lock_table *t = locks_create();
+    struct lock_owner o = {0};
+    struct lock *l[6];
+    for (int i = 0; i < 6; i++) {
+        char tok[PROTO_TOKEN_LEN + 1];
+        locks_new_token(tok);
+        l[i] = locks_add(t, tok, "x", 1, &o, 100, 0, NULL);
+    }
+    assert_null(locks_undefer(&o));
+    int order[] = {2, 0, 5, 3, 1};
+    for (int i = 0; i < 5; i++) {
+        locks_defer(l[order[i]]);
+        assert_owner_list(&o);
+    }
+    locks_defer(l[0]); /* already deferred: stays where it is */
+    assert_owner_list(&o);
+    assert_ptr_equal(locks_undefer(&o), l[2]);
+    assert_owner_list(&o);
+    locks_remove(t, l[0]); /* now the first deferred */
+    assert_owner_list(&o);
+    locks_remove(t, l[3]); /* in the middle */
+    assert_owner_list(&o);
+    char tok[PROTO_TOKEN_LEN + 1];
+    locks_new_token(tok);
+    struct lock *fresh = locks_add(t, tok, "x", 1, &o, 100, 0, NULL);
+    assert_false(fresh->deferred);
+    assert_owner_list(&o);
+    locks_defer(l[2]); /* deferred again: behind the others */
+    assert_ptr_equal(locks_undefer(&o), l[5]);
+    assert_ptr_equal(locks_undefer(&o), l[1]);
+    assert_owner_list(&o);
+    locks_remove(t, l[2]); /* the last one, at the tail */
+    assert_owner_list(&o);
+    assert_null(locks_undefer(&o));
+    assert_null(o.defer_head);
+    while (o.head != NULL) {
+        locks_remove(t, o.head);
+        assert_owner_list(&o);
+    }
+    assert_null(o.tail);
+    locks_destroy(t);
+}
+
+/* A fence lives after the resource, whatever its length; a lock without
+ * one says so. */
+static void test_fence_after_resource(void **state)
+{
+    (void)state;
+    struct lock_table *t = locks_create();
+    char res[PROTO_RESOURCE_MAX];
+    memset(res, 'r', sizeof(res));
+    for (size_t len = 0; len < sizeof(res); len += 37) {
+        char tok[PROTO_TOKEN_LEN + 1];
+        locks_new_token(tok);
+        int64_t f = (int64_t)len * 1000003 - 7, got = 0;
+        struct lock *l = locks_add(t, tok, res, len, NULL, 100, 0, &f);
+        assert_non_null(l);
+        assert_true(locks_fence(l, &got));
+        assert_int_equal(got, f);
+        assert_memory_equal(l->resource, res, len);
+        assert_int_equal(l->resource[len], '\0');
+        locks_new_token(tok);
+        struct lock *n = locks_add(t, tok, res, len, NULL, 100, 0, NULL);
+        assert_non_null(n);
+        assert_false(locks_fence(n, &got));
+        assert_int_equal(got, f);
+    }
     locks_destroy(t);
 }
 
@@ -326,6 +426,8 @@ int main(void)
         cmocka_unit_test(test_resource_inline),
         cmocka_unit_test(test_lock_fixed_size_budget),
         cmocka_unit_test(test_token_kept_as_bytes),
+        cmocka_unit_test(test_defer_order),
+        cmocka_unit_test(test_fence_after_resource),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
