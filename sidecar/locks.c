@@ -38,8 +38,6 @@ struct lock_table {
 
 #define TOKEN_RAW_LEN (PROTO_TOKEN_LEN / 2)
 
-static const char hex_digits[] = "0123456789abcdef";
-
 /* The 16 bytes a token's lowercase hex spells. Returns 0, or -1 for
  * anything else (no other spelling may find a lock: the nodes compare the
  * hex). */
@@ -69,11 +67,7 @@ static size_t token_hash(const unsigned char raw[TOKEN_RAW_LEN])
 
 void locks_token_hex(const struct lock *l, char out[PROTO_TOKEN_LEN + 1])
 {
-    for (int i = 0; i < TOKEN_RAW_LEN; i++) {
-        out[2 * i] = hex_digits[l->token_raw[i] >> 4];
-        out[2 * i + 1] = hex_digits[l->token_raw[i] & 0xf];
-    }
-    out[PROTO_TOKEN_LEN] = '\0';
+    util_hex_encode(l->token_raw, TOKEN_RAW_LEN, out);
 }
 
 struct lock_table *locks_create(void)
@@ -558,9 +552,5 @@ void locks_new_token(char out[PROTO_TOKEN_LEN + 1])
 {
     unsigned char u[TOKEN_RAW_LEN];
     random_token_bytes(u);
-    for (int i = 0; i < TOKEN_RAW_LEN; i++) {
-        out[2 * i] = hex_digits[u[i] >> 4];
-        out[2 * i + 1] = hex_digits[u[i] & 0xf];
-    }
-    out[PROTO_TOKEN_LEN] = '\0';
+    util_hex_encode(u, TOKEN_RAW_LEN, out);
 }

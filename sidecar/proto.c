@@ -146,8 +146,6 @@ static void out_i64(struct out *o, int64_t v)
     out_mem(o, buf + i, sizeof(buf) - i);
 }
 
-static const char hex_digits[] = "0123456789abcdef";
-
 /* out_esc: s[0..n) as the body of a JSON string. Quote, backslash and the
  * C0 controls are escaped; well-formed UTF-8 passes through untouched; each
  * byte of a malformed sequence becomes \ufffd so the output stays valid. */
@@ -200,8 +198,8 @@ static void out_esc(struct out *o, const char *s, size_t n)
                 memcpy(e, "\\ufffd", 6);
             } else {
                 memcpy(e, "\\u00", 4);
-                e[4] = hex_digits[c >> 4];
-                e[5] = hex_digits[c & 0xf];
+                e[4] = util_hex_digit(c >> 4);
+                e[5] = util_hex_digit(c);
             }
             elen = 6;
             break;
@@ -367,12 +365,11 @@ int proto_validate_resource(const char *s, size_t len, char *err, size_t errlen)
  */
 size_t proto_cursor_encode(uint64_t v, char out[PROTO_CURSOR_MAX + 1])
 {
-    static const char hex[] = "0123456789abcdef";
     char tmp[PROTO_CURSOR_MAX];
     size_t n = 0;
 
     do {
-        tmp[n++] = hex[v & 0xfu];
+        tmp[n++] = util_hex_digit((unsigned)(v & 0xfu));
         v >>= 4;
     } while (v != 0);
     for (size_t i = 0; i < n; i++) {

@@ -32,6 +32,20 @@ int util_hex_value(unsigned char c)
     return -1;
 }
 
+char util_hex_digit(unsigned v)
+{
+    return "0123456789abcdef"[v & 0xfu];
+}
+
+void util_hex_encode(const unsigned char *in, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = util_hex_digit(in[i] >> 4);
+        out[2 * i + 1] = util_hex_digit(in[i]);
+    }
+    out[2 * n] = '\0';
+}
+
 const char *util_show(const char *s, char *out, size_t outlen)
 {
     size_t n = 0;

@@ -21,6 +21,13 @@ uint64_t util_now_us(void);
 /* util_hex_value: the value of hex digit c (0-9, a-f, A-F), or -1. */
 int util_hex_value(unsigned char c);
 
+/* util_hex_digit: the lowercase hex digit of v's low four bits. */
+char util_hex_digit(unsigned v);
+
+/* util_hex_encode: in[0..n) as 2n lowercase hex digits in out, then a NUL
+ * (out holds 2n + 1 bytes). */
+void util_hex_encode(const unsigned char *in, size_t n, char *out);
+
 /* util_show: s made safe to quote in a one-line message, in out (outlen
  * bytes, at least 5; UTIL_SHOW_MAX + 4 holds the longest): at most
  * UTIL_SHOW_MAX bytes of s, "..." marking a cut, control characters as

@@ -76,6 +76,38 @@ static void test_hex_value(void **state)
     assert_int_equal(ok, 22); /* nothing else: not 'g', ' ', NUL, 0xff */
 }
 
+/* Every byte value spells as its two lowercase digits, and decodes back;
+ * the encoder writes 2n digits and a NUL, and nothing past them. */
+static void test_hex_encode(void **state)
+{
+    (void)state;
+    for (unsigned v = 0; v < 16; v++) {
+        assert_int_equal(util_hex_digit(v), "0123456789abcdef"[v]);
+        assert_int_equal(util_hex_digit(v + 0x30u), "0123456789abcdef"[v]);
+    }
+    unsigned char all[256];
+    for (int i = 0; i < 256; i++) {
+        all[i] = (unsigned char)i;
+    }
+    char out[2 * 256 + 2];
+    memset(out, '#', sizeof(out));
+    util_hex_encode(all, sizeof(all), out);
+    assert_int_equal(out[2 * 256], '\0');
+    assert_int_equal(out[2 * 256 + 1], '#');
+    for (int i = 0; i < 256; i++) {
+        int hi = util_hex_value((unsigned char)out[2 * i]);
+        int lo = util_hex_value((unsigned char)out[2 * i + 1]);
+        assert_int_equal(hi * 16 + lo, i);
+        assert_false(out[2 * i] >= 'A' && out[2 * i] <= 'F');
+        assert_false(out[2 * i + 1] >= 'A' && out[2 * i + 1] <= 'F');
+    }
+    assert_memory_equal(out + 2 * 0xab, "abacad", 6); /* 0xab, 0xac, 0xad */
+    memset(out, '#', sizeof(out));
+    util_hex_encode(all, 0, out);
+    assert_int_equal(out[0], '\0');
+    assert_int_equal(out[1], '#');
+}
+
 /* The FNV-1a 64-bit test vectors (the empty string is the offset basis). */
 static void test_fnv1a(void **state)
 {
@@ -202,6 +234,7 @@ int main(void)
         cmocka_unit_test(test_reads_boottime),
         cmocka_unit_test(test_never_decreases),
         cmocka_unit_test(test_hex_value),
+        cmocka_unit_test(test_hex_encode),
         cmocka_unit_test(test_fnv1a),
         cmocka_unit_test(test_htable),
     };
