@@ -309,6 +309,27 @@ static void test_token_kept_as_bytes(void **state)
     memcpy(bad, tok, sizeof(bad));
     bad[31] = 'g';
     assert_null(locks_find(t, bad));
+    /* Every byte value in a high and a low digit's place: only the
+     * token's own finds it, and only the 16 lowercase digits spell a
+     * token at all. */
+    for (int pos = 0; pos < 2; pos++) {
+        for (int b = 1; b < 256; b++) {
+            memcpy(bad, tok, sizeof(bad));
+            bad[pos] = (char)b;
+            bool digit = (b >= '0' && b <= '9') || (b >= 'a' && b <= 'f');
+            if (b == (unsigned char)tok[pos]) {
+                assert_ptr_equal(locks_find(t, bad), l);
+                continue;
+            }
+            assert_null(locks_find(t, bad));
+            struct lock *o = locks_add(t, bad, "r", 1, NULL, 1000, 0, NULL);
+            assert_true((o != NULL) == digit);
+            if (o != NULL) {
+                assert_ptr_equal(locks_find(t, bad), o);
+                locks_remove(t, o);
+            }
+        }
+    }
     assert_null(locks_add(t, up, "r", 1, NULL, 1000, 0, NULL));
     assert_int_equal(locks_count(t), 1);
     locks_destroy(t);
