@@ -1032,8 +1032,10 @@ def build(args):
     doc.append("## What is measured\n")
     doc.append(
         "- **cycle**: each client acquires its own resource (ttl 10 s), "
-        "releases it, and repeats; one request in flight per client, one "
-        "connection per client. Throughput counts whole cycles; *acquire* "
+        "releases it, and repeats; one request in flight per client, and "
+        "a connection per client unless the row says *a connection per 16 "
+        "clients* (requests pipelined and matched by id, as the client "
+        "libraries talk). Throughput counts whole cycles; *acquire* "
         "latency is request to answer, *cycle* latency is acquire sent to "
         "release answered.\n"
         "- **redlockd**: `rlbench` over the daemon's unix socket (NDJSON).\n"
