@@ -38,26 +38,18 @@ struct lock_table {
 
 #define TOKEN_RAW_LEN (PROTO_TOKEN_LEN / 2)
 
-/* A lowercase hex digit's value plus one, 0 for every other byte: upper
- * case too, since no other spelling may find a lock (the nodes compare the
- * hex). A table because every lookup decodes 32 of them. */
-static const unsigned char token_digit[256] = {
-    ['0'] = 1,  ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,
-    ['6'] = 7,  ['7'] = 8,  ['8'] = 9,  ['9'] = 10, ['a'] = 11, ['b'] = 12,
-    ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
-};
-
 /* The 16 bytes a token's lowercase hex spells. Returns 0, or -1 for
- * anything else. */
+ * anything else, upper case too: the nodes compare the hex, so no other
+ * spelling may find a lock. */
 static int token_decode(const char *hex, unsigned char out[TOKEN_RAW_LEN])
 {
     for (int i = 0; i < TOKEN_RAW_LEN; i++) {
-        unsigned h = token_digit[(unsigned char)hex[2 * i]];
-        unsigned l = token_digit[(unsigned char)hex[2 * i + 1]];
-        if (h == 0 || l == 0) {
+        int h = util_hex_lower_value((unsigned char)hex[2 * i]);
+        int l = util_hex_lower_value((unsigned char)hex[2 * i + 1]);
+        if (h < 0 || l < 0) {
             return -1;
         }
-        out[i] = (unsigned char)((h - 1) << 4 | (l - 1));
+        out[i] = (unsigned char)(h << 4 | l);
     }
     return 0;
 }

@@ -391,16 +391,11 @@ int proto_cursor_decode(const char *s, size_t len, uint64_t *v)
         return -1;
     }
     for (size_t i = 0; i < len; i++) {
-        char ch = s[i];
-        unsigned d;
-        if (ch >= '0' && ch <= '9') {
-            d = (unsigned)(ch - '0');
-        } else if (ch >= 'a' && ch <= 'f') {
-            d = (unsigned)(ch - 'a' + 10);
-        } else {
+        int d = util_hex_lower_value((unsigned char)s[i]);
+        if (d < 0) {
             return -1;
         }
-        x = (x << 4) | d;
+        x = (x << 4) | (unsigned)d;
     }
     if (x == 0) {
         return -1;
@@ -419,8 +414,7 @@ int proto_validate_token(const char *s, size_t len)
         return -1;
     }
     for (size_t i = 0; i < len; i++) {
-        char c = s[i];
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+        if (util_hex_lower_value((unsigned char)s[i]) < 0) {
             return -1;
         }
     }

@@ -32,6 +32,13 @@ int util_hex_value(unsigned char c)
     return -1;
 }
 
+/* A digit's value plus one, so that every other byte is 0. */
+const unsigned char util_hex_lower_table[256] = {
+    ['0'] = 1,  ['1'] = 2,  ['2'] = 3,  ['3'] = 4,  ['4'] = 5,  ['5'] = 6,
+    ['6'] = 7,  ['7'] = 8,  ['8'] = 9,  ['9'] = 10, ['a'] = 11, ['b'] = 12,
+    ['c'] = 13, ['d'] = 14, ['e'] = 15, ['f'] = 16,
+};
+
 char util_hex_digit(unsigned v)
 {
     return "0123456789abcdef"[v & 0xfu];

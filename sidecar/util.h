@@ -21,6 +21,15 @@ uint64_t util_now_us(void);
 /* util_hex_value: the value of hex digit c (0-9, a-f, A-F), or -1. */
 int util_hex_value(unsigned char c);
 
+/* util_hex_lower_value: the value of lowercase hex digit c (0-9, a-f), or
+ * -1 for every other byte, upper case too: tokens and cursors have one
+ * spelling. Inline over a table because a token lookup decodes 32. */
+extern const unsigned char util_hex_lower_table[256];
+static inline int util_hex_lower_value(unsigned char c)
+{
+    return (int)util_hex_lower_table[c] - 1;
+}
+
 /* util_hex_digit: the lowercase hex digit of v's low four bits. */
 char util_hex_digit(unsigned v);
 

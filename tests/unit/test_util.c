@@ -76,6 +76,27 @@ static void test_hex_value(void **state)
     assert_int_equal(ok, 22); /* nothing else: not 'g', ' ', NUL, 0xff */
 }
 
+/* The lowercase reading agrees with util_hex_value on 0-9 and a-f, and
+ * refuses every other byte: upper case, 'g', NUL, 0xff. */
+static void test_hex_lower_value(void **state)
+{
+    (void)state;
+    int ok = 0;
+    for (int c = 0; c < 256; c++) {
+        int v = util_hex_lower_value((unsigned char)c);
+        int lower = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+        if (lower) {
+            assert_int_equal(v, util_hex_value((unsigned char)c));
+            ok++;
+        } else {
+            assert_int_equal(v, -1);
+        }
+    }
+    assert_int_equal(ok, 16);
+    assert_int_equal(util_hex_lower_value('f'), 15);
+    assert_int_equal(util_hex_lower_value('F'), -1);
+}
+
 /* Every byte value spells as its two lowercase digits, and decodes back;
  * the encoder writes 2n digits and a NUL, and nothing past them. */
 static void test_hex_encode(void **state)
@@ -234,6 +255,7 @@ int main(void)
         cmocka_unit_test(test_reads_boottime),
         cmocka_unit_test(test_never_decreases),
         cmocka_unit_test(test_hex_value),
+        cmocka_unit_test(test_hex_lower_value),
         cmocka_unit_test(test_hex_encode),
         cmocka_unit_test(test_fnv1a),
         cmocka_unit_test(test_htable),
