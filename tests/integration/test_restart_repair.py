@@ -330,3 +330,56 @@ def test_done_mark_repair_as_the_documented_acl_user(cluster,
     refused = [e for e in _acl_refusals(cluster) if e[1] != b"auth"]
     print("ACL LOG entries other than AUTH: %r" % refused)
     assert refused == [], refused
+
+
+def _uptime_s(node):
+    info = node.cmd("INFO", "server").decode()
+    return int(re.search(r"uptime_in_seconds:(\d+)", info).group(1))
+
+
+def test_fresh_daemon_quarantines_a_node_started_later(cluster,
+                                                       daemon_factory):
+    """A daemon started after a node restarted has no earlier run_id to
+    compare; it compares the nodes' start times (INFO uptime, README,
+    "Fencing and restarts"). Node 2 restarts empty once the others have
+    been up 5 s (past the 3 s the rule allows a cluster started together,
+    plus uptime's 1 s resolution): a daemon started afterwards keeps it out
+    for the rest of the period and locks on the other four; a daemon told
+    that node 2 is persistent counts it at once."""
+    ok, _ = poll_until(lambda: min(_uptime_s(nd) for nd in cluster.nodes)
+                       >= 5, 15.0 * SLOW, 0.2)
+    assert ok, [_uptime_s(nd) for nd in cluster.nodes]
+    n2 = cluster.nodes[1]
+    n2.restart()
+    assert _uptime_s(n2) <= 1
+
+    d = daemon_factory.start(cluster, name="dfresh",
+                             extra=["--quarantine-ms", "60000"])
+
+    def quarantined():
+        return [bool(n.get("quarantined")) for n in _health_nodes(d)]
+    ok, _ = poll_until(lambda: quarantined() == [False, True, False, False,
+                                                 False], 5.0 * SLOW, 0.05)
+    assert ok, "%r\n%s" % (_health_nodes(d), d.stderr_tail(20))
+    _wait_log(d, r"node 2: started \d+ s after another node and has no "
+              r"persistence: it may have lost locks; quarantined for "
+              r"\d+ ms", 5.0 * SLOW)
+    res = rname("fresh")
+    with d.client() as c:
+        r = c.call("acquire", resource=res, ttl_ms=10000)
+        assert_ok(r, "acquire on the four nodes that count")
+        vals = cluster.get_all(lock_key(res))
+        assert vals[1] is None, vals
+        assert vals[0] == vals[2] == vals[3] == vals[4] == \
+            r["lock"].encode(), vals
+        assert_ok(c.call("release", lock=r["lock"]))
+
+    args = []
+    for k, nd in enumerate(cluster.nodes):
+        args += ["--node", nd.uri + ("?persistent=1" if k == 1 else "")]
+    dp = daemon_factory.start(cluster, name="dfreshp",
+                              extra=["--quarantine-ms", "60000"],
+                              node_args=args)
+    assert not any(n.get("quarantined") for n in _health_nodes(dp)), \
+        _health_nodes(dp)
+    assert "after another node" not in dp.stderr_text()
