@@ -41,6 +41,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -866,7 +867,8 @@ def nem_mixed(w, rnd, until, ctx):
     """Random faults, one after another, with a client-kill and proxy-delay
     background. Known limits are kept apart (see README): a daemon is not
     restarted within the quarantine after a node restart (a fresh daemon
-    cannot know the node lost its keys), and a clock jump never comes with
+    tells a restart only by start times more than 3 s apart, and these
+    restarts come at random), and a clock jump never comes with
     another fault (Redlock assumes bounded clock drift)."""
     picks = [nem_pause_minority, nem_pause_majority, nem_restart,
              nem_daemon_kill, nem_proxy_drop, nem_proxy_reset,
@@ -1138,7 +1140,23 @@ def _hold_release(c, r, res, t_send, t_recv, rec, daemon, hold=0.02,
     rec.release(rl.err_code(rr) or "ok")
 
 
-def run_quarantine(unsafe, long=False, fresh_daemon=False):
+def _wait_nodes_up_for(w, nodes, secs):
+    """Until the oldest of nodes has been up secs (INFO uptime), bounded."""
+    def oldest():
+        best = 0
+        for nd in nodes:
+            info = nd.cmd("INFO", "server").decode()
+            m = re.search(r"uptime_in_seconds:(\d+)", info)
+            best = max(best, int(m.group(1)) if m else 0)
+        return best
+    deadline = time.monotonic() + secs + 10.0 * SLOW
+    while oldest() < secs:
+        if time.monotonic() > deadline:
+            raise RuntimeError("no node up %ds: %r" % (secs, oldest()))
+        time.sleep(0.1)
+
+
+def run_quarantine(unsafe, long=False, fresh_daemon=False, settled=True):
     """Kill -9 and restart, empty, two of the three nodes a lock is held on,
     then ask another daemon for the same resource. Cycles rotate the nodes.
 
@@ -1155,9 +1173,18 @@ def run_quarantine(unsafe, long=False, fresh_daemon=False):
       7. once every daemon counts every node again, two more holds.
     Unsafe: B wins while A holds (overlap) with a fence from fresh counters
     (inversion). Safe: B wins only after A's validity and the quarantine,
-    with a fence above A's."""
-    name = ("gap-fresh-daemon" if fresh_daemon else
-            "quarantine-unsafe" if unsafe else "quarantine-safe")
+    with a fence above A's.
+
+    A fresh daemon tells a restart by start times alone (INFO uptime, one
+    second resolution): settled, each cycle starts once a node that stays
+    up has been up 5 s, past the 3 s a cluster started together may spread
+    over, so the restart must be seen. Not settled (gap-fresh-daemon) the
+    first restarts come within 3 s of the cluster's start: the README's
+    documented limit, shown, not failed on."""
+    if fresh_daemon:
+        name = "fresh-daemon" if settled else "gap-fresh-daemon"
+    else:
+        name = "quarantine-unsafe" if unsafe else "quarantine-safe"
     extra = ["--quarantine-ms", str(QUARANTINE_MS)]
     if unsafe:
         extra += ["--unsafe-no-quarantine", "--unsafe-no-fence-repair"]
@@ -1167,6 +1194,7 @@ def run_quarantine(unsafe, long=False, fresh_daemon=False):
     result = {"name": name, "seed": None}
     cycles = 5 if long else 3
     b_won_during_a = 0
+    fresh_seen = []  # per cycle, the nodes the fresh daemon quarantined
     lk = PREFIX + "lock:" + res
     with scenario(w, result):
         d1, d2 = w.daemon("d1"), w.daemon("d2")
@@ -1174,6 +1202,9 @@ def run_quarantine(unsafe, long=False, fresh_daemon=False):
             trio = [w.nodes[(2 * cyc + j) % 5] for j in range(3)]
             outside = [nd for nd in w.nodes if nd not in trio]
             kill2 = trio[:2]
+            if fresh_daemon and settled:
+                _wait_nodes_up_for(w, [nd for nd in w.nodes
+                                       if nd not in kill2], 5)
             # 1.
             for nd in outside:
                 w.proxies[nd.k - 1].cmd("partition")
@@ -1221,6 +1252,8 @@ def run_quarantine(unsafe, long=False, fresh_daemon=False):
                 if fresh_daemon:
                     db = Daemon(w, "d3", [nd.uri for nd in w.nodes],
                                 ["--quarantine-ms", str(QUARANTINE_MS)])
+                    # Every cycle's d3 appends to the same log.
+                    log_from = len(db.stderr_text())
                     w.daemons.append(db)
                     db.start(wait_up=True)
                     w.event("d3 started (fresh) after the restart")
@@ -1264,6 +1297,14 @@ def run_quarantine(unsafe, long=False, fresh_daemon=False):
                          daemon="d1", ttl=QUARANTINE_MS, client="A",
                          kind="A")
             if fresh_daemon:
+                # Which nodes the fresh daemon took for restarted.
+                fresh_seen.append(sorted(
+                    int(m.group(1)) for m in
+                    (re.search(r"node (\d+): started \d+ s after another",
+                               ln)
+                     for ln in db.stderr_text()[log_from:].splitlines()
+                     if "after another node" in ln)
+                    if m))
                 db.kill9()
                 w.daemons.remove(db)
             # 7.
@@ -1286,6 +1327,9 @@ def run_quarantine(unsafe, long=False, fresh_daemon=False):
         result.update(finish(w, rec))
         result["b_won_during_a"] = b_won_during_a
         result["cycles"] = cycles
+        result["fresh_seen"] = fresh_seen
+        result["killed"] = [sorted((2 * cyc + j) % 5 + 1 for j in range(2))
+                            for cyc in range(cycles)]
         result["quarantine_log"] = (d2.stderr_grep("quarantined", "repaired",
                                                    "unsafe", "WITHOUT")[-6:])
     return result
@@ -1478,8 +1522,11 @@ SCRIPTED = collections.OrderedDict([
     ("fence-late-answer", lambda long: run_fence_late_answer(long)),
     ("quarantine-safe", lambda long: run_quarantine(False, long)),
     ("quarantine-unsafe", lambda long: run_quarantine(True, long)),
+    ("fresh-daemon", lambda long: run_quarantine(False, long,
+                                                 fresh_daemon=True)),
     ("gap-fresh-daemon", lambda long: run_quarantine(False, long,
-                                                     fresh_daemon=True)),
+                                                     fresh_daemon=True,
+                                                     settled=False)),
 ])
 
 # Scenarios whose purpose is to show a violation.
@@ -1548,6 +1595,9 @@ def print_details(r, out=sys.stdout):
     if "b_won_during_a" in r:
         print("    B won while A held: %d of %d cycles" % (
             r["b_won_during_a"], r["cycles"]), file=out)
+    if r.get("fresh_seen") is not None:
+        print("    fresh daemon quarantined %s (restarted: %s)" % (
+            r["fresh_seen"], r["killed"]), file=out)
     if r.get("rss"):
         print("    RSS kB   %s" % "  ".join(
             "%s:%s" % (name, ",".join("%s->%s" % (x["rss_start_kb"],
