@@ -380,6 +380,32 @@ static bool peer_gone(struct client *cl)
     return (p.revents & (POLLHUP | POLLERR)) != 0;
 }
 
+static bool line_is_blank(const char *p, size_t n);
+static void write_ndjson_error(struct client *cl, const char *id, size_t id_len,
+                               enum proto_err err, const char *msg);
+
+/* At the peer's half-close, NDJSON bytes after the last newline are a
+ * request that never ended: answer it, rather than drop it unanswered
+ * (`printf '{"op":"ping"}' | socat ...`). Lines waiting behind a pause
+ * are not here: reading, and so the EOF, waits for them. */
+static void ndjson_answer_unterminated(struct client *cl)
+{
+    struct evbuffer *in = bufferevent_get_input(cl->bev);
+    size_t n = evbuffer_get_length(in);
+    if (cl->framing != FRAMING_NDJSON || cl->closing || cl->read_paused ||
+        n == 0) {
+        return;
+    }
+    const char *p = (const char *)evbuffer_pullup(in, -1);
+    if (p != NULL && !line_is_blank(p, n)) {
+        METRIC_INC(requests_bad);
+        write_ndjson_error(cl, NULL, 0, ERR_BAD_REQUEST,
+                           "the input ended inside a line: every request "
+                           "ends with a newline (\\n)");
+    }
+    evbuffer_drain(in, n);
+}
+
 static void client_event_cb(struct bufferevent *bev, short events, void *arg)
 {
     (void)bev;
@@ -394,6 +420,7 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg)
          * asked, then close; session locks go with the close. */
         cl->peer_eof = true;
         client_reading(cl, false);
+        ndjson_answer_unterminated(cl);
         if (cl->inflight == 0 || cl->closing) {
             client_close_after_flush(cl);
         }

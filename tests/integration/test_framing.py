@@ -4,9 +4,11 @@ arrive at once or in pieces, and a connection paused with lines still
 unread (the daemon's fast path reads into a stack buffer and keeps only
 what is left over)."""
 
+import json
+import socket
 import time
 
-from rl import Client, Closed, assert_error, assert_ok, rname
+from rl import SLOW, Client, Closed, assert_error, assert_ok, rname
 
 
 def _warm(c):
@@ -126,3 +128,37 @@ def test_lines_held_back_by_max_inflight_are_all_answered(cluster,
         assert not extra, extra
         for v in rel.values():
             assert_ok(v[0])
+
+
+def _half_close(d, data, warm=False):
+    """Sends data, shuts the writing side, returns every answer."""
+    with d.client(timeout=5.0 * SLOW) as c:
+        if warm:
+            _warm(c)
+        c.send_raw(data)
+        c.sock.shutdown(socket.SHUT_WR)
+        return [json.loads(ln) for ln in c.read_until_closed(5.0 * SLOW)]
+
+
+def test_unterminated_last_line_is_answered(daemon_mod):
+    """A request without its newline when the peer half-closes
+    (`printf '{"op":"ping"}' | socat ...`) is answered with an error that
+    names the newline, after the complete lines' answers, whether it came
+    in the read that picked the framing or in a later one. A blank tail is
+    no request."""
+    for data, warm in ((b'{"op":"ping","id":1}', False),
+                       (b'{"op":"ping","id":0}\n{"op":"ping","id":1}', True),
+                       (b'{"op":"pi', True)):
+        msgs = _half_close(daemon_mod, data, warm)
+        assert all(m.get("ok") is True for m in msgs[:-1]), msgs
+        last = msgs[-1]
+        assert last.get("ok") is False, msgs
+        assert last["error"]["code"] == "bad_request", msgs
+        assert "newline" in last["error"]["message"], msgs
+        assert "id" not in last, msgs
+        assert len(msgs) == data.count(b"\n") + 1, msgs
+    msgs = _half_close(daemon_mod, b'{"op":"ping","id":1}\n \r\t', True)
+    assert msgs == [{"id": 1, "ok": True}], msgs
+    with Client(daemon_mod.socket, timeout=5.0 * SLOW) as c:
+        assert_ok(c.call("ping"))
+
