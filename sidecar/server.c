@@ -381,6 +381,8 @@ static bool peer_gone(struct client *cl)
 }
 
 static bool line_is_blank(const char *p, size_t n);
+static bool is_space(unsigned char c);
+static void http_next(struct client *cl);
 static void write_ndjson_error(struct client *cl, const char *id, size_t id_len,
                                enum proto_err err, const char *msg);
 
@@ -420,6 +422,14 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg)
          * asked, then close; session locks go with the close. */
         cl->peer_eof = true;
         client_reading(cl, false);
+        if (cl->framing == FRAMING_HTTP) {
+            /* Serves what is complete and closes once all is answered
+             * (or later, when the request being served is). */
+            if (!cl->http_busy) {
+                http_next(cl);
+            }
+            return;
+        }
         ndjson_answer_unterminated(cl);
         if (cl->inflight == 0 || cl->closing) {
             client_close_after_flush(cl);
@@ -494,8 +504,6 @@ static void client_resume_later(struct client *cl)
         event_active(cl->resume_ev, EV_READ, 0);
     }
 }
-
-static void http_next(struct client *cl);
 
 static void client_resume_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -960,6 +968,28 @@ static void http_serve_local(struct client *cl, const struct http_request *h,
     free(text);
 }
 
+/* At the peer's half-close, with every complete request served: bytes
+ * left are a request cut short (its head, or a body shorter than its
+ * Content-Length). Answer it rather than close in silence. */
+static void http_answer_unterminated(struct client *cl)
+{
+    struct evbuffer *in = bufferevent_get_input(cl->bev);
+    size_t n = evbuffer_get_length(in);
+    const unsigned char *p = n > 0 ? evbuffer_pullup(in, -1) : NULL;
+    size_t i = 0;
+    while (p != NULL && i < n && is_space(p[i])) {
+        i++; /* CRLFs between requests are allowed (RFC 9112 2.2) */
+    }
+    if (p != NULL && i < n) {
+        METRIC_INC(requests_bad);
+        write_http_error(cl, 400, ERR_BAD_REQUEST,
+                         "the input ended inside a request (its head, or a "
+                         "body shorter than its Content-Length)",
+                         false, NULL, false);
+    }
+    evbuffer_drain(in, n);
+}
+
 /* One buffered HTTP request: parses it and answers it or submits it.
  * Returns true to go on with the next one, false to stop (incomplete,
  * closing). */
@@ -1082,6 +1112,7 @@ static void http_next(struct client *cl)
      * served when the output drains (client_maybe_resume). */
     if (cl->peer_eof && !cl->http_busy && cl->inflight == 0 &&
         !client_over_limits(cl)) {
+        http_answer_unterminated(cl);
         client_close_after_flush(cl);
         return;
     }

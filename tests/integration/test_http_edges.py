@@ -204,6 +204,43 @@ def test_http_half_close_answers_the_whole_pipeline(daemon):
     assert closed, "connection not closed after the last answer"
 
 
+def test_http_request_cut_short_at_half_close_is_answered(daemon_mod):
+    """A request whose head, or whose body (shorter than its
+    Content-Length), is cut short by the client shutting its writing side
+    gets a 400 naming why, after the answers to the complete requests
+    before it; CRLFs after the last request are no request."""
+    ping = b"".join(HttpConn.build("GET", "/v1/ping"))
+    post = b"".join(HttpConn.build("POST", "/v1/locks",
+                                   {"resource": rname("cut"),
+                                    "ttl_ms": 1000}))
+    cases = [(b"GET /v1/ping HTTP/1.1\r\nHost: x\r\n", 1),
+             (post[:-5], 1),
+             (ping + ping[:7], 2),
+             (ping + b"\r\n\r\n", 1)]
+    for data, n in cases:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(5.0 * SLOW)
+            s.connect(str(daemon_mod.socket))
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+            got, closed = read_until_eof(s, 5.0 * SLOW)
+        finally:
+            s.close()
+        rs = parse_responses(got)
+        assert closed and len(rs) == n, (data, got)
+        for r in rs[:-1]:
+            assert r.status == 200, (data, got)
+        last = rs[-1]
+        if data.endswith(b"\r\n\r\n"):
+            assert last.status == 200, (data, got)
+            continue
+        assert last.status == 400, (data, got)
+        assert last.json()["error"]["code"] == "bad_request", got
+        assert "ended inside a request" in \
+            last.json()["error"]["message"], got
+
+
 def test_ndjson_half_close_behind_max_inflight(cluster, daemon_factory):
     d = daemon_factory.start(cluster, name="hcn",
                              extra=["--max-inflight", "1"])
