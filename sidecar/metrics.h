@@ -34,7 +34,9 @@
     X(locks_lost, "redlockd_locks_lost_total",                                 \
       "Renewing locks that could not be kept", NULL, NULL)                     \
     X(rollbacks, "redlockd_rollbacks_total",                                   \
-      "Failed acquisitions whose partial keys were removed", NULL, NULL)       \
+      "Failed acquisitions rolled back on the nodes that set the key or had "  \
+      "not answered yet",                                                      \
+      NULL, NULL)                                                              \
     X(session_releases, "redlockd_session_releases_total",                     \
       "Locks released because their connection closed", NULL, NULL)            \
     X(requests_bad, "redlockd_bad_requests_total",                             \
