@@ -174,6 +174,12 @@ def test_400_query_on_acquire(cluster_mod, daemon_mod):
     assert r.status == 400, r
     assert_error(r.json(), "bad_request", "JSON body")
     assert cluster_mod.get_all(lock_key(res)) == [None] * 5
+    # the query is refused whatever the body lacks: "?resource=" with "{}"
+    # is told where its field goes, not "resource: required"
+    r = _post(daemon_mod.socket, "/v1/locks?resource=%s" % res, {})
+    assert r.status == 400, r
+    assert_error(r.json(), "bad_request", "JSON body")
+    assert cluster_mod.get_all(lock_key(res)) == [None] * 5
 
 
 def test_404_unknown_path(daemon_mod):
