@@ -158,7 +158,8 @@ static const struct option_def options[] = {
     {"metrics-listen", 0, "metrics_listen", NULL, OPT_STRING,
      FIELD(metrics_listen, char *), NULL, 0, 0, nodeuri_valid_hostport,
      "HOST:PORT with a port in 1..65535 (IPv6 as [::1]:9100)", "HOST:PORT",
-     "also serve GET /metrics over TCP on HOST:PORT (off by default)"},
+     "also serve GET /metrics and GET /v1/health over TCP on HOST:PORT "
+     "(off by default)"},
     {"dev", 0, "dev", NULL, OPT_BOOL, FIELD(dev, bool), NULL, 0, 0, NULL, NULL,
      NULL,
      "start 5 throw-away redis-server children on unix sockets in a temp "

@@ -791,8 +791,9 @@ static int query_resource(const char *q, struct request *req, char *err,
 }
 
 /* http_route: see http.h. err must hold at least 64 bytes (proto_decode's
- * minimum). Checks run 404, 405, then the path's token, then the body, then
- * the query, so the message names the first thing wrong. */
+ * minimum). Checks run 404, 405, then the path's token, then acquire's
+ * refusal of any query, then the body, then a lock route's query, so the
+ * message names the first thing wrong. */
 int http_route(const struct http_request *hreq, struct request *req, char *err,
                size_t errlen)
 {
@@ -824,6 +825,17 @@ int http_route(const struct http_request *hreq, struct request *req, char *err,
         return 0;
     }
 
+    /* Acquire reads its fields from the body only; a "?ttl_ms=" that was
+     * silently dropped would hold the lock for the default TTL. Said before
+     * the body is read, so a body that lacks the field the query carried
+     * ("?resource=x" with "{}") is not told "resource: required". */
+    if (r.lock == NULL && hreq->query[0] != '\0') {
+        snprintf(err, errlen,
+                 "query parameters are not read on POST /v1/locks; "
+                 "send the fields in the JSON body");
+        return 400;
+    }
+
     /* No body is an empty object: acquire then says what it lacks, and a
      * lock route needs nothing more than its path. */
     const char *body = hreq->body;
@@ -847,14 +859,6 @@ int http_route(const struct http_request *hreq, struct request *req, char *err,
         return 400;
     }
     if (r.lock == NULL) {
-        /* Acquire reads its fields from the body only; a "?ttl_ms=" that
-         * was silently dropped would hold the lock for the default TTL. */
-        if (hreq->query[0] != '\0') {
-            snprintf(err, errlen,
-                     "query parameters are not read on POST /v1/locks; "
-                     "send the fields in the JSON body");
-            return 400;
-        }
         return 0;
     }
     if (req->has_lock && memcmp(req->lock, r.lock, PROTO_TOKEN_LEN) != 0) {

@@ -133,6 +133,22 @@ static const char *result_message(const struct cluster_result *res)
     return err_message(res->err);
 }
 
+/* A semaphore is busy when every one of its slots is, perhaps all held by
+ * the asker itself: "held by another owner" would send it looking for an
+ * owner that may not exist. */
+#define SEM_BUSY_MESSAGE "all permits of the semaphore are held"
+
+/* The message for a failed acquire call: result_message's, but a
+ * semaphore's busy says so. */
+static const char *acquire_message(const struct call *call,
+                                   const struct cluster_result *res)
+{
+    if (res->err == ERR_BUSY && call->req.permits > 0) {
+        return SEM_BUSY_MESSAGE;
+    }
+    return result_message(res);
+}
+
 /* ---- waiters ------------------------------------------------------------ */
 
 /* Whether one more waiter may queue: NULL, or why not. A call counts
@@ -271,8 +287,10 @@ static void waiter_expired_cb(struct call *call, void *arg)
 {
     METRIC_INC(acquire_busy);
     waiter_finish(arg, call, ERR_BUSY,
-                  "the resource is held by another owner "
-                  "(wait_ms ran out in the queue)");
+                  call->req.permits > 0
+                      ? SEM_BUSY_MESSAGE " (wait_ms ran out in the queue)"
+                      : "the resource is held by another owner "
+                        "(wait_ms ran out in the queue)");
 }
 
 /* The --max-locks or --max-conn-locks refusal for one more lock, or NULL. */
@@ -457,9 +475,9 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
         break;
     }
     if (q != NULL) {
-        waiter_finish(o, call, res->err, result_message(res));
+        waiter_finish(o, call, res->err, acquire_message(call, res));
     } else {
-        reply_error(call, res->err, result_message(res));
+        reply_error(call, res->err, acquire_message(call, res));
     }
 }
 

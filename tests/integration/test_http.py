@@ -174,6 +174,12 @@ def test_400_query_on_acquire(cluster_mod, daemon_mod):
     assert r.status == 400, r
     assert_error(r.json(), "bad_request", "JSON body")
     assert cluster_mod.get_all(lock_key(res)) == [None] * 5
+    # the query is refused whatever the body lacks: "?resource=" with "{}"
+    # is told where its field goes, not "resource: required"
+    r = _post(daemon_mod.socket, "/v1/locks?resource=%s" % res, {})
+    assert r.status == 400, r
+    assert_error(r.json(), "bad_request", "JSON body")
+    assert cluster_mod.get_all(lock_key(res)) == [None] * 5
 
 
 def test_404_unknown_path(daemon_mod):
@@ -184,7 +190,8 @@ def test_404_unknown_path(daemon_mod):
         r = curl1(daemon_mod.socket, "-X", method, U + path)
         print("%s %s -> %d" % (method, path, r.status))
         assert r.status == 404, (path, r)
-        assert r.json()["ok"] is False, r
+        # the code is the documented one (proto/README.md, HTTP)
+        assert_error(r.json(), "bad_request")
 
 
 def test_405_wrong_method_with_allow(daemon_mod):
@@ -197,6 +204,7 @@ def test_405_wrong_method_with_allow(daemon_mod):
         print("%s %s -> %d Allow: %r" % (method, path, r.status,
                                          r.headers.get("allow")))
         assert r.status == 405, (method, path, r)
+        assert_error(r.json(), "bad_request")
         allow = [a.strip() for a in r.headers.get("allow", "").split(",")]
         assert allowed in allow, (method, path, r.headers)
 
@@ -206,6 +214,7 @@ def test_411_chunked(daemon_mod):
               "-H", "Transfer-Encoding: chunked",
               "--data-binary", '{"resource":"%s"}' % rname("h411"))
     assert r.status == 411, r
+    assert_error(r.json(), "bad_request")
 
 
 def _raw_exchange(path, data, timeout=3.0):
@@ -259,6 +268,7 @@ def test_431_huge_headers(daemon_mod):
     rs = _raw_exchange(daemon_mod.socket, data)
     print("70 kB header -> %r" % [r.status for r in rs])
     assert rs and rs[0].status == 431, rs
+    assert_error(rs[0].json(), "too_large")
     many = b"".join(b"X-H%d: %s\r\n" % (i, b"v" * 30) for i in range(3000))
     rs = _raw_exchange(daemon_mod.socket,
                        b"GET /v1/ping HTTP/1.1\r\nHost: x\r\n" + many +

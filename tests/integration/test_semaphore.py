@@ -70,6 +70,39 @@ def test_permits_basics(cluster_mod, daemon_mod):
                what="slot keys gone")
 
 
+def test_busy_semaphore_says_all_permits_are_held(cluster_mod, daemon_mod):
+    """A full semaphore is not "held by another owner": here the asker
+    holds every permit itself. Said at once, after wait_ms, and to a
+    waiter whose wait ran out in the queue; a lock's busy is unchanged."""
+    res = rname("semfull")
+    with daemon_mod.client() as a, daemon_mod.client() as b:
+        got = [a.call("acquire", resource=res, permits=2, ttl_ms=20000)
+               for _ in range(2)]
+        for g in got:
+            assert_ok(g)
+        assert_error(a.call("acquire", resource=res, permits=2),
+                     "busy", "all permits of the semaphore are held")
+        assert_error(a.call("acquire", resource=res, permits=2,
+                            wait_ms=200),
+                     "busy", "all permits of the semaphore are held")
+        # b heads the queue for longer; a's wait runs out behind it.
+        b.send({"op": "acquire", "id": "head", "resource": res,
+                "permits": 2, "wait_ms": int(3000 * SLOW)})
+        poll_until(lambda: a.call("locks", prefix=res)["locks"][0]
+                   ["waiters"] == 1, 5 * SLOW, what="b queued")
+        r = a.call("acquire", resource=res, permits=2, wait_ms=300)
+        assert_error(r, "busy", "all permits of the semaphore are held")
+        assert "in the queue" in r["error"]["message"], r
+        for g in got:
+            assert_ok(a.call("release", lock=g["lock"]))
+        assert_ok(b.response("head", timeout=5 * SLOW))
+        plain = a.call("acquire", resource=res, ttl_ms=20000)
+        assert_ok(plain)
+        assert_error(b.call("acquire", resource=res),
+                     "busy", "held by another owner")
+        assert_ok(a.call("release", lock=plain["lock"]))
+
+
 def test_permit_release_through_another_daemon(cluster, daemon,
                                                daemon_factory):
     d2 = daemon_factory.start(cluster, name="d2")

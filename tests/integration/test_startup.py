@@ -114,6 +114,8 @@ def test_help_exits_0():
     assert p.returncode == 0, (p.returncode, p.stderr)
     out = p.stdout.decode(errors="replace")
     assert "--node" in out and "--socket" in out, out[:2000]
+    # --metrics-listen serves health too (README.md's options table)
+    assert "GET /metrics and GET /v1/health" in " ".join(out.split()), out
     assert p.stderr == b"", p.stderr
 
 

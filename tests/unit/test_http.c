@@ -745,6 +745,12 @@ static void test_route_messages(void **state)
     assert_int_equal(
         route("PUT /v1/locks HTTP/1.1\r\n\r\n", &req, err, sizeof(err)), 405);
     assert_non_null(strstr(err, "POST"));
+    /* Acquire's query is refused before its body says what it lacks. */
+    assert_int_equal(route("POST /v1/locks?resource=a HTTP/1.1\r\n"
+                           "Content-Length: 2\r\n\r\n{}",
+                           &req, err, sizeof(err)),
+                     400);
+    assert_non_null(strstr(err, "query parameters are not read"));
     /* A long path is cut to fit err, not overflowed. */
     char small[16];
     assert_int_equal(route("GET /a-very-long-path-indeed HTTP/1.1\r\n\r\n",
