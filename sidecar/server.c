@@ -98,6 +98,7 @@ struct client {
     bool read_paused;
     bool closing;            /* close once the output is flushed */
     bool peer_eof;           /* peer shut its side: answer, then close */
+    bool bom_checked;        /* the stream's first bytes were not a BOM */
     bool detached;           /* calls and session let go already */
     bool lingering;          /* our side shut; discarding until EOF */
     size_t discarded;        /* bytes thrown away while lingering */
@@ -1141,6 +1142,22 @@ static enum framing framing_of(unsigned char first, bool metrics_only)
 static bool client_pick_framing(struct client *cl)
 {
     struct evbuffer *in = bufferevent_get_input(cl->bev);
+    if (!cl->bom_checked) {
+        /* A UTF-8 byte order mark first (some Windows tools write one) is
+         * dropped, as RFC 8259 lets a parser do, rather than taken for
+         * the first byte of an HTTP method. It may come in pieces. */
+        static const unsigned char bom[3] = {0xEF, 0xBB, 0xBF};
+        size_t n = evbuffer_get_length(in);
+        size_t look = n < 3 ? n : 3;
+        const unsigned char *p = evbuffer_pullup(in, (ssize_t)look);
+        if (p != NULL && memcmp(p, bom, look) == 0) {
+            if (look < 3) {
+                return false;
+            }
+            evbuffer_drain(in, 3);
+        }
+        cl->bom_checked = true;
+    }
     for (;;) {
         size_t n = evbuffer_get_length(in);
         if (n == 0) {

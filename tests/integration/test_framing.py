@@ -9,6 +9,7 @@ import socket
 import time
 
 from rl import SLOW, Client, Closed, assert_error, assert_ok, rname
+from test_bad_input import _send_and_drain
 
 
 def _warm(c):
@@ -162,3 +163,30 @@ def test_unterminated_last_line_is_answered(daemon_mod):
     with Client(daemon_mod.socket, timeout=5.0 * SLOW) as c:
         assert_ok(c.call("ping"))
 
+
+def test_byte_order_mark_at_the_start_is_dropped(daemon_mod):
+    """A UTF-8 BOM as a stream's first bytes (some Windows tools write one)
+    is dropped, also when it arrives in pieces, for NDJSON and HTTP alike;
+    anywhere else it is a byte like any other."""
+    bom = b"\xef\xbb\xbf"
+    with daemon_mod.client(timeout=5.0 * SLOW) as c:
+        c.send_raw(bom + b'{"op":"ping","id":1}\n')
+        assert c.read_msg() == {"id": 1, "ok": True}
+        c.send_raw(bom + b'{"op":"ping","id":2}\n')
+        rsp = c.read_msg()
+        assert rsp.get("ok") is False, rsp
+        assert rsp["error"]["code"] == "bad_request", rsp
+    with daemon_mod.client(timeout=5.0 * SLOW) as c:
+        for k in range(3):
+            c.send_raw(bom[k:k + 1])
+            time.sleep(0.05)
+        c.send_raw(b'{"op":"ping","id":3}\n')
+        assert c.read_msg() == {"id": 3, "ok": True}
+    got = _send_and_drain(daemon_mod.socket, bom + b"GET /v1/ping HTTP/1.1"
+                          b"\r\nHost: x\r\nConnection: close\r\n\r\n",
+                          5.0 * SLOW)
+    assert got.startswith(b"HTTP/1.1 200 "), got
+    # Part of a BOM is no BOM: its first byte picks HTTP, which refuses it.
+    got = _send_and_drain(daemon_mod.socket, b'\xef\xbb{"op":"ping"}\n',
+                          5.0 * SLOW)
+    assert got.startswith(b"HTTP/1.1 400 "), got
