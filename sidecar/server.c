@@ -387,26 +387,37 @@ static void http_next(struct client *cl);
 static void write_ndjson_error(struct client *cl, const char *id, size_t id_len,
                                enum proto_err err, const char *msg);
 
-/* At the peer's half-close, NDJSON bytes after the last newline are a
- * request that never ended: answer it, rather than drop it unanswered
- * (`printf '{"op":"ping"}' | socat ...`). Lines waiting behind a pause
- * are not here: reading, and so the EOF, waits for them. */
-static void ndjson_answer_unterminated(struct client *cl)
+/* At the peer's half-close: drains the bytes left after the last complete
+ * request and returns true when they are more than blanks (spaces, tabs,
+ * CRs, LFs), that is a request cut short, owed an answer rather than a
+ * silent close. */
+static bool client_drain_cut_request(struct client *cl)
 {
     struct evbuffer *in = bufferevent_get_input(cl->bev);
     size_t n = evbuffer_get_length(in);
-    if (cl->framing != FRAMING_NDJSON || cl->closing || cl->read_paused ||
-        n == 0) {
+    const unsigned char *p = n > 0 ? evbuffer_pullup(in, -1) : NULL;
+    size_t i = 0;
+    while (p != NULL && i < n && is_space(p[i])) {
+        i++;
+    }
+    evbuffer_drain(in, n);
+    return p != NULL && i < n;
+}
+
+/* NDJSON bytes after the last newline are a request that never ended
+ * (`printf '{"op":"ping"}' | socat ...`). Lines waiting behind a pause are
+ * not here: reading, and so the EOF, waits for them. */
+static void ndjson_answer_unterminated(struct client *cl)
+{
+    if (cl->framing != FRAMING_NDJSON || cl->closing || cl->read_paused) {
         return;
     }
-    const char *p = (const char *)evbuffer_pullup(in, -1);
-    if (p != NULL && !line_is_blank(p, n)) {
+    if (client_drain_cut_request(cl)) {
         METRIC_INC(requests_bad);
         write_ndjson_error(cl, NULL, 0, ERR_BAD_REQUEST,
                            "the input ended inside a line: every request "
                            "ends with a newline (\\n)");
     }
-    evbuffer_drain(in, n);
 }
 
 static void client_event_cb(struct bufferevent *bev, short events, void *arg)
@@ -971,24 +982,16 @@ static void http_serve_local(struct client *cl, const struct http_request *h,
 
 /* At the peer's half-close, with every complete request served: bytes
  * left are a request cut short (its head, or a body shorter than its
- * Content-Length). Answer it rather than close in silence. */
+ * Content-Length). CRLFs between requests are allowed (RFC 9112 2.2). */
 static void http_answer_unterminated(struct client *cl)
 {
-    struct evbuffer *in = bufferevent_get_input(cl->bev);
-    size_t n = evbuffer_get_length(in);
-    const unsigned char *p = n > 0 ? evbuffer_pullup(in, -1) : NULL;
-    size_t i = 0;
-    while (p != NULL && i < n && is_space(p[i])) {
-        i++; /* CRLFs between requests are allowed (RFC 9112 2.2) */
-    }
-    if (p != NULL && i < n) {
+    if (client_drain_cut_request(cl)) {
         METRIC_INC(requests_bad);
         write_http_error(cl, 400, ERR_BAD_REQUEST,
                          "the input ended inside a request (its head, or a "
                          "body shorter than its Content-Length)",
                          false, NULL, false);
     }
-    evbuffer_drain(in, n);
 }
 
 /* One buffered HTTP request: parses it and answers it or submits it.
