@@ -126,6 +126,7 @@ struct node {
     double rtt_ms;
     uint64_t reconnects;
     bool was_up; /* has been up at least once */
+    bool first_attempt_over; /* the first connect came up or failed */
     /* NOSCRIPT recovery (see node_handle_reply): while rec_active, new
      * commands are held back (their bytes in hbuf, they themselves at the
      * FIFO's tail from held on) until every command written before the
@@ -188,6 +189,9 @@ static void node_set_state(struct node *node, enum node_state state)
         break;
     default:
         abort();
+    }
+    if (state == NODE_UP || state == NODE_DOWN) {
+        node->first_attempt_over = true; /* also a failure before any socket */
     }
     if (old == state) {
         return;
@@ -1814,6 +1818,11 @@ bool node_restarted(const struct node *node)
 {
     return node->prev_up_run_id[0] != '\0' && node->up_run_id[0] != '\0' &&
            strcmp(node->prev_up_run_id, node->up_run_id) != 0;
+}
+
+bool node_first_attempt_pending(const struct node *node)
+{
+    return !node->first_attempt_over;
 }
 
 bool node_first_connection(const struct node *node)

@@ -165,6 +165,10 @@ bool node_is_persistent(const struct node *node);
  * estimated from INFO uptime_in_seconds at the last handshake; 0 unknown. */
 uint64_t node_started_us(const struct node *node);
 
+/* node_first_attempt_pending: the first connection attempt since
+ * node_create has neither come up nor failed yet. */
+bool node_first_attempt_pending(const struct node *node);
+
 /* node_first_connection: the connection that last came up is the first
  * of this node that came up in this daemon. */
 bool node_first_connection(const struct node *node);

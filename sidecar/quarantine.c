@@ -73,6 +73,7 @@ struct quarantine {
     struct qarg qargs[REDLOCK_MAX_NODES];
     int repair_generation[REDLOCK_MAX_NODES];
     bool first_seen_checked[REDLOCK_MAX_NODES]; /* start-up check done */
+    bool settled; /* every node's first connection came up or failed */
     int repair_attempt[REDLOCK_MAX_NODES];      /* retries: the back-off */
     bool repair_waiting[REDLOCK_MAX_NODES];     /* no sound read yet
                                                    (logged) */
@@ -99,9 +100,23 @@ void quarantine_note_grant(struct quarantine *q, uint32_t ttl_ms,
     redlock_grants_add(&q->grants, ttl_ms, sent_us, now_us);
 }
 
+/* A node young enough that a node still on its first handshake could
+ * show it restarted (restart_start_unsettled): it waits for that answer,
+ * or that attempt's failure, rather than let young nodes form a quorum in
+ * the milliseconds before an older node is seen. */
+static bool start_unsettled(const struct quarantine *q, const struct node *nd)
+{
+    return !q->cfg->unsafe_no_quarantine && nd != NULL && node_is_up(nd) &&
+           !node_is_persistent(nd) &&
+           restart_start_unsettled(node_started_us(nd), util_now_us(),
+                                   quarantine_period_ms(q));
+}
+
 bool quarantine_active(const struct quarantine *q, int i)
 {
-    return i >= 0 && i < q->n && q->quarantined[i];
+    return i >= 0 && i < q->n &&
+           (q->quarantined[i] ||
+            (!q->settled && start_unsettled(q, q->nodes[i])));
 }
 
 static void timer_arm_ms(struct quarantine *q, int i, uint64_t ms)
@@ -541,16 +556,51 @@ static void check_fresh_starts(struct quarantine *q)
     }
 }
 
+/* The start-up gate settles once no node is on its first attempt: from
+ * then on check_fresh_starts has seen every start time the nodes that
+ * answer will show. A node whose first connection failed before the loop
+ * ran changed no state, so it is read here, on the next node's change. */
+static void start_gate_update(struct quarantine *q, struct node *node)
+{
+    if (q->settled) {
+        return;
+    }
+    int pending = 0;
+    for (int j = 0; j < q->n; j++) {
+        /* NULL: not created yet (a state change inside node_create) */
+        if (q->nodes[j] == NULL || node_first_attempt_pending(q->nodes[j])) {
+            pending++;
+        }
+    }
+    if (pending == 0) {
+        q->settled = true;
+        log_debug(NULL, "every node answered or failed its first "
+                        "connection: the start-up check is settled");
+    } else if (!q->quarantined[node_index(node)] && start_unsettled(q, node)) {
+        log_info(NULL,
+                 "node %d: started %llu s ago without persistence: it "
+                 "counts once %d node(s) still connecting answer or fail",
+                 node_index(node) + 1,
+                 (unsigned long long)((util_now_us() - node_started_us(node)) /
+                                      1000000u),
+                 pending);
+    }
+}
+
 void quarantine_node_cb(struct node *node, enum node_state state, void *priv)
 {
     struct quarantine *q = priv;
     int i = node_index(node);
+    if (state == NODE_DOWN) {
+        start_gate_update(q, node);
+    }
     if (state != NODE_UP) {
         return;
     }
     if (!node_restarted(node)) {
         check_fresh_starts(q);
     }
+    start_gate_update(q, node);
     /* A node back may be what a waiting repair needs: try it now. */
     for (int j = 0; j < q->n; j++) {
         if (q->repair_waiting[j] && q->quarantined[j] && j != i) {

@@ -26,8 +26,9 @@ struct config;
 struct quarantine;
 
 /* quarantine_create: nodes is the array of n nodes the quarantine watches
- * and repairs (borrowed: owned by the caller, filled in after this call
- * and before the first state change, outliving the quarantine); cfg is
+ * and repairs (borrowed: owned by the caller, filled in after this call,
+ * each entry NULL until its node_create returns, outliving the
+ * quarantine; no node comes up before every entry is set); cfg is
  * borrowed likewise. fence_floor (borrowed) is the largest fence the
  * daemon handed out, a floor for every repair. Returns NULL on allocation
  * failure. */

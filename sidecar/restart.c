@@ -41,6 +41,13 @@ bool restart_fresh_start(uint64_t started_us, uint64_t oldest_us,
     return false;
 }
 
+bool restart_start_unsettled(uint64_t started_us, uint64_t now_us,
+                             uint32_t quarantine_ms)
+{
+    return started_us != 0 &&
+           now_us < started_us + (uint64_t)quarantine_ms * 1000u;
+}
+
 enum restart_verdict restart_reads_start(const struct restart_reads *r)
 {
     if (r->need == 0) {

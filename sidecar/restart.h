@@ -41,6 +41,14 @@ bool restart_fresh_start(uint64_t started_us, uint64_t oldest_us,
                          uint64_t now_us, uint32_t quarantine_ms,
                          uint64_t *left_ms);
 
+/* restart_start_unsettled: whether a node that started at started_us (0:
+ * not known) is young enough, at now_us, that a node still to answer its
+ * first handshake could show it started after it (restart_fresh_start);
+ * until every node has answered or failed once, such a node does not
+ * count. A node up longer than the quarantine is never fresh. */
+bool restart_start_unsettled(uint64_t started_us, uint64_t now_us,
+                             uint32_t quarantine_ms);
+
 /* The reads of one repair: each source node is read in full (its fence
  * counter and every SCAN step) or fails; the target's counter is raised
  * once `need` of them are read in full. */

@@ -383,3 +383,85 @@ def test_fresh_daemon_quarantines_a_node_started_later(cluster,
     assert not any(n.get("quarantined") for n in _health_nodes(dp)), \
         _health_nodes(dp)
     assert "after another node" not in dp.stderr_text()
+
+
+def _restart_three_and_pause_two(cluster):
+    """Nodes 1-3 restart empty once every node has been up 5 s; nodes 4
+    and 5, the older ones, keep their sockets but answer nothing."""
+    ok, _ = poll_until(lambda: min(_uptime_s(nd) for nd in cluster.nodes)
+                       >= 5, 15.0 * SLOW, 0.2)
+    assert ok, [_uptime_s(nd) for nd in cluster.nodes]
+    for nd in cluster.nodes[:3]:
+        nd.restart()
+    cluster.nodes[3].pause()
+    cluster.nodes[4].pause()
+
+
+def _wait_up(daemon, ks):
+    ok, _ = poll_until(lambda: all(
+        len(_health_nodes(daemon)) > k and
+        _health_nodes(daemon)[k].get("up") is True for k in ks),
+        10.0 * SLOW, 0.05)
+    assert ok, "%r\n%s" % (_health_nodes(daemon), daemon.stderr_tail(20))
+
+
+def test_fresh_daemon_young_nodes_wait_for_a_slow_older_node(cluster,
+                                                              daemon_factory):
+    """Three nodes restarted empty form a quorum by themselves. A daemon
+    started afterwards compares start times only with the nodes it has
+    seen, so while the two older nodes are still on their first handshake
+    the young three must not count: they wait for that handshake, and once
+    it shows them started later, they are quarantined."""
+    _restart_three_and_pause_two(cluster)
+    try:
+        # A connect timeout (10 x the node timeout) far past the steps below.
+        d = daemon_factory.start(cluster, name="dslow", wait_nodes=False,
+                                 extra=["--quarantine-ms", "60000",
+                                        "--node-timeout-ms", "3000"])
+        _wait_up(d, [0, 1, 2])
+        res = rname("young")
+        with d.client() as c:
+            r = c.call("acquire", resource=res, ttl_ms=10000)
+            assert_error(r, "no_quorum")
+        assert cluster.nodes[0].cmd("GET", lock_key(res)) is None
+        assert [bool(n.get("quarantined")) for n in _health_nodes(d)][:3] \
+            == [True, True, True], _health_nodes(d)
+        _wait_log(d, r"node [123]: started \d+ s ago without persistence: "
+                  r"it counts once 2 node\(s\) still connecting answer or "
+                  r"fail", 5.0 * SLOW)
+    finally:
+        cluster.nodes[3].resume()
+        cluster.nodes[4].resume()
+    _wait_up(d, [3, 4])
+    ok, _ = poll_until(lambda: [bool(n.get("quarantined")) for n in
+                                _health_nodes(d)] ==
+                       [True, True, True, False, False], 10.0 * SLOW, 0.05)
+    assert ok, "%r\n%s" % (_health_nodes(d), d.stderr_tail(20))
+    with d.client() as c:
+        assert_error(c.call("acquire", resource=rname("young"),
+                            ttl_ms=10000), "no_quorum")
+
+
+def test_fresh_daemon_young_nodes_count_when_the_older_never_answers(
+        cluster, daemon_factory):
+    """The wait is bounded by the first connection attempts: when the
+    older nodes answer nothing within the connect timeout (2.5 s at the
+    default node timeout), the daemon has nothing to compare with, and the
+    young nodes count (README, "Fencing and restarts")."""
+    _restart_three_and_pause_two(cluster)
+    try:
+        d = daemon_factory.start(cluster, name="dnever", wait_nodes=False,
+                                 extra=["--quarantine-ms", "60000"])
+        _wait_up(d, [0, 1, 2])
+        res = rname("never")
+        with d.client() as c:  # the lock lives as long as the connection
+            def acquired():
+                r = c.call("acquire", resource=res, ttl_ms=10000)
+                return r if r.get("ok") else None
+            r, _ = poll_until(acquired, 15.0 * SLOW, 0.2)
+            assert r, "%r\n%s" % (_health_nodes(d), d.stderr_tail(20))
+            assert [cluster.nodes[k].cmd("GET", lock_key(res))
+                    for k in range(3)] == [r["lock"].encode()] * 3
+    finally:
+        cluster.nodes[3].resume()
+        cluster.nodes[4].resume()

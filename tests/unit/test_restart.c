@@ -74,6 +74,22 @@ static void test_fresh_start(void **state)
     assert_int_equal(left, 86400000 - 30000);
 }
 
+/* Young nodes wait for every node's first answer; old ones never do,
+ * since no later start can make them fresh. */
+static void test_start_unsettled(void **state)
+{
+    (void)state;
+    uint64_t st = 100 * S;
+    assert_true(restart_start_unsettled(st, st, 30000));
+    assert_true(restart_start_unsettled(st, st + 30 * S - 1, 30000));
+    assert_false(restart_start_unsettled(st, st + 30 * S, 30000));
+    assert_false(restart_start_unsettled(st, st + 3600 * S, 30000));
+    /* a longer period keeps an older node waiting */
+    assert_true(restart_start_unsettled(st, st + 3600 * S, 86400000));
+    /* a start not known is not compared by the start-up check either */
+    assert_false(restart_start_unsettled(0, st, 30000));
+}
+
 static void test_reads_all_needed(void **state)
 {
     (void)state;
@@ -184,6 +200,7 @@ int main(void)
         cmocka_unit_test(test_action),
         cmocka_unit_test(test_oldest),
         cmocka_unit_test(test_fresh_start),
+        cmocka_unit_test(test_start_unsettled),
         cmocka_unit_test(test_reads_all_needed),
         cmocka_unit_test(test_reads_spare),
         cmocka_unit_test(test_reads_start),
