@@ -182,6 +182,30 @@ def test_400_query_on_acquire(cluster_mod, daemon_mod):
     assert cluster_mod.get_all(lock_key(res)) == [None] * 5
 
 
+def test_longest_resource_percent_encoded(cluster_mod, daemon_mod):
+    """A resource of the full 512 bytes, all of it non-ASCII, written the way
+    HTTP clients write it (every byte percent-encoded: 1536 bytes of
+    request-target), is inspected by path and released by ?resource=, not
+    refused 414 URI Too Long."""
+    sock = daemon_mod.socket
+    base = rname("hlong") + ":"
+    pad = 512 - len(base)
+    res = base + "x" * (pad % 2) + "\u00e9" * (pad // 2)
+    assert len(res.encode()) == 512
+    enc = "".join("%%%02X" % b for b in res.encode())
+    with HttpConn(sock) as h:
+        r = h.request("POST", "/v1/locks", {"resource": res,
+                                             "ttl_ms": 20000})
+        assert r.status == 200, r
+        tok = r.json()["lock"]
+        r = h.request("GET", "/v1/locks/%s?fence=false" % enc)
+        assert r.status == 200, r
+        assert r.json()["resource"] == res and r.json()["state"] == "held", r
+        r = h.request("DELETE", "/v1/locks/%s?resource=%s" % (tok, enc))
+        assert r.status == 200, r
+    assert cluster_mod.get_all(lock_key(res)) == [None] * 5
+
+
 def test_404_unknown_path(daemon_mod):
     # (GET of /v1/locks/... is inspect of the resource after the slash.)
     for method, path in (("GET", "/nope"), ("GET", "/v1/lock"),
