@@ -182,6 +182,34 @@ def test_400_query_on_acquire(cluster_mod, daemon_mod):
     assert cluster_mod.get_all(lock_key(res)) == [None] * 5
 
 
+def test_400_echoes_the_body_id(daemon_mod):
+    """A body whose id could be read gets it back with its 400, as the same
+    request gets it over NDJSON (proto/README.md: the id is echoed in error
+    responses whenever it could be read)."""
+    res = rname("hid")
+    tok = "a" * 32
+    cases = [  # method, path, body, id as echoed, field named
+        ("POST", "/v1/locks",
+         '{"id":"h-1","resource":"%s","ttl_ms":5}' % res, '"h-1"', "ttl_ms"),
+        ("POST", "/v1/locks", '{"id":1.50E+3,"resource":1}', "1.50E+3",
+         "resource"),
+        ("DELETE", "/v1/locks/" + tok, '{"id":7,"lock":"%s"}' % ("b" * 32),
+         "7", "lock"),
+        ("POST", "/v1/locks/%s/extend?resource=y" % tok,
+         '{"id":null,"resource":"x"}', "null", "resource"),
+    ]
+    with HttpConn(daemon_mod.socket) as h, daemon_mod.client() as c:
+        for method, path, body, id_text, field in cases:
+            r = h.request(method, path, body)
+            assert r.status == 400, (path, r)
+            assert_error(r.json(), "bad_request", field)
+            want = b'{"id":' + id_text.encode() + b","
+            assert r.body.startswith(want), (path, r)
+            if path == "/v1/locks":  # the same body as an NDJSON line
+                c.send_raw(b'{"op":"acquire",' + body[1:].encode() + b"\n")
+                assert c.read_line().startswith(want)
+
+
 def test_longest_resource_percent_encoded(cluster_mod, daemon_mod):
     """A resource of the full 512 bytes, all of it non-ASCII, written the way
     HTTP clients write it (every byte percent-encoded: 1536 bytes of
