@@ -335,6 +335,31 @@ def test_431_huge_headers(daemon_mod):
     assert rs and rs[0].status in (414, 431), rs
 
 
+def test_414_417_505_codes_and_close(daemon_mod):
+    """The other HTTP-level refusals proto/README.md lists: each its status
+    and code, and the connection closed after it."""
+    long_target = "/v1/locks/" + "a" * 2039  # 2049 bytes
+    cases = [
+        (b"GET %s HTTP/1.1\r\n\r\n" % long_target.encode(), 414,
+         "too_large"),
+        (b"POST /v1/locks HTTP/1.1\r\nExpect: 200-ok\r\n"
+         b"Content-Length: 2\r\n\r\n{}", 417, "bad_request"),
+        (b"GET /v1/ping HTTP/2.0\r\n\r\n", 505, "bad_request"),
+    ]
+    for data, status, code in cases:
+        with HttpConn(daemon_mod.socket) as h:
+            h.send_raw(data)
+            r = h.read_response(3.0)
+            assert r.status == status, (data[:40], r)
+            assert_error(r.json(), code)
+            assert h.is_closed(3.0), "still open after %d" % status
+    # One byte less is a request like any other (an inspect).
+    r = HttpConn.build("GET", long_target[:-1])[0]
+    with HttpConn(daemon_mod.socket) as h:
+        h.send_raw(r)
+        assert h.read_response(3.0).status == 400  # resource over 512 bytes
+
+
 def test_503_no_quorum(cluster, daemon):
     res = rname("h503")
     for nd in cluster.nodes[:3]:
