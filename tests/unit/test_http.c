@@ -846,6 +846,56 @@ static void test_target_fits_longest_resource(void **state)
     }
 }
 
+/* A control character sent percent-encoded is refused with the message the
+ * same character gets in JSON, not as a bad encoding (which it is not). */
+static void test_control_character_messages(void **state)
+{
+    static const struct {
+        const char *raw;
+        const char *message;
+    } cases[] = {
+        {"GET /v1/locks/a%1Fb HTTP/1.1\r\n\r\n",
+         "path: must not contain control characters"},
+        {"GET /v1/locks/a%00b HTTP/1.1\r\n\r\n",
+         "path: must not contain control characters"},
+        {"GET /v1/locks/a%7F HTTP/1.1\r\n\r\n",
+         "path: must not contain control characters"},
+        {"GET /v1/locks/a%zz HTTP/1.1\r\n\r\n", "bad percent-encoding in path"},
+        {"DELETE /v1/locks/" TOKEN "?resource=a%00 HTTP/1.1\r\n\r\n",
+         "resource: must not contain control characters"},
+        {"DELETE /v1/locks/" TOKEN "?resource=a%0a HTTP/1.1\r\n\r\n",
+         "resource: must not contain control characters"},
+        {"DELETE /v1/locks/" TOKEN "?resource=a%0 HTTP/1.1\r\n\r\n",
+         "resource: bad percent-encoding"},
+        {"GET /v1/locks?prefix=a%00 HTTP/1.1\r\n\r\n",
+         "prefix: must not contain control characters"},
+        {"GET /v1/locks?prefix=a%1f HTTP/1.1\r\n\r\n",
+         "prefix: must not contain control characters"},
+        {"GET /v1/locks?prefix=a%g1 HTTP/1.1\r\n\r\n",
+         "prefix: bad percent-encoding"},
+    };
+    struct http_limits lim = lim_default();
+    struct request req;
+    char err[PROTO_MSG_MAX];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct http_request h;
+        const char *got = err;
+        int rc;
+        err[0] = '\0';
+        if (http_parse(cases[i].raw, strlen(cases[i].raw), &lim, &h) ==
+            HTTP_ERROR) {
+            rc = h.error_status;
+            got = h.error_message;
+        } else {
+            rc = http_route(&h, &req, err, sizeof(err));
+        }
+        assert_int_equal(rc, 400);
+        assert_string_equal(got, cases[i].message);
+    }
+}
+
 static void test_route_lock_token(void **state)
 {
     static const char *const bad[] = {
@@ -1189,6 +1239,7 @@ int main(void)
         cmocka_unit_test(test_route_allow),
         cmocka_unit_test(test_route_get_locks),
         cmocka_unit_test(test_target_fits_longest_resource),
+        cmocka_unit_test(test_control_character_messages),
         cmocka_unit_test(test_route_lock_token),
         cmocka_unit_test(test_route_body),
         cmocka_unit_test(test_route_renew_refused),
