@@ -72,9 +72,9 @@ static bool is_ctl(unsigned char c)
 
 /* pct_decode: decodes the %XX escapes of src[0..n) into dst, which holds at
  * least n + 1 bytes, and NUL-terminates it. '+' stays '+'. Returns the
- * decoded length, or -1 on a truncated or non-hex escape, on %00 (which
+ * decoded length; -1 on a truncated or non-hex escape; -2 on %00 (which
  * would cut a C string short) and, when no_ctl, on any decoded control
- * character. */
+ * character, so the message can say what is wrong as the JSON one does. */
 static long pct_decode(const char *src, size_t n, char *dst, bool no_ctl)
 {
     size_t o = 0;
@@ -92,12 +92,12 @@ static long pct_decode(const char *src, size_t n, char *dst, bool no_ctl)
             }
             c = (unsigned char)(hi * 16 + lo);
             if (c == '\0') {
-                return -1;
+                return -2;
             }
             i += 2;
         }
         if (no_ctl && is_ctl(c)) {
-            return -1;
+            return -2;
         }
         dst[o++] = (char)c;
     }
@@ -198,8 +198,10 @@ static int parse_target(const char *t, size_t n, struct http_request *out,
 
     const char *q = memchr(t, '?', n);
     size_t plen = q != NULL ? (size_t)(q - t) : n;
-    if (pct_decode(t, plen, out->path, true) < 0) {
-        *msg = "bad percent-encoding in path";
+    long dlen = pct_decode(t, plen, out->path, true);
+    if (dlen < 0) {
+        *msg = dlen == -2 ? "path: must not contain control characters"
+                          : "bad percent-encoding in path";
         return 400;
     }
     if (q != NULL) {
@@ -633,9 +635,11 @@ static int query_param(const char *k, size_t kn, const char *v, size_t vn,
         return 400;
     }
     *seen |= 1u << which;
-    long dlen = pct_decode(v, vn, value, which != 0);
+    long dlen = pct_decode(v, vn, value, true);
     if (dlen < 0) {
-        snprintf(err, errlen, "%s: bad percent-encoding", names[which]);
+        snprintf(err, errlen, "%s: %s", names[which],
+                 dlen == -2 ? "must not contain control characters"
+                            : "bad percent-encoding");
         return 400;
     }
     switch (which) {
@@ -770,7 +774,9 @@ static int query_resource(const char *q, struct request *req, char *err,
         size_t vlen = eq != NULL ? plen - klen - 1 : 0;
         long dlen = pct_decode(eq != NULL ? eq + 1 : "", vlen, value, false);
         if (dlen < 0) {
-            snprintf(err, errlen, "resource: bad percent-encoding");
+            snprintf(err, errlen, "resource: %s",
+                     dlen == -2 ? "must not contain control characters"
+                                : "bad percent-encoding");
             return 400;
         }
         if (proto_validate_resource(value, (size_t)dlen, err, errlen) != 0) {

@@ -13,7 +13,11 @@
 
 #include "proto.h"
 
-#define HTTP_PATH_MAX 1024
+/* The request-target, path and query together: room for a resource of
+ * PROTO_RESOURCE_MAX bytes with every byte percent-encoded (clients encode
+ * all non-ASCII), plus the rest of the longest route and an absolute-form
+ * authority. */
+#define HTTP_PATH_MAX (3 * PROTO_RESOURCE_MAX + 512)
 
 enum http_method {
     HTTP_OTHER = 0, /* any method we do not serve: 405 */

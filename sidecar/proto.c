@@ -1402,8 +1402,31 @@ size_t proto_json_escape(const char *s, size_t len, char *out, size_t cap)
     return o.full ? 0 : o.len;
 }
 
-/* out_message: the error message, at most PROTO_MSG_MAX bytes of it, so
- * that any response fits in PROTO_RESPONSE_MAX. */
+/* msg_clip: the longest prefix of s[0..n) that out_esc turns into at most
+ * max bytes of string value: a malformed byte (a client's bytes quoted in a
+ * message, or a character cut by the caller's snprintf) counts as the three
+ * of the U+FFFD it becomes, and a well-formed character is never split. */
+static size_t msg_clip(const char *s, size_t n, size_t max)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    size_t value = 0;
+
+    while (i < n) {
+        size_t k = u[i] < 0x80 ? 1 : utf8_len(u + i, n - i);
+        size_t w = k > 0 ? k : 3;
+        if (value + w > max) {
+            break;
+        }
+        value += w;
+        i += k > 0 ? k : 1;
+    }
+    return i;
+}
+
+/* out_message: the error message, at most PROTO_MSG_MAX bytes of it once
+ * decoded, as the contract says, so that any response fits in
+ * PROTO_RESPONSE_MAX. */
 static void out_message(struct out *o, enum proto_err err, const char *msg)
 {
     size_t n = 0;
@@ -1414,7 +1437,7 @@ static void out_message(struct out *o, enum proto_err err, const char *msg)
     while (n <= PROTO_MSG_MAX && msg[n] != '\0') {
         n++;
     }
-    out_esc(o, msg, utf8_clip(msg, n, PROTO_MSG_MAX));
+    out_esc(o, msg, msg_clip(msg, n, PROTO_MSG_MAX));
 }
 
 /*

@@ -676,17 +676,28 @@ static void write_http(struct client *cl, int status, const char *ctype,
 
 /* head_only (HEAD): the head, with the Content-Length the body would have,
  * and no body, or a keep-alive client would read it as the next answer. */
-static void write_http_error(struct client *cl, int status, enum proto_err err,
-                             const char *msg, bool keep_alive,
-                             const char *allow, bool head_only)
+static void write_http_error_id(struct client *cl, int status, const char *id,
+                                size_t id_len, enum proto_err err,
+                                const char *msg, bool keep_alive,
+                                const char *allow, bool head_only)
 {
     char buf[PROTO_RESPONSE_MAX];
     struct response rsp = {0};
+    rsp.id = id_len ? id : NULL;
+    rsp.id_len = id_len;
     rsp.err = err;
     rsp.message = msg;
     size_t n = proto_encode_response(&rsp, buf, sizeof(buf));
     write_http(cl, status, "application/json", buf, n, keep_alive, allow,
                head_only);
+}
+
+static void write_http_error(struct client *cl, int status, enum proto_err err,
+                             const char *msg, bool keep_alive,
+                             const char *allow, bool head_only)
+{
+    write_http_error_id(cl, status, NULL, 0, err, msg, keep_alive, allow,
+                        head_only);
 }
 
 static void http_next(struct client *cl);
@@ -1047,11 +1058,14 @@ static bool http_one(struct client *cl)
     bool keep_alive = h.keep_alive;
     if (status != 0) {
         METRIC_INC(requests_bad);
+        /* The id, when the body's could be read, as over NDJSON; before
+         * the call that holds it is freed. */
+        write_http_error_id(cl, status, call->req.id, call->req.id_len,
+                            ERR_BAD_REQUEST, err, keep_alive,
+                            status == 405 ? http_route_allow(h.path) : NULL,
+                            head_only);
         call_unlink(cl, sc);
         call_free(s, sc);
-        write_http_error(cl, status, ERR_BAD_REQUEST, err, keep_alive,
-                         status == 405 ? http_route_allow(h.path) : NULL,
-                         head_only);
     } else if (cl->metrics_only && call->req.op != OP_HEALTH &&
                call->req.op != OP_METRICS) {
         /* Prometheus' port is reachable by more peers than the lock

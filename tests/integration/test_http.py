@@ -182,6 +182,58 @@ def test_400_query_on_acquire(cluster_mod, daemon_mod):
     assert cluster_mod.get_all(lock_key(res)) == [None] * 5
 
 
+def test_400_echoes_the_body_id(daemon_mod):
+    """A body whose id could be read gets it back with its 400, as the same
+    request gets it over NDJSON (proto/README.md: the id is echoed in error
+    responses whenever it could be read)."""
+    res = rname("hid")
+    tok = "a" * 32
+    cases = [  # method, path, body, id as echoed, field named
+        ("POST", "/v1/locks",
+         '{"id":"h-1","resource":"%s","ttl_ms":5}' % res, '"h-1"', "ttl_ms"),
+        ("POST", "/v1/locks", '{"id":1.50E+3,"resource":1}', "1.50E+3",
+         "resource"),
+        ("DELETE", "/v1/locks/" + tok, '{"id":7,"lock":"%s"}' % ("b" * 32),
+         "7", "lock"),
+        ("POST", "/v1/locks/%s/extend?resource=y" % tok,
+         '{"id":null,"resource":"x"}', "null", "resource"),
+    ]
+    with HttpConn(daemon_mod.socket) as h, daemon_mod.client() as c:
+        for method, path, body, id_text, field in cases:
+            r = h.request(method, path, body)
+            assert r.status == 400, (path, r)
+            assert_error(r.json(), "bad_request", field)
+            want = b'{"id":' + id_text.encode() + b","
+            assert r.body.startswith(want), (path, r)
+            if path == "/v1/locks":  # the same body as an NDJSON line
+                c.send_raw(b'{"op":"acquire",' + body[1:].encode() + b"\n")
+                assert c.read_line().startswith(want)
+
+
+def test_longest_resource_percent_encoded(cluster_mod, daemon_mod):
+    """A resource of the full 512 bytes, all of it non-ASCII, written the way
+    HTTP clients write it (every byte percent-encoded: 1536 bytes of
+    request-target), is inspected by path and released by ?resource=, not
+    refused 414 URI Too Long."""
+    sock = daemon_mod.socket
+    base = rname("hlong") + ":"
+    pad = 512 - len(base)
+    res = base + "x" * (pad % 2) + "\u00e9" * (pad // 2)
+    assert len(res.encode()) == 512
+    enc = "".join("%%%02X" % b for b in res.encode())
+    with HttpConn(sock) as h:
+        r = h.request("POST", "/v1/locks", {"resource": res,
+                                             "ttl_ms": 20000})
+        assert r.status == 200, r
+        tok = r.json()["lock"]
+        r = h.request("GET", "/v1/locks/%s?fence=false" % enc)
+        assert r.status == 200, r
+        assert r.json()["resource"] == res and r.json()["state"] == "held", r
+        r = h.request("DELETE", "/v1/locks/%s?resource=%s" % (tok, enc))
+        assert r.status == 200, r
+    assert cluster_mod.get_all(lock_key(res)) == [None] * 5
+
+
 def test_404_unknown_path(daemon_mod):
     # (GET of /v1/locks/... is inspect of the resource after the slash.)
     for method, path in (("GET", "/nope"), ("GET", "/v1/lock"),
@@ -281,6 +333,31 @@ def test_431_huge_headers(daemon_mod):
                        b" HTTP/1.1\r\nHost: x\r\n\r\n")
     print("70 kB URI -> %r" % [r.status for r in rs])
     assert rs and rs[0].status in (414, 431), rs
+
+
+def test_414_417_505_codes_and_close(daemon_mod):
+    """The other HTTP-level refusals proto/README.md lists: each its status
+    and code, and the connection closed after it."""
+    long_target = "/v1/locks/" + "a" * 2039  # 2049 bytes
+    cases = [
+        (b"GET %s HTTP/1.1\r\n\r\n" % long_target.encode(), 414,
+         "too_large"),
+        (b"POST /v1/locks HTTP/1.1\r\nExpect: 200-ok\r\n"
+         b"Content-Length: 2\r\n\r\n{}", 417, "bad_request"),
+        (b"GET /v1/ping HTTP/2.0\r\n\r\n", 505, "bad_request"),
+    ]
+    for data, status, code in cases:
+        with HttpConn(daemon_mod.socket) as h:
+            h.send_raw(data)
+            r = h.read_response(3.0)
+            assert r.status == status, (data[:40], r)
+            assert_error(r.json(), code)
+            assert h.is_closed(3.0), "still open after %d" % status
+    # One byte less is a request like any other (an inspect).
+    r = HttpConn.build("GET", long_target[:-1])[0]
+    with HttpConn(daemon_mod.socket) as h:
+        h.send_raw(r)
+        assert h.read_response(3.0).status == 400  # resource over 512 bytes
 
 
 def test_503_no_quorum(cluster, daemon):

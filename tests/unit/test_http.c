@@ -369,7 +369,7 @@ static void test_target_length(void **state)
 {
     struct http_limits lim = lim_default();
     struct http_request r;
-    char buf[2048];
+    char buf[HTTP_PATH_MAX + 64];
     size_t n;
 
     (void)state;
@@ -813,6 +813,89 @@ static void test_route_get_locks(void **state)
     assert_string_equal(err, "bogus: unknown query parameter");
 }
 
+/* The longest targets a valid request can have: a resource of
+ * PROTO_RESOURCE_MAX bytes, every byte percent-encoded (curl and the client
+ * libraries encode all non-ASCII), in the path of an inspect, in the query
+ * of a release or in a locks prefix with every other parameter at its
+ * longest. Each must route, not be refused 414. */
+static void test_target_fits_longest_resource(void **state)
+{
+    char enc[3 * PROTO_RESOURCE_MAX + 1];
+    static const char *const formats[] = {
+        "GET /v1/locks/%s?fence=false HTTP/1.1\r\n\r\n",
+        "DELETE /v1/locks/" TOKEN "?resource=%s HTTP/1.1\r\n\r\n",
+        "POST /v1/locks/" TOKEN "/complete?resource=%s HTTP/1.1\r\n\r\n",
+        "GET /v1/locks?prefix=%s&limit=1000&cursor=ffffffffffffffff "
+        "HTTP/1.1\r\n\r\n",
+        "GET http://localhost/v1/locks/%s?fence=false HTTP/1.1\r\n\r\n",
+    };
+    char raw[sizeof(enc) + 256];
+    struct request req;
+    char err[PROTO_MSG_MAX];
+
+    (void)state;
+    for (size_t i = 0; i < PROTO_RESOURCE_MAX / 2; i++) {
+        memcpy(enc + 6 * i, "%C3%A9", 6); /* U+00E9, two bytes */
+    }
+    enc[3 * PROTO_RESOURCE_MAX] = '\0';
+    for (size_t k = 0; k < sizeof(formats) / sizeof(formats[0]); k++) {
+        snprintf(raw, sizeof(raw), formats[k], enc);
+        assert_int_equal(route(raw, &req, err, sizeof(err)), 0);
+        size_t got = req.op == OP_LOCKS ? req.prefix_len : req.resource_len;
+        assert_int_equal(got, PROTO_RESOURCE_MAX);
+    }
+}
+
+/* A control character sent percent-encoded is refused with the message the
+ * same character gets in JSON, not as a bad encoding (which it is not). */
+static void test_control_character_messages(void **state)
+{
+    static const struct {
+        const char *raw;
+        const char *message;
+    } cases[] = {
+        {"GET /v1/locks/a%1Fb HTTP/1.1\r\n\r\n",
+         "path: must not contain control characters"},
+        {"GET /v1/locks/a%00b HTTP/1.1\r\n\r\n",
+         "path: must not contain control characters"},
+        {"GET /v1/locks/a%7F HTTP/1.1\r\n\r\n",
+         "path: must not contain control characters"},
+        {"GET /v1/locks/a%zz HTTP/1.1\r\n\r\n", "bad percent-encoding in path"},
+        {"DELETE /v1/locks/" TOKEN "?resource=a%00 HTTP/1.1\r\n\r\n",
+         "resource: must not contain control characters"},
+        {"DELETE /v1/locks/" TOKEN "?resource=a%0a HTTP/1.1\r\n\r\n",
+         "resource: must not contain control characters"},
+        {"DELETE /v1/locks/" TOKEN "?resource=a%0 HTTP/1.1\r\n\r\n",
+         "resource: bad percent-encoding"},
+        {"GET /v1/locks?prefix=a%00 HTTP/1.1\r\n\r\n",
+         "prefix: must not contain control characters"},
+        {"GET /v1/locks?prefix=a%1f HTTP/1.1\r\n\r\n",
+         "prefix: must not contain control characters"},
+        {"GET /v1/locks?prefix=a%g1 HTTP/1.1\r\n\r\n",
+         "prefix: bad percent-encoding"},
+    };
+    struct http_limits lim = lim_default();
+    struct request req;
+    char err[PROTO_MSG_MAX];
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct http_request h;
+        const char *got = err;
+        int rc;
+        err[0] = '\0';
+        if (http_parse(cases[i].raw, strlen(cases[i].raw), &lim, &h) ==
+            HTTP_ERROR) {
+            rc = h.error_status;
+            got = h.error_message;
+        } else {
+            rc = http_route(&h, &req, err, sizeof(err));
+        }
+        assert_int_equal(rc, 400);
+        assert_string_equal(got, cases[i].message);
+    }
+}
+
 static void test_route_lock_token(void **state)
 {
     static const char *const bad[] = {
@@ -1155,6 +1238,8 @@ int main(void)
         cmocka_unit_test(test_route_messages),
         cmocka_unit_test(test_route_allow),
         cmocka_unit_test(test_route_get_locks),
+        cmocka_unit_test(test_target_fits_longest_resource),
+        cmocka_unit_test(test_control_character_messages),
         cmocka_unit_test(test_route_lock_token),
         cmocka_unit_test(test_route_body),
         cmocka_unit_test(test_route_renew_refused),

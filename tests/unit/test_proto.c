@@ -798,6 +798,36 @@ static void test_encode_message_clipped(void **state)
     cJSON_Delete(j);
 }
 
+/* The message's limit holds for the value a client decodes: bytes the
+ * encoder replaces by U+FFFD (three bytes each) count as such. */
+static void test_encode_message_clipped_after_replacement(void **state)
+{
+    char msg[PROTO_MSG_MAX + 100];
+    char out[PROTO_RESPONSE_MAX];
+    struct response rsp = {.err = ERR_BAD_REQUEST, .message = msg};
+
+    (void)state;
+    for (int k = 0; k < 2; k++) {
+        if (k == 0) { /* a caller's snprintf cut a character in half */
+            memset(msg, 'a', PROTO_MSG_MAX - 2);
+            msg[PROTO_MSG_MAX - 2] = '\xc3';
+            msg[PROTO_MSG_MAX - 1] = '\0';
+        } else { /* a client's bytes quoted, none of them UTF-8 */
+            memset(msg, '\xff', sizeof(msg) - 1);
+            msg[sizeof(msg) - 1] = '\0';
+        }
+        assert_int_not_equal(proto_encode_response(&rsp, out, sizeof(out)), 0);
+        cJSON *j = cJSON_Parse(out);
+        assert_non_null(j);
+        const char *m =
+            cJSON_GetObjectItem(cJSON_GetObjectItem(j, "error"), "message")
+                ->valuestring;
+        assert_true(strlen(m) > 0);
+        assert_true(strlen(m) <= PROTO_MSG_MAX);
+        cJSON_Delete(j);
+    }
+}
+
 static void test_encode_raw_bytes_escaped(void **state)
 {
     const char res[] = {'a', '\0', 'b', '\xff'};
@@ -1641,6 +1671,7 @@ int main(void)
         cmocka_unit_test(test_encode_id_roundtrip_from_decode),
         cmocka_unit_test(test_encode_error_every_code),
         cmocka_unit_test(test_encode_message_clipped),
+        cmocka_unit_test(test_encode_message_clipped_after_replacement),
         cmocka_unit_test(test_encode_raw_bytes_escaped),
         cmocka_unit_test(test_encode_capacity),
         cmocka_unit_test(test_encode_worst_case_fits),
