@@ -946,7 +946,8 @@ size_t http_format_head(int status, const char *content_type, size_t body_len,
                      content_type != NULL ? "Content-Type: " : "",
                      content_type != NULL ? content_type : "",
                      content_type != NULL ? "\r\n" : "", body_len,
-                     keep_alive ? "" : "Connection: close\r\n",
+                     keep_alive ? "Connection: keep-alive\r\n"
+                                : "Connection: close\r\n",
                      allow != NULL ? "Allow: " : "", allow != NULL ? allow : "",
                      allow != NULL ? "\r\n" : "");
     }

@@ -83,7 +83,9 @@ const char *http_route_allow(const char *path);
 
 /* http_format_head: the status line and headers of a response with a body of
  * body_len bytes; returns the length written or 0 if it did not fit. allow
- * is the Allow header value for 405, else NULL. */
+ * is the Allow header value for 405, else NULL. The Connection header says
+ * keep-alive or close either way: an HTTP/1.0 client (ab -k) takes a
+ * response without it for one that ends at the close. */
 size_t http_format_head(int status, const char *content_type, size_t body_len,
                         bool keep_alive, const char *allow, char *out,
                         size_t cap);

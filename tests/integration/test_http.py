@@ -394,6 +394,29 @@ def test_keep_alive_two_urls_one_connection(daemon_mod):
     assert after - before == 2, (before, after)
 
 
+def test_http10_keep_alive_is_said(daemon_mod):
+    """An HTTP/1.0 client asks for keep-alive with a header and keeps the
+    connection only if the answer says so (ab -k); without it, it waits
+    for a close that never comes. HTTP/1.1 answers say it too."""
+    with HttpConn(daemon_mod.socket) as h:
+        for _ in range(2):
+            h.send_raw(b"GET /v1/ping HTTP/1.0\r\n"
+                       b"Connection: Keep-Alive\r\n\r\n")
+            r = h.read_response(3.0)
+            assert r.status == 200, r
+            assert r.headers.get("connection") == "keep-alive", r.headers
+        assert not h.is_closed(0.3), "closed a keep-alive HTTP/1.0 connection"
+    with HttpConn(daemon_mod.socket) as h:
+        h.send_raw(b"GET /v1/ping HTTP/1.0\r\n\r\n")
+        r = h.read_response(3.0)
+        assert r.headers.get("connection") == "close", r.headers
+        assert h.is_closed(3.0)
+    with HttpConn(daemon_mod.socket) as h:
+        h.send_raw(b"GET /v1/ping HTTP/1.1\r\nHost: x\r\n\r\n")
+        r = h.read_response(3.0)
+        assert r.headers.get("connection") == "keep-alive", r.headers
+
+
 def test_pipelined_raw_requests_in_order(cluster_mod, daemon_mod):
     res = rname("hpipe")
     body = json.dumps({"resource": res, "ttl_ms": 10000}).encode()

@@ -1145,7 +1145,8 @@ static void test_format_head(void **state)
                          sizeof(out));
     assert_string_equal(out, "HTTP/1.1 200 OK\r\n"
                              "Content-Type: application/json\r\n"
-                             "Content-Length: 42\r\n\r\n");
+                             "Content-Length: 42\r\n"
+                             "Connection: keep-alive\r\n\r\n");
     assert_int_equal(n, strlen(out));
 
     n = http_format_head(405, "application/json", 7, false, "GET, HEAD", out,
@@ -1159,7 +1160,8 @@ static void test_format_head(void **state)
 
     n = http_format_head(503, NULL, 0, true, NULL, out, sizeof(out));
     assert_string_equal(out, "HTTP/1.1 503 Service Unavailable\r\n"
-                             "Content-Length: 0\r\n\r\n");
+                             "Content-Length: 0\r\n"
+                             "Connection: keep-alive\r\n\r\n");
     assert_int_equal(n, strlen(out));
 
     n = http_format_head(100, "x", 5, false, NULL, out, sizeof(out));
@@ -1167,7 +1169,8 @@ static void test_format_head(void **state)
     assert_int_equal(n, 25);
 
     /* Too small: 0, never a cut head. */
-    const char *ok = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+    const char *ok = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n"
+                     "Connection: keep-alive\r\n\r\n";
     assert_int_equal(
         http_format_head(200, NULL, 0, true, NULL, out, strlen(ok)), 0);
     assert_int_equal(
