@@ -493,7 +493,9 @@ enum http_parse_result http_parse(const char *buf, size_t len,
     }
 
     if (st.has_te) {
-        return fail(out, 411, "Content-Length required");
+        return fail(out, 411,
+                    "Transfer-Encoding is not supported: send the body "
+                    "with a Content-Length alone");
     }
     if (st.expect_unknown) {
         return fail(out, 417, "unsupported expectation");

@@ -277,7 +277,18 @@ static void test_transfer_encoding_message(void **state)
                                &r),
                      HTTP_ERROR);
     assert_int_equal(r.error_status, 411);
-    assert_string_equal(r.error_message, "Content-Length required");
+    assert_string_equal(r.error_message,
+                        "Transfer-Encoding is not supported: send the body "
+                        "with a Content-Length alone");
+    /* beside a Content-Length too: the same refusal, the same words */
+    assert_int_equal(parse_str("POST /v1/locks HTTP/1.1\r\nContent-Length: "
+                               "2\r\nTransfer-Encoding: identity\r\n\r\n{}",
+                               &r),
+                     HTTP_ERROR);
+    assert_int_equal(r.error_status, 411);
+    assert_string_equal(r.error_message,
+                        "Transfer-Encoding is not supported: send the body "
+                        "with a Content-Length alone");
 }
 
 /* ---- http_parse: limits ---- */
