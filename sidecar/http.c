@@ -739,14 +739,45 @@ static bool body_blank(const char *s, size_t n)
     return true;
 }
 
-/* query_resource: applies "resource=" from a lock route's raw query. Only
- * %XX escapes are decoded ('+' is a plus: resources may contain one). A
- * resource in both body and query must be the same. Returns 0 or 400. */
-static int query_resource(const char *q, struct request *req, char *err,
-                          size_t errlen)
+/* query_permit: a permit= value (raw[0..rawn), %XX-decoded), decimal as a
+ * JSON integer (no sign, no leading zero), 0..PROTO_PERMITS_MAX - 1, into
+ * req. Returns 0 or 400. */
+static int query_permit(const char *raw, size_t rawn, struct request *req,
+                        char *err, size_t errlen)
+{
+    char v[HTTP_PATH_MAX + 1];
+    long n = rawn <= HTTP_PATH_MAX ? pct_decode(raw, rawn, v, true) : -1;
+    size_t vn = n > 0 ? (size_t)n : 0;
+    unsigned x = 0;
+    bool ok = vn > 0 && vn <= 4 && (vn == 1 || v[0] != '0');
+    for (size_t i = 0; ok && i < vn; i++) {
+        ok = v[i] >= '0' && v[i] <= '9';
+        x = x * 10 + (unsigned)(v[i] - '0');
+    }
+    if (!ok || x > PROTO_PERMITS_MAX - 1) {
+        snprintf(err, errlen, "permit: must be an integer in 0..%d",
+                 PROTO_PERMITS_MAX - 1);
+        return 400;
+    }
+    if (req->has_permit && req->permit != x) {
+        snprintf(err, errlen, "permit: body and query disagree");
+        return 400;
+    }
+    req->permit = x;
+    req->has_permit = true;
+    return 0;
+}
+
+/* query_lock_members: applies "resource=" and "permit=" from a lock route's raw
+ * query. Only %XX escapes are decoded ('+' is a plus: resources may contain
+ * one). A member in both body and query must be the same. Returns 0 or
+ * 400. */
+static int query_lock_members(const char *q, struct request *req, char *err,
+                              size_t errlen)
 {
     char value[HTTP_PATH_MAX + 1];
     bool seen = false;
+    bool seen_permit = false;
     size_t i = 0;
     size_t n = strlen(q);
 
@@ -763,6 +794,20 @@ static int query_resource(const char *q, struct request *req, char *err,
         }
         const char *eq = memchr(p, '=', plen);
         size_t klen = eq != NULL ? (size_t)(eq - p) : plen;
+        size_t vlen = eq != NULL ? plen - klen - 1 : 0;
+        if (klen == 6 && memcmp(p, "permit", 6) == 0) {
+            if (seen_permit) {
+                snprintf(err, errlen, "permit: given twice in the query");
+                return 400;
+            }
+            seen_permit = true;
+            int rc =
+                query_permit(eq != NULL ? eq + 1 : "", vlen, req, err, errlen);
+            if (rc != 0) {
+                return rc;
+            }
+            continue;
+        }
         if (klen != 8 || memcmp(p, "resource", 8) != 0) {
             snprintf(err, errlen, "%.*s: unknown query parameter",
                      (int)(klen < 64 ? klen : 64), p);
@@ -773,7 +818,6 @@ static int query_resource(const char *q, struct request *req, char *err,
             return 400;
         }
         seen = true;
-        size_t vlen = eq != NULL ? plen - klen - 1 : 0;
         long dlen = pct_decode(eq != NULL ? eq + 1 : "", vlen, value, false);
         if (dlen < 0) {
             snprintf(err, errlen, "resource: %s",
@@ -873,7 +917,7 @@ int http_route(const struct http_request *hreq, struct request *req, char *err,
         snprintf(err, errlen, "lock: does not match the path");
         return 400;
     }
-    int rc = query_resource(hreq->query, req, err, errlen);
+    int rc = query_lock_members(hreq->query, req, err, errlen);
     if (rc != 0) {
         return rc;
     }

@@ -118,6 +118,33 @@ def test_permit_release_through_another_daemon(cluster, daemon,
     assert not _sem_keys(cluster, res)
 
 
+def test_permit_in_the_query_through_another_daemon(cluster, daemon,
+                                                    daemon_factory):
+    """Over HTTP the permit may ride in the query, as the resource does:
+    curl -X DELETE '.../v1/locks/T?resource=r&permit=1', no body."""
+    d2 = daemon_factory.start(cluster, name="d2")
+    res = rname("semq")
+    r = curl1(daemon.socket, "-X", "POST", U + "/v1/locks",
+              "--data-binary", json.dumps({"resource": res, "permits": 2,
+                                           "ttl_ms": 20000}))
+    g = r.json()
+    assert_ok(g)
+    base = "%s/v1/locks/%s?resource=%s" % (U, g["lock"], res)
+    r = curl1(d2.socket, "-X", "POST",
+              base.replace("?", "/extend?") + "&permit=%d" % g["permit"])
+    assert r.status == 200, r
+    assert_ok(r.json())
+    r = curl1(d2.socket, "-X", "DELETE", base + "&permit=%d" %
+              ((g["permit"] + 1) % 2))
+    assert r.status == 404, r
+    assert_error(r.json(), "not_held")
+    assert _sem_keys(cluster, res)
+    r = curl1(d2.socket, "-X", "DELETE", base + "&permit=%d" % g["permit"])
+    assert r.status == 200, r
+    assert_ok(r.json())
+    assert not _sem_keys(cluster, res)
+
+
 def test_permit_renew_session_complete(cluster_mod, daemon_mod):
     res = rname("semr")
     with daemon_mod.client() as a:

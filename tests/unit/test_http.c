@@ -1057,6 +1057,84 @@ static void test_route_renew_refused(void **state)
     assert_false(req.renew);
 }
 
+/* A permit of a semaphore, for a release, extend or complete through a
+ * daemon that did not take it: as in the body, with the same range. */
+static void test_route_query_permit(void **state)
+{
+    struct request req;
+    char err[PROTO_MSG_MAX];
+
+    (void)state;
+    assert_int_equal(route("DELETE /v1/locks/" TOKEN "?resource=api&permit=2"
+                           " HTTP/1.1\r\n\r\n",
+                           &req, err, sizeof(err)),
+                     0);
+    assert_int_equal(req.op, OP_RELEASE);
+    assert_string_equal(req.resource, "api");
+    assert_true(req.has_permit);
+    assert_int_equal(req.permit, 2);
+    assert_int_equal(route("POST /v1/locks/" TOKEN "/complete?permit=0&"
+                           "resource=api HTTP/1.1\r\n\r\n",
+                           &req, err, sizeof(err)),
+                     0);
+    assert_int_equal(req.op, OP_COMPLETE);
+    assert_true(req.has_permit);
+    assert_int_equal(req.permit, 0);
+    assert_int_equal(route("POST /v1/locks/" TOKEN "/extend?resource=api&"
+                           "permit=1023 HTTP/1.1\r\n\r\n",
+                           &req, err, sizeof(err)),
+                     0);
+    assert_int_equal(req.permit, 1023);
+    assert_int_equal(route("DELETE /v1/locks/" TOKEN "?permit=%31 HTTP/1.1"
+                           "\r\n\r\n",
+                           &req, err, sizeof(err)),
+                     0);
+    assert_int_equal(req.permit, 1);
+    /* no permit: none */
+    assert_int_equal(route("DELETE /v1/locks/" TOKEN "?resource=api HTTP/1.1"
+                           "\r\n\r\n",
+                           &req, err, sizeof(err)),
+                     0);
+    assert_false(req.has_permit);
+
+    /* body and query: the same, or refused */
+    assert_int_equal(route_body("POST /v1/locks/" TOKEN "/extend?permit=3",
+                                "{\"permit\":3}", &req, err, sizeof(err)),
+                     0);
+    assert_int_equal(req.permit, 3);
+    assert_int_equal(route_body("POST /v1/locks/" TOKEN "/extend?permit=3",
+                                "{\"permit\":4}", &req, err, sizeof(err)),
+                     400);
+    assert_string_equal(err, "permit: body and query disagree");
+
+    static const char *const bad[] = {
+        "1024", "-1", "+1",  "01", "00",    "1.0",  "1e2",
+        "",     "x",  "%00", "%2", "99999", "1%20",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
+        char line[160];
+        snprintf(line, sizeof(line),
+                 "DELETE /v1/locks/" TOKEN "?permit=%s HTTP/1.1\r\n\r\n",
+                 bad[i]);
+        int rc = route(line, &req, err, sizeof(err));
+        if (rc != 400) {
+            print_error("permit=%s: got %d\n", bad[i], rc);
+        }
+        assert_int_equal(rc, 400);
+        assert_string_equal(err, "permit: must be an integer in 0..1023");
+    }
+    assert_int_equal(route("DELETE /v1/locks/" TOKEN "?permit HTTP/1.1\r\n"
+                           "\r\n",
+                           &req, err, sizeof(err)),
+                     400);
+    assert_string_equal(err, "permit: must be an integer in 0..1023");
+    assert_int_equal(route("DELETE /v1/locks/" TOKEN "?permit=1&permit=1 "
+                           "HTTP/1.1\r\n\r\n",
+                           &req, err, sizeof(err)),
+                     400);
+    assert_string_equal(err, "permit: given twice in the query");
+}
+
 static void test_route_query_resource(void **state)
 {
     struct request req;
@@ -1258,6 +1336,7 @@ int main(void)
         cmocka_unit_test(test_route_body),
         cmocka_unit_test(test_route_renew_refused),
         cmocka_unit_test(test_route_query_resource),
+        cmocka_unit_test(test_route_query_permit),
         cmocka_unit_test(test_format_head),
         cmocka_unit_test(test_status_text),
         cmocka_unit_test(test_limits_default),
