@@ -9,7 +9,7 @@ import re
 import time
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
-from .errors import BadRequestError
+from .errors import BadRequestError, TooLargeError
 
 log = logging.getLogger("redlockd")
 
@@ -17,6 +17,11 @@ DEFAULT_SOCKET = "./redlockd.sock"
 # Client-side slack added to wait_ms for every request's timeout (seconds).
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_CONNECT_TIMEOUT = 5.0
+# The daemon's default --max-line-bytes. A longer request line is refused
+# here: the daemon would answer too_large and close the connection, and
+# with it every session lock this client holds (the Go and Node clients
+# refuse it too).
+MAX_REQUEST_BYTES = 65536
 # Largest response line accepted before the connection is dropped.  The
 # daemon's own responses are a few hundred bytes; health grows with nodes.
 MAX_RESPONSE_LINE = 16 * 1024 * 1024
@@ -39,9 +44,13 @@ def encode(req: Dict[str, Any]) -> bytes:
     try:
         text = json.dumps(req, ensure_ascii=False, separators=(",", ":"),
                           allow_nan=False)
-        return text.encode("utf-8") + b"\n"
+        line = text.encode("utf-8") + b"\n"
     except (TypeError, ValueError) as e:  # UnicodeEncodeError is a ValueError
         raise BadRequestError("cannot encode request: %s" % e) from None
+    if len(line) - 1 > MAX_REQUEST_BYTES:  # the daemon does not count "\n"
+        raise TooLargeError("request line of %d bytes is over %d (not sent)"
+                            % (len(line) - 1, MAX_REQUEST_BYTES))
+    return line
 
 
 def decode(line: bytes) -> Tuple[Optional[Dict[str, Any]], Optional[int]]:
