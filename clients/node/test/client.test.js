@@ -596,6 +596,22 @@ describe('client-side checks (nothing sent that would drop the connection)', () 
     await lock.release();
   });
 
+  test('options that are not an object are refused, not ignored', async () => {
+    // acquire(r, 5000) is node-redlock's call, and complete(lock, keep) the
+    // Python and Go clients'; ignoring the number would take the defaults.
+    const c = client();
+    const r = uniq();
+    await assert.rejects(c.acquire(r, 5000), { name: 'BadRequestError', message: /acquire: options must be an object/ });
+    await assert.rejects(c.using(r, 5000, async () => 'ran'), /using: options must be an object/);
+    await assert.rejects(c.campaign(r, 5000), /campaign: options must be an object/);
+    const lock = await c.acquire(r, null); // null: the defaults, as undefined
+    await assert.rejects(c.complete(lock, 60_000), /complete: options must be an object/);
+    await assert.rejects(c.release(lock, 'x'), BadRequestError);
+    assert.equal(lock.signal.aborted, false);
+    await c.complete(lock, { keepMs: 60_000 });
+    await assert.rejects(c.acquire(r), DoneError);
+  });
+
   test('a request line over maxLineBytes is refused locally', async () => {
     const c = client();
     await assert.rejects(c.request({ op: 'ping', pad: 'x'.repeat(70_000) }), TooLargeError);
