@@ -449,7 +449,9 @@ export class RedlockClient extends EventEmitter {
    */
   constructor(options = {}) {
     super();
-    this.path = options.path ?? process.env.REDLOCKD_SOCKET ?? './redlockd.sock';
+    // An empty value is no value, as in the other clients (and net.connect
+    // would take an empty path for TCP to localhost).
+    this.path = options.path || process.env.REDLOCKD_SOCKET || './redlockd.sock';
     this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     this.maxLineBytes = options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES;

@@ -60,6 +60,12 @@ describe('basics', () => {
       delete process.env.REDLOCKD_SOCKET;
       assert.equal(new RedlockClient().path, './redlockd.sock');
       assert.equal(new RedlockClient({ path: '/p.sock' }).path, '/p.sock');
+      // Set but empty (compose's `REDLOCKD_SOCKET: ${SOCK}` with SOCK
+      // unset) is unset, as for the Python and Go clients and redlockctl:
+      // an empty path made node connect over TCP to 127.0.0.1.
+      process.env.REDLOCKD_SOCKET = '';
+      assert.equal(new RedlockClient().path, './redlockd.sock');
+      assert.equal(new RedlockClient({ path: '' }).path, './redlockd.sock');
     } finally {
       if (saved === undefined) delete process.env.REDLOCKD_SOCKET;
       else process.env.REDLOCKD_SOCKET = saved;
