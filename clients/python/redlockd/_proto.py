@@ -9,7 +9,7 @@ import re
 import time
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
-from .errors import BadRequestError, TooLargeError
+from .errors import BadRequestError, NotHeldError, TooLargeError
 
 log = logging.getLogger("redlockd")
 
@@ -195,6 +195,17 @@ class BaseLock:
         return "<%s %s resource=%r validity_ms=%s fence=%s %s>" % (
             type(self).__name__, self.token, self.resource,
             self.validity_ms, self.fence, state)
+
+
+def exit_lost(lock: BaseLock, et: Any) -> None:
+    """Leaving a ``lock()`` block whose lock was lost.  The daemon dropped
+    it already (after its lost event, or with the session), so nothing is
+    sent: a release could only fail, with whatever the moment gives
+    (no_quorum while the nodes are away, a lost connection).  A block that
+    ended normally ran partly unprotected: NotHeldError, as documented."""
+    if et is None:
+        raise NotHeldError("lock on '%s' lost (%s) before the block ended"
+                           % (lock.resource, lock.lost_reason or "lost"))
 
 
 def lock_from_response(cls: Any, client: Any, msg: Dict[str, Any],

@@ -529,6 +529,9 @@ class AsyncLockContext:
         lock = self.lock
         if lock is None or lock.finished:
             return
+        if lock.lost.is_set():
+            _proto.exit_lost(lock, et)
+            return
         if et is None:
             await self._client.release(lock)
             return

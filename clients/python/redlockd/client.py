@@ -593,6 +593,9 @@ class LockContext:
         lock = self.lock
         if lock is None or lock.finished:
             return
+        if lock.lost.is_set():
+            _proto.exit_lost(lock, et)
+            return
         if et is None:
             self._client.release(lock)
             return
