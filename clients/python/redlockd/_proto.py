@@ -127,10 +127,14 @@ def lock_request(op: str, lock: Any, resource: Optional[str],
     return req
 
 
-def request_timeout(slack: float, wait_ms: int = 0,
+def request_timeout(slack: float, wait_ms: Any = 0,
                     timeout: Optional[float] = None) -> float:
     if timeout is not None:
         return timeout
+    # A wait_ms that is not a number is the daemon's to refuse (its
+    # bad_request names the field), not a TypeError from max() here.
+    if not isinstance(wait_ms, (int, float)) or isinstance(wait_ms, bool):
+        wait_ms = 0
     return max(0, wait_ms) / 1000.0 + slack
 
 

@@ -377,8 +377,7 @@ class AsyncRedlockClient:
         """Send any request; returns the response object (raises on error)."""
         req = dict(fields, op=op)
         wait_ms = fields.get("wait_ms")
-        t = _proto.request_timeout(
-            self.timeout, wait_ms if isinstance(wait_ms, int) else 0, timeout)
+        t = _proto.request_timeout(self.timeout, wait_ms, timeout)
         result = await self._call(req, t)
         if isinstance(result, AsyncLock):
             out = {"ok": True, "lock": result.token,

@@ -64,6 +64,21 @@ def test_bad_request_from_daemon(client):
     assert client.ping()  # a field error keeps the connection
 
 
+def test_wait_ms_not_a_number_is_a_bad_request(client, sock):
+    # Not a TypeError from the client's timeout arithmetic: the daemon's
+    # bad_request, naming the field, like any other bad value.
+    for bad in (None, "5"):
+        with pytest.raises(BadRequestError, match="wait_ms"):
+            client.acquire(rname(), wait_ms=bad)
+
+    async def main():
+        async with AsyncRedlockClient(sock) as c:
+            with pytest.raises(BadRequestError, match="wait_ms"):
+                await c.acquire(rname(), wait_ms=None)
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert client.ping()
+
+
 def test_bad_request_client_side(client):
     with pytest.raises(BadRequestError):
         client.acquire("\ud800")  # cannot be UTF-8
