@@ -449,6 +449,9 @@ export class RedlockClient extends EventEmitter {
    */
   constructor(options = {}) {
     super();
+    // new RedlockClient('/run/redlockd.sock'), as Python's RedlockClient(path)
+    // and Go's Dial(ctx, path) take it, would use the default socket.
+    options = optionsOf(options, 'new RedlockClient', "{ path: './redlockd.sock' }");
     // An empty value is no value, as in the other clients (and net.connect
     // would take an empty path for TCP to localhost).
     this.path = options.path || process.env.REDLOCKD_SOCKET || './redlockd.sock';

@@ -610,6 +610,12 @@ describe('client-side checks (nothing sent that would drop the connection)', () 
     await assert.rejects(c.acquire(r, 5000), { name: 'BadRequestError', message: /acquire: options must be an object/ });
     await assert.rejects(c.using(r, 5000, async () => 'ran'), /using: options must be an object/);
     await assert.rejects(c.campaign(r, 5000), /campaign: options must be an object/);
+    // The Python and Go clients take the path itself; here it would be
+    // ignored for ./redlockd.sock.
+    assert.throws(() => new RedlockClient(daemon.sock), {
+      name: 'BadRequestError',
+      message: /new RedlockClient: options must be an object such as \{ path: /,
+    });
     const lock = await c.acquire(r, null); // null: the defaults, as undefined
     await assert.rejects(c.complete(lock, 60_000), /complete: options must be an object/);
     await assert.rejects(c.release(lock, 'x'), BadRequestError);
