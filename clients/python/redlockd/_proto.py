@@ -33,8 +33,9 @@ _ID_RE = re.compile(rb'^\s*\{\s*"id"\s*:\s*(-?[0-9]+)\s*[,}]')
 
 
 def socket_path(path: Optional[Union[str, "os.PathLike[str]"]]) -> str:
-    """The socket to use: path, else $REDLOCKD_SOCKET, else ./redlockd.sock."""
-    if path is not None:
+    """The socket to use: path, else $REDLOCKD_SOCKET, else ./redlockd.sock
+    (an empty value counts as none, as in the Go and Node clients)."""
+    if path is not None and os.fspath(path):
         return os.fspath(path)
     return os.environ.get("REDLOCKD_SOCKET") or DEFAULT_SOCKET
 
