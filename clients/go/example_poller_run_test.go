@@ -1,13 +1,17 @@
 package redlockd_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -164,5 +168,56 @@ func TestPollerExample(t *testing.T) {
 	mu.Unlock()
 	if fmt.Sprint(other) != fmt.Sprint(second) {
 		t.Fatalf("the standby handled %v, want %v", other, second)
+	}
+}
+
+// TestPollerExampleFailedPoll: a poll Telegram refuses (401 for a wrong
+// BOT_TOKEN) is logged and retried after a pause. The example took any
+// non-409 answer as an empty batch and polled again at once, without a
+// word: a wrong token hammered the Bot API in a tight loop.
+func TestPollerExampleFailedPoll(t *testing.T) {
+	var mu sync.Mutex
+	var at []time.Time
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprint(w, `{"ok":false,"error_code":401,"description":"Unauthorized"}`)
+	}))
+	defer srv.Close()
+	var logged bytes.Buffer
+	log.SetOutput(&logged)
+	defer log.SetOutput(os.Stderr)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pollWhileLeading(ctx, nil, srv.URL, "1:wrong", 0, func(id, fence int64) {})
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := len(at)
+		mu.Unlock()
+		if n >= 2 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(at) < 2 {
+		t.Fatalf("%d polls within 10 s", len(at))
+	}
+	// A lower bound set by the example's own pause, never by speed.
+	if gap := at[1].Sub(at[0]); gap < 500*time.Millisecond {
+		t.Errorf("polled again %v after a 401: no pause (%d polls)", gap, len(at))
+	}
+	if !strings.Contains(logged.String(), "getUpdates: 401 Unauthorized: Unauthorized") {
+		t.Errorf("the 401 was not logged: %q", logged.String())
 	}
 }

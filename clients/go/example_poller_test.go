@@ -68,6 +68,9 @@ func pollWhileLeading(ctx context.Context, c *redlockd.Client, api, token string
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := http.DefaultClient.Do(req) // cancelled when leadership ends
 		if err != nil {
+			if ctx.Err() == nil {
+				log.Printf("getUpdates: %v", err) // Telegram unreachable
+			}
 			sleepCtx(ctx, time.Second)
 			continue
 		}
@@ -75,12 +78,17 @@ func pollWhileLeading(ctx context.Context, c *redlockd.Client, api, token string
 			Result []struct {
 				UpdateID int64 `json:"update_id"`
 			} `json:"result"`
+			Description string `json:"description"`
 		}
-		conflict := resp.StatusCode == http.StatusConflict
 		_ = json.NewDecoder(resp.Body).Decode(&body)
 		resp.Body.Close()
-		if conflict { // the old leader's poll is still open
+		if resp.StatusCode == http.StatusConflict { // the old leader's poll is still open
 			sleepCtx(ctx, time.Second)
+			continue
+		}
+		if resp.StatusCode != http.StatusOK { // 401: a wrong BOT_TOKEN, ...
+			log.Printf("getUpdates: %s: %s", resp.Status, body.Description)
+			sleepCtx(ctx, time.Second) // not at once: that would hammer the API
 			continue
 		}
 		for _, u := range body.Result {

@@ -1440,7 +1440,13 @@ static cJSON *runner_answer(struct runner *r, int id, int64_t deadline,
         if (line != NULL) {
             cJSON *j = cJSON_Parse(line);
             const cJSON *jid = cJSON_GetObjectItemCaseSensitive(j, "id");
-            if (cJSON_IsNumber(jid) && jid->valuedouble == id) {
+            /* An error without an id is the daemon refusing what it could
+             * not read (a connection over --max-connections, a line too
+             * large); it closes next, so it is the answer. */
+            bool refused =
+                jid == NULL &&
+                cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "ok"));
+            if (refused || (cJSON_IsNumber(jid) && jid->valuedouble == id)) {
                 if (textp != NULL) {
                     *textp = line;
                 } else {

@@ -43,7 +43,11 @@ async function pollWhileLeading(signal) {
       continue;
     }
     if (res.status !== 200) {
-      if (!signal.aborted) await new Promise((r) => setTimeout(r, 1000));
+      if (signal.aborted) continue; // leadership ended: the poll was cancelled
+      // 401: a wrong BOT_TOKEN; 0: Telegram unreachable. Say so, and wait.
+      const why = res.error ? res.error.message : `${res.status} ${(await res.json().catch(() => ({}))).description}`;
+      console.warn('getUpdates failed:', why);
+      await new Promise((r) => setTimeout(r, 1000));
       continue;
     }
     for (const update of (await res.json()).result) {

@@ -134,6 +134,22 @@ function checkResource(resource) {
   }
 }
 
+/**
+ * A call's options: an object, or nothing. A number there (`acquire(r,
+ * 5000)`, `complete(lock, 60000)`: node-redlock's positional ttl, and the
+ * Python and Go clients' positional ttl and keep) would otherwise be
+ * ignored without a word and the defaults used.
+ */
+export function optionsOf(options, call, example) {
+  if (options === undefined || options === null) return {};
+  if (typeof options !== 'object') {
+    throw new BadRequestError(
+      `${call}: options must be an object such as ${example}, not ${typeof options} ${String(options)}`,
+    );
+  }
+  return options;
+}
+
 function lockRef(lock) {
   if (lock === null || typeof lock !== 'object') {
     throw new BadRequestError('lock: expected a Lock (or {token, resource})');
@@ -433,7 +449,12 @@ export class RedlockClient extends EventEmitter {
    */
   constructor(options = {}) {
     super();
-    this.path = options.path ?? process.env.REDLOCKD_SOCKET ?? './redlockd.sock';
+    // new RedlockClient('/run/redlockd.sock'), as Python's RedlockClient(path)
+    // and Go's Dial(ctx, path) take it, would use the default socket.
+    options = optionsOf(options, 'new RedlockClient', "{ path: './redlockd.sock' }");
+    // An empty value is no value, as in the other clients (and net.connect
+    // would take an empty path for TCP to localhost).
+    this.path = options.path || process.env.REDLOCKD_SOCKET || './redlockd.sock';
     this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     this.connectTimeoutMs = options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS;
     this.maxLineBytes = options.maxLineBytes ?? DEFAULT_MAX_LINE_BYTES;
@@ -473,8 +494,16 @@ export class RedlockClient extends EventEmitter {
     return this.#call(payload, options, (msg) => msg);
   }
 
-  #call(payload, { timeoutMs, signal, onLate, acceptError } = {}, onOk) {
+  #call(payload, options, onOk) {
     return new Promise((resolve, reject) => {
+      let opts;
+      try {
+        opts = optionsOf(options, payload.op, '{ timeoutMs: 5000 }');
+      } catch (e) {
+        reject(e);
+        return;
+      }
+      const { timeoutMs, signal, onLate, acceptError } = opts;
       if (signal?.aborted) {
         reject(abortReason(signal));
         return;
@@ -546,6 +575,7 @@ export class RedlockClient extends EventEmitter {
   acquire(resource, options = {}) {
     try {
       checkResource(resource);
+      options = optionsOf(options, 'acquire', '{ ttlMs: 10000 }');
     } catch (e) {
       return Promise.reject(e);
     }
@@ -635,7 +665,7 @@ export class RedlockClient extends EventEmitter {
    */
   async complete(lock, options = {}) {
     const ref = lockRef(lock);
-    const { keepMs, ...rest } = options ?? {};
+    const { keepMs, ...rest } = optionsOf(options, 'complete', '{ keepMs: 86400000 }');
     const payload = refPayload('complete', ref);
     if (keepMs !== undefined) payload.keep_ms = keepMs;
     try {
@@ -727,7 +757,8 @@ export class RedlockClient extends EventEmitter {
       options = {};
     }
     if (typeof fn !== 'function') throw new TypeError('using(resource, [options], fn): fn must be a function');
-    const lock = await this.acquire(resource, { ...options, renew: options?.renew ?? true });
+    options = optionsOf(options, 'using', '{ ttlMs: 10000 }');
+    const lock = await this.acquire(resource, { ...options, renew: options.renew ?? true });
     let done = false;
     let result;
     try {

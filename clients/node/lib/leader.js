@@ -18,6 +18,7 @@ import {
   RequestTimeoutError,
   ShuttingDownError,
 } from './errors.js';
+import { optionsOf } from './client.js';
 
 export const DEFAULT_LEADER_TTL_MS = 5000;
 export const MAX_ROUND_MS = 300_000;
@@ -83,8 +84,12 @@ export class Leadership {
  * replaced), roundMs (one wait in the daemon, <= 300000), signal (abort
  * the campaign), timeoutMs (reject with BusyError after this long).
  */
-export async function campaign(client, resource, options = {}) {
-  const { ttlMs = DEFAULT_LEADER_TTL_MS, roundMs = MAX_ROUND_MS, signal, timeoutMs } = options;
+export async function campaign(client, resource, options) {
+  const { ttlMs = DEFAULT_LEADER_TTL_MS, roundMs = MAX_ROUND_MS, signal, timeoutMs } = optionsOf(
+    options,
+    'campaign',
+    '{ ttlMs: 5000 }',
+  );
   if (!(roundMs > 0 && roundMs <= MAX_ROUND_MS)) {
     throw new RangeError(`roundMs must be in 1..${MAX_ROUND_MS}`);
   }

@@ -60,6 +60,12 @@ describe('basics', () => {
       delete process.env.REDLOCKD_SOCKET;
       assert.equal(new RedlockClient().path, './redlockd.sock');
       assert.equal(new RedlockClient({ path: '/p.sock' }).path, '/p.sock');
+      // Set but empty (compose's `REDLOCKD_SOCKET: ${SOCK}` with SOCK
+      // unset) is unset, as for the Python and Go clients and redlockctl:
+      // an empty path made node connect over TCP to 127.0.0.1.
+      process.env.REDLOCKD_SOCKET = '';
+      assert.equal(new RedlockClient().path, './redlockd.sock');
+      assert.equal(new RedlockClient({ path: '' }).path, './redlockd.sock');
     } finally {
       if (saved === undefined) delete process.env.REDLOCKD_SOCKET;
       else process.env.REDLOCKD_SOCKET = saved;
@@ -594,6 +600,28 @@ describe('client-side checks (nothing sent that would drop the connection)', () 
     assert.ok(ok instanceof Lock, String(ok));
     await ok.release();
     await lock.release();
+  });
+
+  test('options that are not an object are refused, not ignored', async () => {
+    // acquire(r, 5000) is node-redlock's call, and complete(lock, keep) the
+    // Python and Go clients'; ignoring the number would take the defaults.
+    const c = client();
+    const r = uniq();
+    await assert.rejects(c.acquire(r, 5000), { name: 'BadRequestError', message: /acquire: options must be an object/ });
+    await assert.rejects(c.using(r, 5000, async () => 'ran'), /using: options must be an object/);
+    await assert.rejects(c.campaign(r, 5000), /campaign: options must be an object/);
+    // The Python and Go clients take the path itself; here it would be
+    // ignored for ./redlockd.sock.
+    assert.throws(() => new RedlockClient(daemon.sock), {
+      name: 'BadRequestError',
+      message: /new RedlockClient: options must be an object such as \{ path: /,
+    });
+    const lock = await c.acquire(r, null); // null: the defaults, as undefined
+    await assert.rejects(c.complete(lock, 60_000), /complete: options must be an object/);
+    await assert.rejects(c.release(lock, 'x'), BadRequestError);
+    assert.equal(lock.signal.aborted, false);
+    await c.complete(lock, { keepMs: 60_000 });
+    await assert.rejects(c.acquire(r), DoneError);
   });
 
   test('a request line over maxLineBytes is refused locally', async () => {

@@ -113,3 +113,31 @@ test('two pollers: one leader, each update once, takeover after a kill', async (
   const all = [...handled[0], ...handled[1]].sort();
   assert.deepEqual(all, [...first, ...second].sort(), 'an update was handled twice');
 });
+
+test('a refused poll (401: a wrong BOT_TOKEN) is reported, not retried in silence', async () => {
+  const refusing = http.createServer((req, res) => {
+    res.writeHead(401, { 'content-type': 'application/json' });
+    res.end(JSON.stringify({ ok: false, error_code: 401, description: 'Unauthorized' }));
+  });
+  await new Promise((resolve) => refusing.listen(0, '127.0.0.1', resolve));
+  const p = spawn(process.execPath, [EXAMPLE], {
+    env: {
+      ...process.env,
+      REDLOCKD_SOCKET: daemon.sock,
+      BOT_TOKEN: `${Date.now() % 1e9}:wrong`,
+      TELEGRAM_API_ROOT: `http://127.0.0.1:${refusing.address().port}`,
+    },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  procs.push(p);
+  let err = '';
+  p.stderr.setEncoding('utf8').on('data', (d) => (err += d));
+  try {
+    for (let i = 0; i < 200 && !err.includes('\n'); i++) await sleep(50);
+    assert.match(err, /^getUpdates failed: 401 Unauthorized\n/);
+  } finally {
+    p.kill('SIGKILL');
+    refusing.closeAllConnections?.();
+    await new Promise((resolve) => refusing.close(resolve));
+  }
+});

@@ -9,7 +9,7 @@ import re
 import time
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
-from .errors import BadRequestError
+from .errors import BadRequestError, NotHeldError, TooLargeError
 
 log = logging.getLogger("redlockd")
 
@@ -17,6 +17,11 @@ DEFAULT_SOCKET = "./redlockd.sock"
 # Client-side slack added to wait_ms for every request's timeout (seconds).
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_CONNECT_TIMEOUT = 5.0
+# The daemon's default --max-line-bytes. A longer request line is refused
+# here: the daemon would answer too_large and close the connection, and
+# with it every session lock this client holds (the Go and Node clients
+# refuse it too).
+MAX_REQUEST_BYTES = 65536
 # Largest response line accepted before the connection is dropped.  The
 # daemon's own responses are a few hundred bytes; health grows with nodes.
 MAX_RESPONSE_LINE = 16 * 1024 * 1024
@@ -28,8 +33,9 @@ _ID_RE = re.compile(rb'^\s*\{\s*"id"\s*:\s*(-?[0-9]+)\s*[,}]')
 
 
 def socket_path(path: Optional[Union[str, "os.PathLike[str]"]]) -> str:
-    """The socket to use: path, else $REDLOCKD_SOCKET, else ./redlockd.sock."""
-    if path is not None:
+    """The socket to use: path, else $REDLOCKD_SOCKET, else ./redlockd.sock
+    (an empty value counts as none, as in the Go and Node clients)."""
+    if path is not None and os.fspath(path):
         return os.fspath(path)
     return os.environ.get("REDLOCKD_SOCKET") or DEFAULT_SOCKET
 
@@ -39,9 +45,13 @@ def encode(req: Dict[str, Any]) -> bytes:
     try:
         text = json.dumps(req, ensure_ascii=False, separators=(",", ":"),
                           allow_nan=False)
-        return text.encode("utf-8") + b"\n"
+        line = text.encode("utf-8") + b"\n"
     except (TypeError, ValueError) as e:  # UnicodeEncodeError is a ValueError
         raise BadRequestError("cannot encode request: %s" % e) from None
+    if len(line) - 1 > MAX_REQUEST_BYTES:  # the daemon does not count "\n"
+        raise TooLargeError("request line of %d bytes is over %d (not sent)"
+                            % (len(line) - 1, MAX_REQUEST_BYTES))
+    return line
 
 
 def decode(line: bytes) -> Tuple[Optional[Dict[str, Any]], Optional[int]]:
@@ -118,10 +128,14 @@ def lock_request(op: str, lock: Any, resource: Optional[str],
     return req
 
 
-def request_timeout(slack: float, wait_ms: int = 0,
+def request_timeout(slack: float, wait_ms: Any = 0,
                     timeout: Optional[float] = None) -> float:
     if timeout is not None:
         return timeout
+    # A wait_ms that is not a number is the daemon's to refuse (its
+    # bad_request names the field), not a TypeError from max() here.
+    if not isinstance(wait_ms, (int, float)) or isinstance(wait_ms, bool):
+        wait_ms = 0
     return max(0, wait_ms) / 1000.0 + slack
 
 
@@ -186,6 +200,17 @@ class BaseLock:
         return "<%s %s resource=%r validity_ms=%s fence=%s %s>" % (
             type(self).__name__, self.token, self.resource,
             self.validity_ms, self.fence, state)
+
+
+def exit_lost(lock: BaseLock, et: Any) -> None:
+    """Leaving a ``lock()`` block whose lock was lost.  The daemon dropped
+    it already (after its lost event, or with the session), so nothing is
+    sent: a release could only fail, with whatever the moment gives
+    (no_quorum while the nodes are away, a lost connection).  A block that
+    ended normally ran partly unprotected: NotHeldError, as documented."""
+    if et is None:
+        raise NotHeldError("lock on '%s' lost (%s) before the block ended"
+                           % (lock.resource, lock.lost_reason or "lost"))
 
 
 def lock_from_response(cls: Any, client: Any, msg: Dict[str, Any],

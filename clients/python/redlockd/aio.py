@@ -377,8 +377,7 @@ class AsyncRedlockClient:
         """Send any request; returns the response object (raises on error)."""
         req = dict(fields, op=op)
         wait_ms = fields.get("wait_ms")
-        t = _proto.request_timeout(
-            self.timeout, wait_ms if isinstance(wait_ms, int) else 0, timeout)
+        t = _proto.request_timeout(self.timeout, wait_ms, timeout)
         result = await self._call(req, t)
         if isinstance(result, AsyncLock):
             out = {"ok": True, "lock": result.token,
@@ -528,6 +527,9 @@ class AsyncLockContext:
     async def __aexit__(self, et: Any, ev: Any, tb: Any) -> None:
         lock = self.lock
         if lock is None or lock.finished:
+            return
+        if lock.lost.is_set():
+            _proto.exit_lost(lock, et)
             return
         if et is None:
             await self._client.release(lock)

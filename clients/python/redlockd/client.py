@@ -412,8 +412,7 @@ class RedlockClient:
         """
         req = dict(fields, op=op)
         wait_ms = fields.get("wait_ms")
-        t = _proto.request_timeout(
-            self.timeout, wait_ms if isinstance(wait_ms, int) else 0, timeout)
+        t = _proto.request_timeout(self.timeout, wait_ms, timeout)
         result = self._call(req, t)
         if isinstance(result, Lock):
             return {"ok": True, "lock": result.token,
@@ -592,6 +591,9 @@ class LockContext:
     def __exit__(self, et: Any, ev: Any, tb: Any) -> None:
         lock = self.lock
         if lock is None or lock.finished:
+            return
+        if lock.lost.is_set():
+            _proto.exit_lost(lock, et)
             return
         if et is None:
             self._client.release(lock)

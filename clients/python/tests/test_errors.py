@@ -1,5 +1,6 @@
 """Every error code maps to its exception class; most are provoked for real."""
 
+import asyncio
 import json
 import socket
 import threading
@@ -9,10 +10,11 @@ import pytest
 
 import redlockd
 from conftest import rname
-from redlockd import (ERRORS, BadRequestError, BusyError, ConnectionLostError,
-                      DoneError, InternalError, LimitError, NoQuorumError,
-                      NotHeldError, RedlockClient, RedlockError,
-                      ShuttingDownError, TooLargeError, error_from_response)
+from redlockd import (ERRORS, AsyncRedlockClient, BadRequestError, BusyError,
+                      ConnectionLostError, DoneError, InternalError,
+                      LimitError, NoQuorumError, NotHeldError, RedlockClient,
+                      RedlockError, ShuttingDownError, TooLargeError,
+                      error_from_response)
 
 CODES = {
     "bad_request": BadRequestError,
@@ -62,6 +64,21 @@ def test_bad_request_from_daemon(client):
     assert client.ping()  # a field error keeps the connection
 
 
+def test_wait_ms_not_a_number_is_a_bad_request(client, sock):
+    # Not a TypeError from the client's timeout arithmetic: the daemon's
+    # bad_request, naming the field, like any other bad value.
+    for bad in (None, "5"):
+        with pytest.raises(BadRequestError, match="wait_ms"):
+            client.acquire(rname(), wait_ms=bad)
+
+    async def main():
+        async with AsyncRedlockClient(sock) as c:
+            with pytest.raises(BadRequestError, match="wait_ms"):
+                await c.acquire(rname(), wait_ms=None)
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert client.ping()
+
+
 def test_bad_request_client_side(client):
     with pytest.raises(BadRequestError):
         client.acquire("\ud800")  # cannot be UTF-8
@@ -78,13 +95,39 @@ def test_not_held_from_daemon(client):
                         resource=rname())
 
 
-def test_too_large_through_client(client):
-    # A line over the daemon's 64 KiB limit: it answers once, without an
-    # id (it could not read one), and closes the connection.
-    with pytest.raises(ConnectionLostError) as ei:
-        client.request("acquire", resource="x" * 70000)
-    assert isinstance(ei.value.daemon_error, TooLargeError)
-    assert client.ping()  # the next request reconnects
+def test_too_large_refused_locally(client):
+    # A line over the daemon's default 64 KiB limit is not sent: the daemon
+    # would answer too_large and close the connection, dropping every
+    # session lock on it, a lock of another thread too.
+    held = client.acquire(rname())
+    with pytest.raises(TooLargeError):
+        client.acquire("x" * 70000)
+    with pytest.raises(TooLargeError):
+        client.request("acquire", resource=rname(), pad="x" * 70000)
+    assert not held.lost.is_set()
+    client.release(held)  # still held, on the same connection
+
+
+def test_too_large_refused_locally_async(sock):
+    async def main():
+        async with AsyncRedlockClient(sock) as c:
+            held = await c.acquire(rname())
+            with pytest.raises(TooLargeError):
+                await c.acquire("x" * 70000)
+            assert not held.lost.is_set()
+            await c.release(held)
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_too_large_through_client(spawn):
+    # A line over a smaller --max-line-bytes: the daemon answers once,
+    # without an id (it could not read one), and closes the connection.
+    d = spawn.daemon(extra=("--max-line-bytes", "1024"))
+    with RedlockClient(d.path) as c:
+        with pytest.raises(ConnectionLostError) as ei:
+            c.request("acquire", resource=rname(), pad="x" * 2000)
+        assert isinstance(ei.value.daemon_error, TooLargeError)
+        assert c.ping()  # the next request reconnects
 
 
 def test_too_large_raw(sock):

@@ -66,6 +66,42 @@ def test_lost_event_async(nodes):
     asyncio.run(main())
 
 
+def test_lock_block_left_after_loss_sync(nodes):
+    # Left while the quorum is still away: the README's NotHeldError, not
+    # the no_quorum of a release sent for a lock the daemon already dropped.
+    cluster, d = nodes
+    with RedlockClient(d.path) as c:
+        try:
+            with pytest.raises(NotHeldError, match="lost"):
+                with c.lock(rname(), ttl_ms=1000, renew=True) as lock:
+                    cluster.pause(0, 1, 2)
+                    assert lock.lost.wait(5), "no lost event"
+            cluster.resume_all()
+            with pytest.raises(KeyError):  # the block's own error wins
+                with c.lock(rname(), ttl_ms=1000, renew=True) as lock:
+                    cluster.pause(0, 1, 2)
+                    assert lock.lost.wait(5), "no lost event"
+                    raise KeyError("mine")
+        finally:
+            cluster.resume_all()
+
+
+def test_lock_block_left_after_loss_async(nodes):
+    cluster, d = nodes
+
+    async def main():
+        async with AsyncRedlockClient(d.path) as c:
+            with pytest.raises(NotHeldError, match="lost"):
+                async with c.lock(rname(), ttl_ms=1000, renew=True) as lock:
+                    cluster.pause(1, 3, 4)
+                    await asyncio.wait_for(lock.lost.wait(), 5)
+
+    try:
+        asyncio.run(main())
+    finally:
+        cluster.resume_all()
+
+
 def test_no_quorum(nodes):
     cluster, d = nodes
     with RedlockClient(d.path) as c:

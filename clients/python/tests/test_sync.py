@@ -340,6 +340,11 @@ def test_default_socket_path(monkeypatch, sock):
     with RedlockClient() as c:
         assert c.path == sock
         assert c.ping()
+    # An empty path is no path, as an empty REDLOCKD_SOCKET is (and as in
+    # the Go and Node clients): not a connect to "".
+    assert RedlockClient("").path == sock
+    monkeypatch.setenv("REDLOCKD_SOCKET", "")
+    assert RedlockClient().path == "./redlockd.sock"
     monkeypatch.delenv("REDLOCKD_SOCKET")
     assert RedlockClient().path == "./redlockd.sock"
 

@@ -92,13 +92,14 @@ def stop_proc(p, sig=signal.SIGTERM, timeout=5.0):
 
 class Cluster:
     """Five redis-servers (rl.Cluster, on DIR/nK.sock) and a redlockd on
-    DIR/d.sock with its default flags (rl.Daemon), in a temp dir."""
+    DIR/d.sock with its default flags and flags (rl.Daemon), in a temp
+    dir."""
 
-    def __init__(self):
+    def __init__(self, flags=()):
         self.dir = Path(tempfile.mkdtemp(prefix="rlctl-"))
         self.redis = rl.Cluster(5, self.dir)
         self.nodes = self.redis.nodes
-        self.d = rl.Daemon(self.redis, name="d", flags=[])
+        self.d = rl.Daemon(self.redis, name="d", flags=list(flags))
         self.sock = self.d.socket
 
     @property
@@ -1064,6 +1065,29 @@ def test_daemon_silent_or_closing(tmp_path):
                     or "Broken pipe" in err), err
     finally:
         srv.close()
+
+
+def test_lock_refused_connection_says_why(tmp_path):
+    """A daemon at --max-connections answers limit without an id (it read
+    no request of this connection) and closes. lock dropped that line and
+    said only "closed the connection before answering", exit 69, leaving
+    the user to guess; the daemon's reason is the answer."""
+    marker = tmp_path / "ran"
+    c = Cluster(flags=["--max-connections", "1"])
+    try:
+        c.start()
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as hold:
+            hold.settimeout(5)
+            hold.connect(str(c.sock))
+            hold.sendall(b'{"op":"ping","id":1}\n')
+            assert b'"ok":true' in hold.recv(4096)  # the one connection
+            res = ctl(c, "lock", "r", "--", "touch", marker)
+    finally:
+        c.stop()
+    assert res.returncode == RC_FAIL, (res.returncode, res.stderr)
+    assert res.stderr == "redlockctl: lock: limit: too many connections " \
+        "(--max-connections)\n", res.stderr
+    assert not marker.exists()
 
 
 def test_socket_from_env_and_default(shared, tmp_path):
