@@ -556,6 +556,38 @@ static void check_fresh_starts(struct quarantine *q)
     }
 }
 
+/* Settled: the young nodes count from now on. Said once when a node
+ * failed its first connection, since they were not compared with it. */
+static void start_gate_settle(struct quarantine *q)
+{
+    /* "N, " at most per node: the lists always fit */
+    char young[REDLOCK_MAX_NODES * 4 + 1] = "";
+    char silent[REDLOCK_MAX_NODES * 4 + 1] = "";
+    size_t yl = 0;
+    size_t sl = 0;
+    for (int j = 0; j < q->n; j++) {
+        struct node *nd = q->nodes[j];
+        if (!node_is_up(nd)) {
+            sl += (size_t)snprintf(silent + sl, sizeof(silent) - sl, "%s%d",
+                                   sl > 0 ? ", " : "", j + 1);
+        } else if (!q->quarantined[j] && start_unsettled(q, nd)) {
+            yl += (size_t)snprintf(young + yl, sizeof(young) - yl, "%s%d",
+                                   yl > 0 ? ", " : "", j + 1);
+        }
+    }
+    q->settled = true;
+    if (yl > 0 && sl > 0) {
+        log_warn(NULL,
+                 "node(s) %s did not answer their first connection: "
+                 "node(s) %s, started recently without persistence, count "
+                 "without being compared with them",
+                 silent, young);
+    } else {
+        log_debug(NULL, "every node answered or failed its first "
+                        "connection: the start-up check is settled");
+    }
+}
+
 /* The start-up gate settles once no node is on its first attempt: from
  * then on check_fresh_starts has seen every start time the nodes that
  * answer will show. A node whose first connection failed before the loop
@@ -573,17 +605,15 @@ static void start_gate_update(struct quarantine *q, struct node *node)
         }
     }
     if (pending == 0) {
-        q->settled = true;
-        log_debug(NULL, "every node answered or failed its first "
-                        "connection: the start-up check is settled");
+        start_gate_settle(q);
     } else if (!q->quarantined[node_index(node)] && start_unsettled(q, node)) {
-        log_info(NULL,
-                 "node %d: started %llu s ago without persistence: it "
-                 "counts once %d node(s) still connecting answer or fail",
-                 node_index(node) + 1,
-                 (unsigned long long)((util_now_us() - node_started_us(node)) /
-                                      1000000u),
-                 pending);
+        log_debug(NULL,
+                  "node %d: started %llu s ago without persistence: it "
+                  "counts once %d node(s) still connecting answer or fail",
+                  node_index(node) + 1,
+                  (unsigned long long)((util_now_us() - node_started_us(node)) /
+                                       1000000u),
+                  pending);
     }
 }
 
