@@ -5,7 +5,7 @@ import type { EventEmitter } from 'node:events';
 export interface RedlockClientOptions {
   /** Unix socket of the daemon. Default: env REDLOCKD_SOCKET, else `./redlockd.sock`. */
   path?: string;
-  /** Per-request timeout in ms (acquire adds its `waitMs`). Default 10000. */
+  /** Per-request timeout in ms (acquire adds its `waitMs`), over 0; Infinity: none. Default 10000. */
   timeoutMs?: number;
   /** Connect timeout in ms. Default 5000. */
   connectTimeoutMs?: number;
@@ -18,7 +18,7 @@ export interface RedlockClientOptions {
 }
 
 export interface CallOptions {
-  /** Give up after this many ms (RequestTimeoutError). */
+  /** Give up after this many ms (RequestTimeoutError); over 0, Infinity: never. */
   timeoutMs?: number;
   /** Abort waiting for the answer; rejects with `signal.reason`. */
   signal?: AbortSignal;

@@ -134,17 +134,42 @@ function checkResource(resource) {
   }
 }
 
+/** The options of the calls that take nothing else (release, extend,
+ * ping, health, request). */
+export const CALL_OPTIONS = ['timeoutMs', 'signal'];
+const ACQUIRE_OPTIONS = ['ttlMs', 'waitMs', 'renew', 'fence', 'renewMaxMs', 'permits', ...CALL_OPTIONS];
+const COMPLETE_OPTIONS = ['keepMs', ...CALL_OPTIONS];
+const LOCKS_OPTIONS = ['prefix', 'limit', 'cursor', ...CALL_OPTIONS];
+const INSPECT_OPTIONS = ['fence', ...CALL_OPTIONS];
+const CLIENT_OPTIONS = ['path', 'timeoutMs', 'connectTimeoutMs', 'maxLineBytes'];
+// setTimeout fires at once for a delay over 2^31-1 ms (about 24.8 days).
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /**
  * A call's options: an object, or nothing. A number there (`acquire(r,
  * 5000)`, `complete(lock, 60000)`: node-redlock's positional ttl, and the
  * Python and Go clients' positional ttl and keep) would otherwise be
- * ignored without a word and the defaults used.
+ * ignored without a word and the defaults used; so would a misspelt key
+ * (`{ ttl: 5000 }`), which Python refuses as an unexpected keyword and Go
+ * at compile time. `known`: the call's option names. A `timeoutMs` must be
+ * over 0: 0 would otherwise mean no timeout at all (Infinity says that).
  */
-export function optionsOf(options, call, example) {
+export function optionsOf(options, call, example, known) {
   if (options === undefined || options === null) return {};
   if (typeof options !== 'object') {
     throw new BadRequestError(
       `${call}: options must be an object such as ${example}, not ${typeof options} ${String(options)}`,
+    );
+  }
+  for (const key of Object.keys(options)) {
+    if (!known.includes(key)) {
+      throw new BadRequestError(`${call}: unknown option '${key}' (valid: ${known.join(', ')})`);
+    }
+  }
+  const t = options.timeoutMs;
+  if (t !== undefined && !(typeof t === 'number' && t > 0)) {
+    throw new BadRequestError(
+      `${call}: timeoutMs must be a number of ms over 0 (Infinity: no timeout), not ${typeof t} ${String(t)}`,
     );
   }
   return options;
@@ -451,7 +476,7 @@ export class RedlockClient extends EventEmitter {
     super();
     // new RedlockClient('/run/redlockd.sock'), as Python's RedlockClient(path)
     // and Go's Dial(ctx, path) take it, would use the default socket.
-    options = optionsOf(options, 'new RedlockClient', "{ path: './redlockd.sock' }");
+    options = optionsOf(options, 'new RedlockClient', "{ path: './redlockd.sock' }", CLIENT_OPTIONS);
     // An empty value is no value, as in the other clients (and net.connect
     // would take an empty path for TCP to localhost).
     this.path = options.path || process.env.REDLOCKD_SOCKET || './redlockd.sock';
@@ -494,16 +519,19 @@ export class RedlockClient extends EventEmitter {
     return this.#call(payload, options, (msg) => msg);
   }
 
-  #call(payload, options, onOk) {
+  /** options: the caller's, checked here against CALL_OPTIONS (a call
+   * that takes more checks its own and passes on timeoutMs and signal);
+   * onLate and acceptError: this module's own. */
+  #call(payload, options, onOk, { onLate, acceptError } = {}) {
     return new Promise((resolve, reject) => {
       let opts;
       try {
-        opts = optionsOf(options, payload.op, '{ timeoutMs: 5000 }');
+        opts = optionsOf(options, payload.op, '{ timeoutMs: 5000 }', CALL_OPTIONS);
       } catch (e) {
         reject(e);
         return;
       }
-      const { timeoutMs, signal, onLate, acceptError } = opts;
+      const { timeoutMs, signal } = opts;
       if (signal?.aborted) {
         reject(abortReason(signal));
         return;
@@ -555,10 +583,10 @@ export class RedlockClient extends EventEmitter {
         reject(err);
       };
       const ms = timeoutMs ?? this.timeoutMs;
-      if (Number.isFinite(ms) && ms > 0) {
+      if (ms !== Infinity) {
         timer = setTimeout(
           () => giveUp(new RequestTimeoutError(`${payload.op} (id ${id}): no answer from redlockd within ${ms} ms`)),
-          ms,
+          Math.min(ms, MAX_TIMER_MS),
         );
       }
       if (signal) {
@@ -575,7 +603,7 @@ export class RedlockClient extends EventEmitter {
   acquire(resource, options = {}) {
     try {
       checkResource(resource);
-      options = optionsOf(options, 'acquire', '{ ttlMs: 10000 }');
+      options = optionsOf(options, 'acquire', '{ ttlMs: 10000 }', ACQUIRE_OPTIONS);
     } catch (e) {
       return Promise.reject(e);
     }
@@ -593,9 +621,14 @@ export class RedlockClient extends EventEmitter {
     const sentAt = Date.now();
     return this.#call(
       payload,
+      { timeoutMs: timeoutMs ?? this.timeoutMs + wait, signal },
+      (msg, conn) => {
+        const lock = new Lock(this, conn, msg, renew === true, sentAt);
+        if (conn.open) conn.locks.set(lock.token, lock);
+        else lock._lose(new LostError(`lock on '${lock.resource}' lost: connection closed`, lock));
+        return lock;
+      },
       {
-        timeoutMs: timeoutMs ?? this.timeoutMs + wait,
-        signal,
         // Given up on (timeout or abort) but granted after all: let it go.
         onLate: (msg, conn) => {
           if (msg.ok && typeof msg.lock === 'string') {
@@ -604,12 +637,6 @@ export class RedlockClient extends EventEmitter {
             conn.fire(late);
           }
         },
-      },
-      (msg, conn) => {
-        const lock = new Lock(this, conn, msg, renew === true, sentAt);
-        if (conn.open) conn.locks.set(lock.token, lock);
-        else lock._lose(new LostError(`lock on '${lock.resource}' lost: connection closed`, lock));
-        return lock;
       },
     );
   }
@@ -665,11 +692,11 @@ export class RedlockClient extends EventEmitter {
    */
   async complete(lock, options = {}) {
     const ref = lockRef(lock);
-    const { keepMs, ...rest } = optionsOf(options, 'complete', '{ keepMs: 86400000 }');
+    const { keepMs, timeoutMs, signal } = optionsOf(options, 'complete', '{ keepMs: 86400000 }', COMPLETE_OPTIONS);
     const payload = refPayload('complete', ref);
     if (keepMs !== undefined) payload.keep_ms = keepMs;
     try {
-      await this.#call(payload, rest, () => undefined);
+      await this.#call(payload, { timeoutMs, signal }, () => undefined);
     } catch (e) {
       if (e instanceof NotHeldError && lock instanceof Lock) this.#forget(lock);
       throw e;
@@ -691,10 +718,15 @@ export class RedlockClient extends EventEmitter {
    */
   health(options = {}) {
     const acceptError = (msg) => Array.isArray(msg.nodes);
-    return this.#call({ op: 'health' }, { ...options, acceptError }, (msg) => {
-      const { id: _id, ...rest } = msg;
-      return rest;
-    });
+    return this.#call(
+      { op: 'health' },
+      options,
+      (msg) => {
+        const { id: _id, ...rest } = msg;
+        return rest;
+      },
+      { acceptError },
+    );
   }
 
   /**
@@ -704,11 +736,17 @@ export class RedlockClient extends EventEmitter {
    * `next` back as `cursor` for the following page.
    */
   locks(options = {}) {
+    let prefix, limit, cursor, timeoutMs, signal;
+    try {
+      ({ prefix, limit, cursor, timeoutMs, signal } = optionsOf(options, 'locks', "{ prefix: 'tg:' }", LOCKS_OPTIONS));
+    } catch (e) {
+      return Promise.reject(e);
+    }
     const payload = { op: 'locks' };
-    if (options.prefix) payload.prefix = options.prefix;
-    if (options.limit !== undefined) payload.limit = options.limit;
-    if (options.cursor !== undefined) payload.cursor = options.cursor;
-    return this.#call(payload, options, (msg) => {
+    if (prefix) payload.prefix = prefix;
+    if (limit !== undefined) payload.limit = limit;
+    if (cursor !== undefined) payload.cursor = cursor;
+    return this.#call(payload, { timeoutMs, signal }, (msg) => {
       const { id: _id, ok: _ok, ...rest } = msg;
       // Fences are bigints, as on a Lock.
       for (const e of rest.locks ?? []) if (typeof e.fence === 'number') e.fence = BigInt(e.fence);
@@ -718,6 +756,7 @@ export class RedlockClient extends EventEmitter {
 
   /** Every lock of this daemon, page by page (see `locks()`). */
   async *iterLocks(options = {}) {
+    options = optionsOf(options, 'iterLocks', "{ prefix: 'tg:' }", LOCKS_OPTIONS);
     let cursor;
     for (;;) {
       const page = await this.locks({ limit: 1000, ...options, cursor });
@@ -734,14 +773,16 @@ export class RedlockClient extends EventEmitter {
    * state is on more than n - quorum nodes.
    */
   inspect(resource, options = {}) {
+    let fence, timeoutMs, signal;
     try {
       checkResource(resource);
+      ({ fence, timeoutMs, signal } = optionsOf(options, 'inspect', '{ fence: true }', INSPECT_OPTIONS));
     } catch (e) {
       return Promise.reject(e);
     }
     const payload = { op: 'inspect', resource };
-    if (options.fence) payload.fence = true;
-    return this.#call(payload, options, (msg) => {
+    if (fence) payload.fence = true;
+    return this.#call(payload, { timeoutMs, signal }, (msg) => {
       const { id: _id, ok: _ok, ...rest } = msg;
       return rest;
     });
@@ -757,7 +798,7 @@ export class RedlockClient extends EventEmitter {
       options = {};
     }
     if (typeof fn !== 'function') throw new TypeError('using(resource, [options], fn): fn must be a function');
-    options = optionsOf(options, 'using', '{ ttlMs: 10000 }');
+    options = optionsOf(options, 'using', '{ ttlMs: 10000 }', ACQUIRE_OPTIONS);
     const lock = await this.acquire(resource, { ...options, renew: options.renew ?? true });
     let done = false;
     let result;
