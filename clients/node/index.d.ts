@@ -10,7 +10,8 @@ export interface RedlockClientOptions {
   /** Connect timeout in ms. Default 5000. */
   connectTimeoutMs?: number;
   /**
-   * The daemon's `--max-line-bytes` (default 65536). A longer request is
+   * The daemon's `--max-line-bytes` (default 65536). A longer request
+   * (without its newline, as the daemon counts) is
    * refused locally with TooLargeError instead of letting the daemon close
    * the connection (and release its session locks).
    */

@@ -252,12 +252,15 @@ class Connection {
 
   send(payload, entry) {
     const id = this.client._nextId();
-    const line = JSON.stringify({ ...payload, id }) + '\n';
-    if (Buffer.byteLength(line, 'utf8') > this.client.maxLineBytes) {
+    const json = JSON.stringify({ ...payload, id });
+    // The daemon's --max-line-bytes does not count the newline.
+    const n = Buffer.byteLength(json, 'utf8');
+    if (n > this.client.maxLineBytes) {
       // The daemon would answer too_large and close the connection, dropping
       // every session lock on it; refuse here instead.
-      throw new TooLargeError(`request line over ${this.client.maxLineBytes} bytes`);
+      throw new TooLargeError(`request line of ${n} bytes is over ${this.client.maxLineBytes} (not sent)`);
     }
+    const line = json + '\n';
     if (entry) {
       this.pending.set(id, entry);
       if (!entry.abandoned) {
