@@ -475,7 +475,7 @@ class AsyncRedlockClient:
     async def extend(self, lock: Any, ttl_ms: Optional[int] = None,
                      resource: Optional[str] = None, *,
                      timeout: Optional[float] = None) -> Any:
-        req = _proto.lock_request("extend", lock, resource, ttl_ms=ttl_ms)
+        req = _proto.extend_request(lock, resource, ttl_ms)
         sent_at = time.monotonic()
         try:
             res = await self._call(req, _proto.request_timeout(
@@ -485,7 +485,8 @@ class AsyncRedlockClient:
                 lock._conn.forget(lock)
             raise
         if isinstance(lock, BaseLock):
-            lock._extended(res.get("validity_ms"), sent_at)
+            lock._extended(res.get("validity_ms"), sent_at,
+                           req.get("ttl_ms"))
             return lock
         return res
 
