@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import re
+import socket
 import time
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
-from .errors import BadRequestError, NotHeldError, TooLargeError
+from .errors import (BadRequestError, ConnectionLostError, NotHeldError,
+                     TooLargeError)
 
 log = logging.getLogger("redlockd")
 
@@ -38,6 +41,19 @@ def socket_path(path: Optional[Union[str, "os.PathLike[str]"]]) -> str:
     if path is not None and os.fspath(path):
         return os.fspath(path)
     return os.environ.get("REDLOCKD_SOCKET") or DEFAULT_SOCKET
+
+
+def connect_error(path: str, e: BaseException,
+                  timeout: float) -> ConnectionLostError:
+    """Both clients' words for a connect that failed: the OS error as text
+    ("[Errno 2] No such file or directory"), not its repr, and a timeout
+    (whose text is "timed out", or empty from asyncio) with its length."""
+    if isinstance(e, (socket.timeout, asyncio.TimeoutError)):
+        why = "timed out after %g s" % timeout
+    else:
+        why = str(e)
+    return ConnectionLostError("cannot connect to redlockd at %s: %s"
+                               % (path, why))
 
 
 def encode(req: Dict[str, Any]) -> bytes:

@@ -291,9 +291,8 @@ class AsyncRedlockClient:
                         self.path, limit=_proto.MAX_RESPONSE_LINE),
                     self.connect_timeout)
             except (OSError, asyncio.TimeoutError) as e:
-                raise ConnectionLostError(
-                    "cannot connect to redlockd at %s: %r" % (self.path, e)
-                ) from e
+                raise _proto.connect_error(self.path, e,
+                                           self.connect_timeout) from e
             self._conn = _AConn(self, reader, writer)
             return self._conn
 

@@ -361,9 +361,8 @@ class RedlockClient:
                 sock.settimeout(max(self.timeout, 1.0))
             except OSError as e:
                 sock.close()
-                raise ConnectionLostError(
-                    "cannot connect to redlockd at %s: %s" % (self.path, e)
-                ) from e
+                raise _proto.connect_error(self.path, e,
+                                           self.connect_timeout) from e
             self._conn = _Conn(self, sock)
             return self._conn
 
