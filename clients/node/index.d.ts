@@ -76,6 +76,8 @@ export declare class Lock implements LockRef {
   readonly permit?: number;
   /** Whether the daemon renews it. */
   readonly renew: boolean;
+  /** The ttl it was taken with (daemon default 30000), or last extended to: what `extend()` without one sends. */
+  ttlMs: number;
   /**
    * Aborts, with a LostError as its reason, when the daemon sends a `lost`
    * event for this lock or the connection it was taken on closes.

@@ -21,6 +21,7 @@ import { campaign, runAsLeader } from './leader.js';
 const DEFAULT_TIMEOUT_MS = 10_000;
 const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
 const DEFAULT_MAX_LINE_BYTES = 65_536;
+const DAEMON_DEFAULT_TTL_MS = 30_000; // proto/README.md: acquire's ttl_ms
 const MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
 const TOKEN_RE = /^[0-9a-f]{32}$/;
 // C0 controls, DEL and C1 controls: the daemon refuses them in a resource.
@@ -37,8 +38,9 @@ const kClient = Symbol('redlock.client');
  */
 export class Lock {
   /** sentAt: Date.now() before the acquire was sent (the validity counts
-   * from a moment after it, so expiresAt errs early, never late). */
-  constructor(client, conn, msg, renew, sentAt = Date.now()) {
+   * from a moment after it, so expiresAt errs early, never late); ttlMs:
+   * the ttl it was taken with. */
+  constructor(client, conn, msg, renew, sentAt = Date.now(), ttlMs = DAEMON_DEFAULT_TTL_MS) {
     /** 32 lowercase hex characters, unique per acquisition. */
     this.token = msg.lock;
     this.resource = msg.resource;
@@ -49,6 +51,9 @@ export class Lock {
     /** Which permit of a semaphore (acquired with `permits`). */
     if (msg.permit !== undefined) this.permit = msg.permit;
     this.renew = renew;
+    /** The ttl it was taken with, or last extended to: what an extend
+     * without one sends. */
+    this.ttlMs = ttlMs;
     /** Date.now() by which the lock expires unless extended or renewed:
      * the validity counted from when the request was sent. */
     this.expiresAt = sentAt + (msg.validity_ms ?? 0);
@@ -626,7 +631,7 @@ export class RedlockClient extends EventEmitter {
       payload,
       { timeoutMs: timeoutMs ?? this.timeoutMs + wait, signal },
       (msg, conn) => {
-        const lock = new Lock(this, conn, msg, renew === true, sentAt);
+        const lock = new Lock(this, conn, msg, renew === true, sentAt, ttlMs ?? DAEMON_DEFAULT_TTL_MS);
         if (conn.open) conn.locks.set(lock.token, lock);
         else lock._lose(new LostError(`lock on '${lock.resource}' lost: connection closed`, lock));
         return lock;
@@ -662,13 +667,17 @@ export class RedlockClient extends EventEmitter {
   }
 
   /**
-   * Push the lock's expiry out to `ttlMs` from now (default: its own TTL).
-   * Resolves with the same Lock, its validityMs updated. NotHeldError means
-   * the lock is gone; its signal aborts then.
+   * Push the lock's expiry out to `ttlMs` from now (default: a Lock's own
+   * `ttlMs`; for a bare {token, resource} the daemon's choice). Resolves
+   * with the same Lock, its validityMs and ttlMs updated. NotHeldError
+   * means the lock is gone; its signal aborts then.
    */
   async extend(lock, ttlMs, options = {}) {
     const ref = lockRef(lock);
     const payload = refPayload('extend', ref);
+    // Left out, the daemon would use the ttl it knows, and one that does
+    // not know the lock (another daemon, a restarted one) its 30000.
+    if ((ttlMs === undefined || ttlMs === null) && lock instanceof Lock) ttlMs = lock.ttlMs;
     if (ttlMs !== undefined && ttlMs !== null) payload.ttl_ms = ttlMs;
     let msg;
     const sentAt = Date.now();
@@ -682,6 +691,7 @@ export class RedlockClient extends EventEmitter {
       throw e;
     }
     if (lock instanceof Lock) {
+      lock.ttlMs = ttlMs;
       lock.validityMs = msg.validity_ms;
       lock.expiresAt = sentAt + msg.validity_ms;
       return lock;
