@@ -141,7 +141,7 @@ function checkResource(resource) {
 
 /** The options of the calls that take nothing else (release, extend,
  * ping, health, request). */
-export const CALL_OPTIONS = ['timeoutMs', 'signal'];
+const CALL_OPTIONS = ['timeoutMs', 'signal'];
 const ACQUIRE_OPTIONS = ['ttlMs', 'waitMs', 'renew', 'fence', 'renewMaxMs', 'permits', ...CALL_OPTIONS];
 const COMPLETE_OPTIONS = ['keepMs', ...CALL_OPTIONS];
 const LOCKS_OPTIONS = ['prefix', 'limit', 'cursor', ...CALL_OPTIONS];

@@ -708,7 +708,10 @@ describe('client-side checks (nothing sent that would drop the connection)', () 
     await assert.rejects(c.ping({ timeoutMs: NaN }), BadRequestError);
     await assert.rejects(c.ping({ timeoutMs: '5000' }), BadRequestError);
     await assert.rejects(c.campaign(r, { timeoutMs: 0 }), { name: 'BadRequestError', message: zero });
-    assert.throws(() => new RedlockClient({ path: daemon.sock, timeoutMs: 0 }), { name: 'BadRequestError', message: zero });
+    assert.throws(() => new RedlockClient({ path: daemon.sock, timeoutMs: 0 }), {
+      name: 'BadRequestError',
+      message: zero,
+    });
     assert.equal((await c.inspect(r)).state, 'free', 'the acquire was not sent');
     const forever = client({ timeoutMs: Infinity });
     assert.ok((await forever.ping()) >= 0);
