@@ -34,8 +34,8 @@ import (
 const DefaultSocket = "./redlockd.sock"
 
 const (
-	// MaxRequestBytes is the daemon's default request line limit. A request
-	// whose line would be longer fails locally with ErrTooLarge instead of
+	// MaxRequestBytes is the daemon's default request line limit (the line
+	// without its newline). A request whose line would be longer fails locally with ErrTooLarge instead of
 	// being sent: the daemon answers too_large and closes the connection.
 	MaxRequestBytes = 64 << 10
 
@@ -287,9 +287,10 @@ func encodeRequest(req *wireRequest) ([]byte, error) {
 	if err := enc.Encode(req); err != nil { // appends the '\n'
 		return nil, &Error{Code: "bad_request", Message: err.Error()}
 	}
-	if buf.Len() > MaxRequestBytes {
+	// The daemon's --max-line-bytes does not count the newline.
+	if n := buf.Len() - 1; n > MaxRequestBytes {
 		return nil, &Error{Code: "too_large", Message: fmt.Sprintf(
-			"request line of %d bytes is over %d (not sent)", buf.Len(), MaxRequestBytes)}
+			"request line of %d bytes is over %d (not sent)", n, MaxRequestBytes)}
 	}
 	return buf.Bytes(), nil
 }

@@ -500,6 +500,37 @@ func TestSessionReleaseOnClose(t *testing.T) {
 	l2.Release(tctx(t))
 }
 
+// keep is a time.Duration: Complete(ctx, l, 86400) is 86.4µs, which was
+// sent as a 1ms done mark, the lock dropped and the resource free again at
+// once. It is refused, the lock kept.
+func TestCompleteKeepUnderMinimum(t *testing.T) {
+	d := sharedDaemon(t)
+	c := dial(t, d)
+	r := rname(t)
+	l, err := c.Acquire(tctx(t), r, AcquireOptions{TTL: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, keep := range []time.Duration{1, 86400, 999999} {
+		err := c.Complete(tctx(t), l, keep)
+		var e *Error
+		if !errors.Is(err, ErrBadRequest) || !errors.As(err, &e) ||
+			!strings.Contains(e.Message, "1ms minimum") || !strings.Contains(e.Message, "24*time.Hour") {
+			t.Fatalf("Complete(keep %v): %v, want ErrBadRequest naming the minimum and 24*time.Hour", keep, err)
+		}
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("the lock ended: %v", err)
+	}
+	if _, err := c.Acquire(tctx(t), r, AcquireOptions{}); !errors.Is(err, ErrBusy) {
+		t.Fatalf("acquire after refused completes: %v, want busy (still held)", err)
+	}
+	// 1ms is the daemon's minimum and goes through.
+	if err := c.Complete(tctx(t), l, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestErrorsIs(t *testing.T) {
 	d := sharedDaemon(t)
 	c := dial(t, d)

@@ -124,6 +124,51 @@ func TestTooLargeFromDaemon(t *testing.T) {
 	checkDaemonErr(t, "lock", l.Err(), ErrTooLarge)
 }
 
+// MaxRequestBytes counts a line as the daemon's --max-line-bytes does,
+// without its newline: a line of exactly the limit is the daemon's to
+// read (the client refused it), one byte more is refused locally.
+func TestRequestLineLimitAsTheDaemonCounts(t *testing.T) {
+	d := sharedDaemon(t) // the default --max-line-bytes, 65536
+	base := len(`{"op":"acquire","id":1,"resource":""}`)
+	line := func(n int) []byte {
+		return []byte(`{"op":"acquire","id":1,"resource":"` + strings.Repeat("y", n-base) + "\"}\n")
+	}
+	// The daemon reads the first (and refuses the resource, over 512
+	// bytes) and answers the second too_large.
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{{MaxRequestBytes, `"bad_request"`}, {MaxRequestBytes + 1, `"too_large"`}} {
+		conn, err := net.Dial("unix", d.sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(callTimeout))
+		if _, err := conn.Write(line(tc.n)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := bufio.NewReader(conn).ReadString('\n')
+		conn.Close()
+		if err != nil || !strings.Contains(got, tc.want) {
+			t.Fatalf("daemon, line of %d bytes: %q, %v; want %s", tc.n, got, err, tc.want)
+		}
+	}
+	// The client, the same lines: a fresh one's first request has id 1.
+	c := dial(t, d)
+	_, err := c.Acquire(tctx(t), strings.Repeat("y", MaxRequestBytes-base), AcquireOptions{})
+	var e *Error
+	if !errors.Is(err, ErrBadRequest) || !errors.As(err, &e) || !strings.Contains(e.Message, "resource") {
+		t.Fatalf("line of exactly MaxRequestBytes: %v, want the daemon's bad_request on the resource", err)
+	}
+	_, err = c.Acquire(tctx(t), strings.Repeat("y", MaxRequestBytes-base+1), AcquireOptions{})
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "not sent") {
+		t.Fatalf("line of MaxRequestBytes+1: %v, want ErrTooLarge, not sent", err)
+	}
+	if err := c.Ping(tctx(t)); err != nil {
+		t.Fatalf("the connection did not survive: %v", err)
+	}
+}
+
 // Fake daemon: an id-less error (absent or null id) followed by the close
 // fails every call in flight with it; an answer with an id that arrives
 // between the two still reaches its caller.

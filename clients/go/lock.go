@@ -328,9 +328,19 @@ func (c *Client) Extend(ctx context.Context, l *Lock, ttl time.Duration) (time.D
 // Complete marks the resource done for keep (0: the daemon's default, one
 // day) and drops the lock: until the mark expires every Acquire of the
 // resource fails with ErrDone. ErrNotHeld: the lock was already gone.
+//
+// keep is a time.Duration: write 24*time.Hour, not 86400000 (that is
+// 86.4ms). A keep under the daemon's 1ms minimum, which only a bare number
+// gives, fails with ErrBadRequest and is not sent (it would be rounded up
+// to a 1ms mark).
 func (c *Client) Complete(ctx context.Context, l *Lock, keep time.Duration) error {
 	if err := checkLock(l); err != nil {
 		return err
+	}
+	if keep > 0 && keep < time.Millisecond {
+		return &Error{Code: "bad_request", Message: fmt.Sprintf(
+			"keep %v is under the daemon's 1ms minimum: keep is a time.Duration, "+
+				"so a bare number is nanoseconds; write 24*time.Hour (not sent)", keep)}
 	}
 	_, err := c.do(ctx, &call{op: "complete", lock: l},
 		&wireRequest{Op: "complete", Lock: l.Token, Resource: l.Resource, Keep: durMS(keep), Permit: l.permitRef()})

@@ -8,7 +8,10 @@
 // with its connection) and a retry acquires it.
 
 import { BusyError, DoneError } from './lib/errors.js';
+import { optionsOf } from './lib/client.js';
 import { untilLost } from './lib/leader.js';
+
+const DEDUP_OPTIONS = ['ttlMs', 'keepMs', 'key', 'renew', 'onDuplicate', 'onCompleteError', 'property'];
 
 /** The default key: `tg:update:<update_id>`, undefined without an update id. */
 export function defaultKey(ctx) {
@@ -46,7 +49,7 @@ export function createDedup(client, options = {}) {
     onDuplicate,
     onCompleteError,
     property = 'lock',
-  } = options;
+  } = optionsOf(options, 'dedup', '{ ttlMs: 60000 }', DEDUP_OPTIONS);
   if (typeof key !== 'function') throw new TypeError('dedup: options.key must be a function');
 
   return async function redlockDedup(ctx, next) {

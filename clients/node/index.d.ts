@@ -5,12 +5,13 @@ import type { EventEmitter } from 'node:events';
 export interface RedlockClientOptions {
   /** Unix socket of the daemon. Default: env REDLOCKD_SOCKET, else `./redlockd.sock`. */
   path?: string;
-  /** Per-request timeout in ms (acquire adds its `waitMs`). Default 10000. */
+  /** Per-request timeout in ms (acquire adds its `waitMs`), over 0; Infinity: none. Default 10000. */
   timeoutMs?: number;
   /** Connect timeout in ms. Default 5000. */
   connectTimeoutMs?: number;
   /**
-   * The daemon's `--max-line-bytes` (default 65536). A longer request is
+   * The daemon's `--max-line-bytes` (default 65536). A longer request
+   * (without its newline, as the daemon counts) is
    * refused locally with TooLargeError instead of letting the daemon close
    * the connection (and release its session locks).
    */
@@ -18,7 +19,7 @@ export interface RedlockClientOptions {
 }
 
 export interface CallOptions {
-  /** Give up after this many ms (RequestTimeoutError). */
+  /** Give up after this many ms (RequestTimeoutError); over 0, Infinity: never. */
   timeoutMs?: number;
   /** Abort waiting for the answer; rejects with `signal.reason`. */
   signal?: AbortSignal;
@@ -75,6 +76,8 @@ export declare class Lock implements LockRef {
   readonly permit?: number;
   /** Whether the daemon renews it. */
   readonly renew: boolean;
+  /** The ttl it was taken with (daemon default 30000), or last extended to: what `extend()` without one sends. */
+  ttlMs: number;
   /**
    * Aborts, with a LostError as its reason, when the daemon sends a `lost`
    * event for this lock or the connection it was taken on closes.

@@ -7,7 +7,10 @@
 // ctx.lock, and releases. Updates of one chat wait for each other, in
 // arrival order within one daemon; other chats run in parallel.
 
+import { optionsOf } from './lib/client.js';
 import { untilLost } from './lib/leader.js';
+
+const SEQUENTIALIZE_OPTIONS = ['key', 'ttlMs', 'waitMs', 'fence', 'property'];
 
 /** The default key: `tg:chat:<bot id>:<chat id>`, undefined without a chat. */
 export function chatKey(ctx) {
@@ -34,7 +37,13 @@ export function sequentialize(client, options = {}) {
   if (!client || typeof client.acquire !== 'function') {
     throw new TypeError('sequentialize: the first argument must be a RedlockClient');
   }
-  const { key = chatKey, ttlMs = 30_000, waitMs = 60_000, fence = true, property = 'lock' } = options;
+  const {
+    key = chatKey,
+    ttlMs = 30_000,
+    waitMs = 60_000,
+    fence = true,
+    property = 'lock',
+  } = optionsOf(options, 'sequentialize', '{ waitMs: 60000 }', SEQUENTIALIZE_OPTIONS);
   if (typeof key !== 'function') throw new TypeError('sequentialize: options.key must be a function');
   if (!(Number.isInteger(waitMs) && waitMs >= 0 && waitMs <= 300_000)) {
     throw new RangeError("sequentialize: options.waitMs must be an integer in 0..300000 (the daemon's largest wait)");

@@ -21,6 +21,7 @@ import { campaign, runAsLeader } from './leader.js';
 const DEFAULT_TIMEOUT_MS = 10_000;
 const DEFAULT_CONNECT_TIMEOUT_MS = 5_000;
 const DEFAULT_MAX_LINE_BYTES = 65_536;
+const DAEMON_DEFAULT_TTL_MS = 30_000; // proto/README.md: acquire's ttl_ms
 const MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
 const TOKEN_RE = /^[0-9a-f]{32}$/;
 // C0 controls, DEL and C1 controls: the daemon refuses them in a resource.
@@ -37,8 +38,9 @@ const kClient = Symbol('redlock.client');
  */
 export class Lock {
   /** sentAt: Date.now() before the acquire was sent (the validity counts
-   * from a moment after it, so expiresAt errs early, never late). */
-  constructor(client, conn, msg, renew, sentAt = Date.now()) {
+   * from a moment after it, so expiresAt errs early, never late); ttlMs:
+   * the ttl it was taken with. */
+  constructor(client, conn, msg, renew, sentAt = Date.now(), ttlMs = DAEMON_DEFAULT_TTL_MS) {
     /** 32 lowercase hex characters, unique per acquisition. */
     this.token = msg.lock;
     this.resource = msg.resource;
@@ -49,6 +51,9 @@ export class Lock {
     /** Which permit of a semaphore (acquired with `permits`). */
     if (msg.permit !== undefined) this.permit = msg.permit;
     this.renew = renew;
+    /** The ttl it was taken with, or last extended to: what an extend
+     * without one sends. */
+    this.ttlMs = ttlMs;
     /** Date.now() by which the lock expires unless extended or renewed:
      * the validity counted from when the request was sent. */
     this.expiresAt = sentAt + (msg.validity_ms ?? 0);
@@ -134,17 +139,42 @@ function checkResource(resource) {
   }
 }
 
+/** The options of the calls that take nothing else (release, extend,
+ * ping, health, request). */
+const CALL_OPTIONS = ['timeoutMs', 'signal'];
+const ACQUIRE_OPTIONS = ['ttlMs', 'waitMs', 'renew', 'fence', 'renewMaxMs', 'permits', ...CALL_OPTIONS];
+const COMPLETE_OPTIONS = ['keepMs', ...CALL_OPTIONS];
+const LOCKS_OPTIONS = ['prefix', 'limit', 'cursor', ...CALL_OPTIONS];
+const INSPECT_OPTIONS = ['fence', ...CALL_OPTIONS];
+const CLIENT_OPTIONS = ['path', 'timeoutMs', 'connectTimeoutMs', 'maxLineBytes'];
+// setTimeout fires at once for a delay over 2^31-1 ms (about 24.8 days).
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
 /**
  * A call's options: an object, or nothing. A number there (`acquire(r,
  * 5000)`, `complete(lock, 60000)`: node-redlock's positional ttl, and the
  * Python and Go clients' positional ttl and keep) would otherwise be
- * ignored without a word and the defaults used.
+ * ignored without a word and the defaults used; so would a misspelt key
+ * (`{ ttl: 5000 }`), which Python refuses as an unexpected keyword and Go
+ * at compile time. `known`: the call's option names. A `timeoutMs` must be
+ * over 0: 0 would otherwise mean no timeout at all (Infinity says that).
  */
-export function optionsOf(options, call, example) {
+export function optionsOf(options, call, example, known) {
   if (options === undefined || options === null) return {};
   if (typeof options !== 'object') {
     throw new BadRequestError(
       `${call}: options must be an object such as ${example}, not ${typeof options} ${String(options)}`,
+    );
+  }
+  for (const key of Object.keys(options)) {
+    if (!known.includes(key)) {
+      throw new BadRequestError(`${call}: unknown option '${key}' (valid: ${known.join(', ')})`);
+    }
+  }
+  const t = options.timeoutMs;
+  if (t !== undefined && !(typeof t === 'number' && t > 0)) {
+    throw new BadRequestError(
+      `${call}: timeoutMs must be a number of ms over 0 (Infinity: no timeout), not ${typeof t} ${String(t)}`,
     );
   }
   return options;
@@ -227,12 +257,15 @@ class Connection {
 
   send(payload, entry) {
     const id = this.client._nextId();
-    const line = JSON.stringify({ ...payload, id }) + '\n';
-    if (Buffer.byteLength(line, 'utf8') > this.client.maxLineBytes) {
+    const json = JSON.stringify({ ...payload, id });
+    // The daemon's --max-line-bytes does not count the newline.
+    const n = Buffer.byteLength(json, 'utf8');
+    if (n > this.client.maxLineBytes) {
       // The daemon would answer too_large and close the connection, dropping
       // every session lock on it; refuse here instead.
-      throw new TooLargeError(`request line over ${this.client.maxLineBytes} bytes`);
+      throw new TooLargeError(`request line of ${n} bytes is over ${this.client.maxLineBytes} (not sent)`);
     }
+    const line = json + '\n';
     if (entry) {
       this.pending.set(id, entry);
       if (!entry.abandoned) {
@@ -451,7 +484,7 @@ export class RedlockClient extends EventEmitter {
     super();
     // new RedlockClient('/run/redlockd.sock'), as Python's RedlockClient(path)
     // and Go's Dial(ctx, path) take it, would use the default socket.
-    options = optionsOf(options, 'new RedlockClient', "{ path: './redlockd.sock' }");
+    options = optionsOf(options, 'new RedlockClient', "{ path: './redlockd.sock' }", CLIENT_OPTIONS);
     // An empty value is no value, as in the other clients (and net.connect
     // would take an empty path for TCP to localhost).
     this.path = options.path || process.env.REDLOCKD_SOCKET || './redlockd.sock';
@@ -494,16 +527,19 @@ export class RedlockClient extends EventEmitter {
     return this.#call(payload, options, (msg) => msg);
   }
 
-  #call(payload, options, onOk) {
+  /** options: the caller's, checked here against CALL_OPTIONS (a call
+   * that takes more checks its own and passes on timeoutMs and signal);
+   * onLate and acceptError: this module's own. */
+  #call(payload, options, onOk, { onLate, acceptError } = {}) {
     return new Promise((resolve, reject) => {
       let opts;
       try {
-        opts = optionsOf(options, payload.op, '{ timeoutMs: 5000 }');
+        opts = optionsOf(options, payload.op, '{ timeoutMs: 5000 }', CALL_OPTIONS);
       } catch (e) {
         reject(e);
         return;
       }
-      const { timeoutMs, signal, onLate, acceptError } = opts;
+      const { timeoutMs, signal } = opts;
       if (signal?.aborted) {
         reject(abortReason(signal));
         return;
@@ -555,10 +591,10 @@ export class RedlockClient extends EventEmitter {
         reject(err);
       };
       const ms = timeoutMs ?? this.timeoutMs;
-      if (Number.isFinite(ms) && ms > 0) {
+      if (ms !== Infinity) {
         timer = setTimeout(
           () => giveUp(new RequestTimeoutError(`${payload.op} (id ${id}): no answer from redlockd within ${ms} ms`)),
-          ms,
+          Math.min(ms, MAX_TIMER_MS),
         );
       }
       if (signal) {
@@ -575,7 +611,7 @@ export class RedlockClient extends EventEmitter {
   acquire(resource, options = {}) {
     try {
       checkResource(resource);
-      options = optionsOf(options, 'acquire', '{ ttlMs: 10000 }');
+      options = optionsOf(options, 'acquire', '{ ttlMs: 10000 }', ACQUIRE_OPTIONS);
     } catch (e) {
       return Promise.reject(e);
     }
@@ -593,9 +629,14 @@ export class RedlockClient extends EventEmitter {
     const sentAt = Date.now();
     return this.#call(
       payload,
+      { timeoutMs: timeoutMs ?? this.timeoutMs + wait, signal },
+      (msg, conn) => {
+        const lock = new Lock(this, conn, msg, renew === true, sentAt, ttlMs ?? DAEMON_DEFAULT_TTL_MS);
+        if (conn.open) conn.locks.set(lock.token, lock);
+        else lock._lose(new LostError(`lock on '${lock.resource}' lost: connection closed`, lock));
+        return lock;
+      },
       {
-        timeoutMs: timeoutMs ?? this.timeoutMs + wait,
-        signal,
         // Given up on (timeout or abort) but granted after all: let it go.
         onLate: (msg, conn) => {
           if (msg.ok && typeof msg.lock === 'string') {
@@ -604,12 +645,6 @@ export class RedlockClient extends EventEmitter {
             conn.fire(late);
           }
         },
-      },
-      (msg, conn) => {
-        const lock = new Lock(this, conn, msg, renew === true, sentAt);
-        if (conn.open) conn.locks.set(lock.token, lock);
-        else lock._lose(new LostError(`lock on '${lock.resource}' lost: connection closed`, lock));
-        return lock;
       },
     );
   }
@@ -632,13 +667,17 @@ export class RedlockClient extends EventEmitter {
   }
 
   /**
-   * Push the lock's expiry out to `ttlMs` from now (default: its own TTL).
-   * Resolves with the same Lock, its validityMs updated. NotHeldError means
-   * the lock is gone; its signal aborts then.
+   * Push the lock's expiry out to `ttlMs` from now (default: a Lock's own
+   * `ttlMs`; for a bare {token, resource} the daemon's choice). Resolves
+   * with the same Lock, its validityMs and ttlMs updated. NotHeldError
+   * means the lock is gone; its signal aborts then.
    */
   async extend(lock, ttlMs, options = {}) {
     const ref = lockRef(lock);
     const payload = refPayload('extend', ref);
+    // Left out, the daemon would use the ttl it knows, and one that does
+    // not know the lock (another daemon, a restarted one) its 30000.
+    if ((ttlMs === undefined || ttlMs === null) && lock instanceof Lock) ttlMs = lock.ttlMs;
     if (ttlMs !== undefined && ttlMs !== null) payload.ttl_ms = ttlMs;
     let msg;
     const sentAt = Date.now();
@@ -652,6 +691,7 @@ export class RedlockClient extends EventEmitter {
       throw e;
     }
     if (lock instanceof Lock) {
+      lock.ttlMs = ttlMs;
       lock.validityMs = msg.validity_ms;
       lock.expiresAt = sentAt + msg.validity_ms;
       return lock;
@@ -665,11 +705,11 @@ export class RedlockClient extends EventEmitter {
    */
   async complete(lock, options = {}) {
     const ref = lockRef(lock);
-    const { keepMs, ...rest } = optionsOf(options, 'complete', '{ keepMs: 86400000 }');
+    const { keepMs, timeoutMs, signal } = optionsOf(options, 'complete', '{ keepMs: 86400000 }', COMPLETE_OPTIONS);
     const payload = refPayload('complete', ref);
     if (keepMs !== undefined) payload.keep_ms = keepMs;
     try {
-      await this.#call(payload, rest, () => undefined);
+      await this.#call(payload, { timeoutMs, signal }, () => undefined);
     } catch (e) {
       if (e instanceof NotHeldError && lock instanceof Lock) this.#forget(lock);
       throw e;
@@ -691,10 +731,15 @@ export class RedlockClient extends EventEmitter {
    */
   health(options = {}) {
     const acceptError = (msg) => Array.isArray(msg.nodes);
-    return this.#call({ op: 'health' }, { ...options, acceptError }, (msg) => {
-      const { id: _id, ...rest } = msg;
-      return rest;
-    });
+    return this.#call(
+      { op: 'health' },
+      options,
+      (msg) => {
+        const { id: _id, ...rest } = msg;
+        return rest;
+      },
+      { acceptError },
+    );
   }
 
   /**
@@ -704,11 +749,17 @@ export class RedlockClient extends EventEmitter {
    * `next` back as `cursor` for the following page.
    */
   locks(options = {}) {
+    let prefix, limit, cursor, timeoutMs, signal;
+    try {
+      ({ prefix, limit, cursor, timeoutMs, signal } = optionsOf(options, 'locks', "{ prefix: 'tg:' }", LOCKS_OPTIONS));
+    } catch (e) {
+      return Promise.reject(e);
+    }
     const payload = { op: 'locks' };
-    if (options.prefix) payload.prefix = options.prefix;
-    if (options.limit !== undefined) payload.limit = options.limit;
-    if (options.cursor !== undefined) payload.cursor = options.cursor;
-    return this.#call(payload, options, (msg) => {
+    if (prefix) payload.prefix = prefix;
+    if (limit !== undefined) payload.limit = limit;
+    if (cursor !== undefined) payload.cursor = cursor;
+    return this.#call(payload, { timeoutMs, signal }, (msg) => {
       const { id: _id, ok: _ok, ...rest } = msg;
       // Fences are bigints, as on a Lock.
       for (const e of rest.locks ?? []) if (typeof e.fence === 'number') e.fence = BigInt(e.fence);
@@ -718,6 +769,7 @@ export class RedlockClient extends EventEmitter {
 
   /** Every lock of this daemon, page by page (see `locks()`). */
   async *iterLocks(options = {}) {
+    options = optionsOf(options, 'iterLocks', "{ prefix: 'tg:' }", LOCKS_OPTIONS);
     let cursor;
     for (;;) {
       const page = await this.locks({ limit: 1000, ...options, cursor });
@@ -734,14 +786,16 @@ export class RedlockClient extends EventEmitter {
    * state is on more than n - quorum nodes.
    */
   inspect(resource, options = {}) {
+    let fence, timeoutMs, signal;
     try {
       checkResource(resource);
+      ({ fence, timeoutMs, signal } = optionsOf(options, 'inspect', '{ fence: true }', INSPECT_OPTIONS));
     } catch (e) {
       return Promise.reject(e);
     }
     const payload = { op: 'inspect', resource };
-    if (options.fence) payload.fence = true;
-    return this.#call(payload, options, (msg) => {
+    if (fence) payload.fence = true;
+    return this.#call(payload, { timeoutMs, signal }, (msg) => {
       const { id: _id, ok: _ok, ...rest } = msg;
       return rest;
     });
@@ -757,7 +811,7 @@ export class RedlockClient extends EventEmitter {
       options = {};
     }
     if (typeof fn !== 'function') throw new TypeError('using(resource, [options], fn): fn must be a function');
-    options = optionsOf(options, 'using', '{ ttlMs: 10000 }');
+    options = optionsOf(options, 'using', '{ ttlMs: 10000 }', ACQUIRE_OPTIONS);
     const lock = await this.acquire(resource, { ...options, renew: options.renew ?? true });
     let done = false;
     let result;

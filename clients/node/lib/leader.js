@@ -21,6 +21,7 @@ import {
 import { optionsOf } from './client.js';
 
 export const DEFAULT_LEADER_TTL_MS = 5000;
+const CAMPAIGN_OPTIONS = ['ttlMs', 'roundMs', 'signal', 'timeoutMs'];
 export const MAX_ROUND_MS = 300_000;
 
 const RETRYABLE = [NoQuorumError, ConnectionLostError, RequestTimeoutError, ShuttingDownError, LimitError];
@@ -89,6 +90,7 @@ export async function campaign(client, resource, options) {
     options,
     'campaign',
     '{ ttlMs: 5000 }',
+    CAMPAIGN_OPTIONS,
   );
   if (!(roundMs > 0 && roundMs <= MAX_ROUND_MS)) {
     throw new RangeError(`roundMs must be in 1..${MAX_ROUND_MS}`);

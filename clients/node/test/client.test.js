@@ -16,6 +16,8 @@ import {
   RequestTimeoutError,
   TooLargeError,
 } from '../index.js';
+import { createDedup } from '../dedup.js';
+import { dedupMiddleware, sequentialize } from '../middleware.js';
 import { rawCall, sleep, startDaemon, uniq } from '../test-helpers/daemon.js';
 
 let daemon;
@@ -622,6 +624,99 @@ describe('client-side checks (nothing sent that would drop the connection)', () 
     assert.equal(lock.signal.aborted, false);
     await c.complete(lock, { keepMs: 60_000 });
     await assert.rejects(c.acquire(r), DoneError);
+  });
+
+  test('a misspelt option is refused, naming it and the valid ones, and nothing is sent', async () => {
+    // { ttl: 5000 } was ignored: the lock held for the daemon's 30 s while
+    // the caller believed 5 s. Python refuses an unexpected keyword (a
+    // TypeError), Go does not compile; here every call that takes options
+    // says which key it does not know.
+    const c = client();
+    const r = uniq();
+    const unknown = (call, key, valid) => ({
+      name: 'BadRequestError',
+      code: 'bad_request',
+      message: `${call}: unknown option '${key}' (valid: ${valid})`,
+    });
+    const ACQ = 'ttlMs, waitMs, renew, fence, renewMaxMs, permits, timeoutMs, signal';
+    await assert.rejects(c.acquire(r, { ttl: 5000 }), unknown('acquire', 'ttl', ACQ));
+    await assert.rejects(c.acquire(r, { ttlMs: 5000, wait: 100 }), unknown('acquire', 'wait', ACQ));
+    await assert.rejects(c.using(r, { ttl_ms: 5000 }, async () => 'ran'), unknown('using', 'ttl_ms', ACQ));
+    await assert.rejects(c.campaign(r, { ttl: 5000 }), unknown('campaign', 'ttl', 'ttlMs, roundMs, signal, timeoutMs'));
+    await assert.rejects(
+      c.runAsLeader(r, { waitMs: 5000 }, async () => 'ran'),
+      unknown('campaign', 'waitMs', 'ttlMs, roundMs, signal, timeoutMs'),
+    );
+    assert.throws(() => new RedlockClient({ path: daemon.sock, timeout: 5000 }), {
+      name: 'BadRequestError',
+      message: "new RedlockClient: unknown option 'timeout' (valid: path, timeoutMs, connectTimeoutMs, maxLineBytes)",
+    });
+    // Nothing of the above reached the daemon: the resource is free.
+    assert.equal((await c.inspect(r)).state, 'free');
+    const lock = await c.acquire(r, { ttlMs: 5000 });
+    await assert.rejects(c.complete(lock, { keep: 60_000 }), unknown('complete', 'keep', 'keepMs, timeoutMs, signal'));
+    await assert.rejects(lock.complete({ keep_ms: 60_000 }), unknown('complete', 'keep_ms', 'keepMs, timeoutMs, signal'));
+    await assert.rejects(c.extend(lock, 5000, { ttlMs: 5000 }), unknown('extend', 'ttlMs', 'timeoutMs, signal'));
+    await assert.rejects(c.release(lock, { timeout: 100 }), unknown('release', 'timeout', 'timeoutMs, signal'));
+    await assert.rejects(c.ping({ timeout: 100 }), unknown('ping', 'timeout', 'timeoutMs, signal'));
+    await assert.rejects(c.health({ timeout: 100 }), unknown('health', 'timeout', 'timeoutMs, signal'));
+    await assert.rejects(c.request({ op: 'ping' }, { timeout: 100 }), unknown('ping', 'timeout', 'timeoutMs, signal'));
+    const LOCKS = 'prefix, limit, cursor, timeoutMs, signal';
+    await assert.rejects(c.locks({ prefx: 'x' }), unknown('locks', 'prefx', LOCKS));
+    await assert.rejects(c.iterLocks({ prefx: 'x' }).next(), unknown('iterLocks', 'prefx', LOCKS));
+    await assert.rejects(c.inspect(r, { fenced: true }), unknown('inspect', 'fenced', 'fence, timeoutMs, signal'));
+    // The lock was neither completed nor released by any of them.
+    assert.equal(lock.signal.aborted, false);
+    assert.equal((await c.inspect(r)).state, 'held');
+    await lock.release();
+  });
+
+  test('the middleware factories refuse a number or a misspelt key as options', () => {
+    // dedupMiddleware(client, 60000) and sequentialize(client, 30000) ran
+    // with the defaults; { ttl: .. } and { wait: .. } likewise.
+    const c = client();
+    assert.throws(() => dedupMiddleware(c, 60_000), {
+      name: 'BadRequestError',
+      message: /^dedup: options must be an object such as \{ ttlMs: 60000 \}, not number 60000$/,
+    });
+    assert.throws(() => createDedup(c, 60_000), { name: 'BadRequestError' });
+    assert.throws(() => sequentialize(c, 30_000), {
+      name: 'BadRequestError',
+      message: /^sequentialize: options must be an object such as \{ waitMs: 60000 \}, not number 30000$/,
+    });
+    assert.throws(() => dedupMiddleware(c, { ttl: 60_000 }), {
+      name: 'BadRequestError',
+      message: "dedup: unknown option 'ttl' (valid: ttlMs, keepMs, key, renew, onDuplicate, onCompleteError, property)",
+    });
+    assert.throws(() => sequentialize(c, { wait: 1000 }), {
+      name: 'BadRequestError',
+      message: "sequentialize: unknown option 'wait' (valid: key, ttlMs, waitMs, fence, property)",
+    });
+    assert.equal(typeof dedupMiddleware(c, { ttlMs: 60_000, keepMs: 1000 }), 'function');
+    assert.equal(typeof sequentialize(c, { waitMs: 1000 }), 'function');
+  });
+
+  test('timeoutMs 0 is refused, not taken as no timeout; Infinity is no timeout', async () => {
+    // 0 (say a deadline - Date.now() that ran out) turned the timeout off
+    // and the call could wait for ever.
+    const c = client();
+    const r = uniq();
+    const zero = /timeoutMs must be a number of ms over 0 \(Infinity: no timeout\), not number 0/;
+    await assert.rejects(c.acquire(r, { timeoutMs: 0 }), { name: 'BadRequestError', message: zero });
+    await assert.rejects(c.ping({ timeoutMs: 0 }), { name: 'BadRequestError', message: zero });
+    await assert.rejects(c.ping({ timeoutMs: -5 }), BadRequestError);
+    await assert.rejects(c.ping({ timeoutMs: NaN }), BadRequestError);
+    await assert.rejects(c.ping({ timeoutMs: '5000' }), BadRequestError);
+    await assert.rejects(c.campaign(r, { timeoutMs: 0 }), { name: 'BadRequestError', message: zero });
+    assert.throws(() => new RedlockClient({ path: daemon.sock, timeoutMs: 0 }), {
+      name: 'BadRequestError',
+      message: zero,
+    });
+    assert.equal((await c.inspect(r)).state, 'free', 'the acquire was not sent');
+    const forever = client({ timeoutMs: Infinity });
+    assert.ok((await forever.ping()) >= 0);
+    const lock = await c.acquire(r, { ttlMs: 5000, timeoutMs: Infinity });
+    await lock.release();
   });
 
   test('a request line over maxLineBytes is refused locally', async () => {

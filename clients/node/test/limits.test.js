@@ -47,6 +47,32 @@ describe('too_large', () => {
     await c.ping();
   });
 
+  test('maxLineBytes is the daemon\'s --max-line-bytes exactly (the newline not counted)', async () => {
+    // A fresh client's first request has id 1: a ping padded to `len`
+    // bytes of JSON (without the newline). The daemon knows no field `pad`:
+    // a line it read answers bad_request naming it, one over the limit
+    // too_large (and the connection closes).
+    const ping = (len) => {
+      const pad = 'x'.repeat(len - JSON.stringify({ op: 'ping', pad: '', id: 1 }).length);
+      return { op: 'ping', pad };
+    };
+    const read = { name: 'BadRequestError', message: /unknown field 'pad'/ };
+    // The daemon (--max-line-bytes 1024) reads 1024 bytes and refuses 1025.
+    await assert.rejects(client({ maxLineBytes: 1 << 20 }).request(ping(1024)), read);
+    await assert.rejects(client({ maxLineBytes: 1 << 20 }).request(ping(1025)), TooLargeError);
+    // The client with the same limit sends the first and refuses the
+    // second locally, keeping its connection (and its locks).
+    const c = client({ maxLineBytes: 1024 });
+    await assert.rejects(c.request(ping(1024)), read);
+    const lock = await c.acquire(uniq(), { ttlMs: 10_000 });
+    await assert.rejects(c.request(ping(1025)), {
+      name: 'TooLargeError',
+      message: /request line of \d+ bytes is over 1024 \(not sent\)/,
+    });
+    assert.equal(lock.signal.aborted, false);
+    await lock.release();
+  });
+
   test('a dropped connection: in-flight requests reject, locks are lost, next call reconnects', async () => {
     // maxLineBytes lifted so that the daemon sees an over-long line: it
     // answers too_large (without id) and closes the connection.

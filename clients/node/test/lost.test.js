@@ -1,5 +1,6 @@
 // Lost locks and quorum loss, against redlockd on our own five
-// redis-server processes (so that three of them can be paused).
+// redis-server processes (so that three of them can be paused); extend
+// through a second daemon on them.
 import assert from 'node:assert/strict';
 import { rmSync } from 'node:fs';
 import { after, afterEach, before, test } from 'node:test';
@@ -52,6 +53,37 @@ after(async () => {
   await daemon?.stop();
   await redis?.stop();
   if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+test('extend without a ttl keeps the lock\'s ttl through another daemon', async () => {
+  // A daemon that did not grant the lock does not know its ttl and took its
+  // default (30 s) for an extend without one: a 2 s lock became a 30 s one
+  // on the nodes. The client sends the Lock's own ttlMs.
+  const other = await startDaemon({ nodes: redis.socks });
+  try {
+    const c1 = client();
+    const c2 = new RedlockClient({ path: other.sock });
+    clients.push(c2);
+    const r = uniq('ext');
+    const lock = await c1.acquire(r, { ttlMs: 2000 });
+    assert.equal(lock.ttlMs, 2000);
+    await c2.extend(lock);
+    assert.ok(lock.validityMs <= 2000, `validity ${lock.validityMs}`);
+    assert.ok((await c1.inspect(r)).pttl_ms <= 2000);
+    // An extend with a ttl makes it the lock's, as on the daemon.
+    await c1.extend(lock, 3000);
+    assert.equal(lock.ttlMs, 3000);
+    await c2.extend(lock);
+    assert.ok(lock.validityMs > 2000 && lock.validityMs <= 3000, `validity ${lock.validityMs}`);
+    assert.ok((await c1.inspect(r)).pttl_ms <= 3000);
+    // Without ttlMs at acquire, the daemon's default.
+    const plain = await c1.acquire(uniq('ext'));
+    assert.equal(plain.ttlMs, 30_000);
+    await plain.release();
+    await lock.release();
+  } finally {
+    await other.stop();
+  }
 });
 
 test('lock.signal aborts with a LostError when renewal loses the quorum', async () => {

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import re
+import socket
 import time
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
-from .errors import BadRequestError, NotHeldError, TooLargeError
+from .errors import (BadRequestError, ConnectionLostError, NotHeldError,
+                     TooLargeError)
 
 log = logging.getLogger("redlockd")
 
@@ -38,6 +41,19 @@ def socket_path(path: Optional[Union[str, "os.PathLike[str]"]]) -> str:
     if path is not None and os.fspath(path):
         return os.fspath(path)
     return os.environ.get("REDLOCKD_SOCKET") or DEFAULT_SOCKET
+
+
+def connect_error(path: str, e: BaseException,
+                  timeout: float) -> ConnectionLostError:
+    """Both clients' words for a connect that failed: the OS error as text
+    ("[Errno 2] No such file or directory"), not its repr, and a timeout
+    (whose text is "timed out", or empty from asyncio) with its length."""
+    if isinstance(e, (socket.timeout, asyncio.TimeoutError)):
+        why = "timed out after %g s" % timeout
+    else:
+        why = str(e)
+    return ConnectionLostError("cannot connect to redlockd at %s: %s"
+                               % (path, why))
 
 
 def encode(req: Dict[str, Any]) -> bytes:
@@ -128,6 +144,17 @@ def lock_request(op: str, lock: Any, resource: Optional[str],
     return req
 
 
+def extend_request(lock: Any, resource: Optional[str],
+                   ttl_ms: Optional[int]) -> Dict[str, Any]:
+    """extend: without ttl_ms, a Lock's own ttl (taken with, or last
+    extended to).  Left out, the daemon would use the ttl it knows, and a
+    daemon that does not know the lock (another one, or one restarted)
+    its default of 30000 instead."""
+    if ttl_ms is None and isinstance(lock, BaseLock):
+        ttl_ms = lock.ttl_ms
+    return lock_request("extend", lock, resource, ttl_ms=ttl_ms)
+
+
 def request_timeout(slack: float, wait_ms: Any = 0,
                     timeout: Optional[float] = None) -> float:
     if timeout is not None:
@@ -144,10 +171,10 @@ class BaseLock:
 
     ``token`` (32 hex chars), ``resource``, ``validity_ms`` (as answered by
     the last acquire or extend), ``fence`` (an int when asked for, else
-    None), ``ttl_ms``, ``renew``, ``acquired_at`` (time.monotonic() when
-    the acquire was sent: the validity counts from there, never from the
-    answer, which may come late), ``valid_until`` (``acquired_at`` plus
-    the validity),
+    None), ``ttl_ms`` (taken with, or last extended to), ``renew``,
+    ``acquired_at`` (time.monotonic() when the acquire was sent: the
+    validity counts from there, never from the answer, which may come
+    late), ``valid_until`` (``acquired_at`` plus the validity),
     ``lost`` (an Event, set when the daemon reports the lock lost or the
     connection that holds it closes), ``lost_reason`` and ``on_lost`` (a
     callback, called with the lock once when it is lost); ``permit``, which
@@ -188,9 +215,13 @@ class BaseLock:
                           + self.ttl_ms / 1000.0)
         return now > self.valid_until
 
-    def _extended(self, validity_ms: Any, sent_at: float) -> None:
-        """sent_at: time.monotonic() before the extend was sent."""
+    def _extended(self, validity_ms: Any, sent_at: float,
+                  ttl_ms: Any = None) -> None:
+        """sent_at: time.monotonic() before the extend was sent; ttl_ms:
+        the one it sent, now the lock's ttl."""
         if isinstance(validity_ms, int):
+            if isinstance(ttl_ms, int):
+                self.ttl_ms = ttl_ms
             self.validity_ms = validity_ms
             self.valid_until = sent_at + validity_ms / 1000.0
 

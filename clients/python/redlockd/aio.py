@@ -291,9 +291,8 @@ class AsyncRedlockClient:
                         self.path, limit=_proto.MAX_RESPONSE_LINE),
                     self.connect_timeout)
             except (OSError, asyncio.TimeoutError) as e:
-                raise ConnectionLostError(
-                    "cannot connect to redlockd at %s: %r" % (self.path, e)
-                ) from e
+                raise _proto.connect_error(self.path, e,
+                                           self.connect_timeout) from e
             self._conn = _AConn(self, reader, writer)
             return self._conn
 
@@ -475,7 +474,7 @@ class AsyncRedlockClient:
     async def extend(self, lock: Any, ttl_ms: Optional[int] = None,
                      resource: Optional[str] = None, *,
                      timeout: Optional[float] = None) -> Any:
-        req = _proto.lock_request("extend", lock, resource, ttl_ms=ttl_ms)
+        req = _proto.extend_request(lock, resource, ttl_ms)
         sent_at = time.monotonic()
         try:
             res = await self._call(req, _proto.request_timeout(
@@ -485,7 +484,8 @@ class AsyncRedlockClient:
                 lock._conn.forget(lock)
             raise
         if isinstance(lock, BaseLock):
-            lock._extended(res.get("validity_ms"), sent_at)
+            lock._extended(res.get("validity_ms"), sent_at,
+                           req.get("ttl_ms"))
             return lock
         return res
 

@@ -361,9 +361,8 @@ class RedlockClient:
                 sock.settimeout(max(self.timeout, 1.0))
             except OSError as e:
                 sock.close()
-                raise ConnectionLostError(
-                    "cannot connect to redlockd at %s: %s" % (self.path, e)
-                ) from e
+                raise _proto.connect_error(self.path, e,
+                                           self.connect_timeout) from e
             self._conn = _Conn(self, sock)
             return self._conn
 
@@ -532,10 +531,13 @@ class RedlockClient:
     def extend(self, lock: Any, ttl_ms: Optional[int] = None,
                resource: Optional[str] = None, *,
                timeout: Optional[float] = None) -> Any:
-        """Push the expiry out to ``ttl_ms`` from now (default: the lock's
-        ttl).  Returns the lock with a new ``validity_ms`` (for a token:
-        the response object)."""
-        req = _proto.lock_request("extend", lock, resource, ttl_ms=ttl_ms)
+        """Push the expiry out to ``ttl_ms`` from now.  Without it, a Lock's
+        ``ttl_ms`` (the one it was taken with, or last extended to) is
+        sent, whichever daemon this client talks to; for a token the daemon
+        picks (see the README).  Returns the lock with a new
+        ``validity_ms`` and ``ttl_ms`` (for a token: the response
+        object)."""
+        req = _proto.extend_request(lock, resource, ttl_ms)
         sent_at = time.monotonic()
         try:
             res = self._call(req, _proto.request_timeout(self.timeout, 0,
@@ -545,7 +547,8 @@ class RedlockClient:
                 self._forget_conn(lock)
             raise
         if isinstance(lock, BaseLock):
-            lock._extended(res.get("validity_ms"), sent_at)
+            lock._extended(res.get("validity_ms"), sent_at,
+                           req.get("ttl_ms"))
             return lock
         return res
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import rname
 from redlockd import (AsyncLock, AsyncRedlockClient, BusyError,
                       ConnectionLostError, DoneError, NotHeldError,
-                      RequestTimeoutError)
+                      RedlockClient, RequestTimeoutError)
 
 TOKEN = re.compile(r"^[0-9a-f]{32}$")
 
@@ -55,6 +55,23 @@ def test_lazy_connect_and_health(sock):
         with pytest.raises(ConnectionLostError):
             await c.ping()
     run(main())
+
+
+def test_connect_error_reads_as_the_sync_one(tmp_path):
+    # The async client said FileNotFoundError(2, 'No such file or
+    # directory') where the sync one says the OS error's text.
+    path = str(tmp_path / "nope.sock")
+    want = ("cannot connect to redlockd at %s: [Errno 2] No such file or "
+            "directory" % path)
+    with pytest.raises(ConnectionLostError) as sync_err:
+        RedlockClient(path).ping()
+
+    async def main():
+        with pytest.raises(ConnectionLostError) as async_err:
+            await AsyncRedlockClient(path).ping()
+        return str(async_err.value)
+    assert str(sync_err.value) == want
+    assert run(main()) == want
 
 
 def test_gather_200_on_one_connection(sock):

@@ -182,6 +182,40 @@ def test_release_through_another_daemon(nodes, spawn):
         c2.release(got)
 
 
+def test_extend_without_ttl_keeps_the_locks_ttl_on_another_daemon(nodes,
+                                                                   spawn):
+    # A daemon that did not grant the lock does not know its ttl and took
+    # its default (30 s) for an extend without one: a 2 s lock became a
+    # 30 s one on the nodes.  The client sends the Lock's own ttl.
+    cluster, d1 = nodes
+    d2 = spawn.daemon(nodes=cluster.uris)
+    r = rname()
+    with RedlockClient(d1.path) as c1, RedlockClient(d2.path) as c2:
+        lock = c1.acquire(r, ttl_ms=2000)
+        c2.extend(lock)
+        assert lock.ttl_ms == 2000
+        assert lock.validity_ms <= 2000, lock.validity_ms
+        assert c1.inspect(r)["pttl_ms"] <= 2000
+        # An extend with a ttl makes it the lock's, as on the daemon.
+        c1.extend(lock, 3000)
+        assert lock.ttl_ms == 3000
+        c2.extend(lock)
+        assert 2000 < lock.validity_ms <= 3000, lock.validity_ms
+        assert c1.inspect(r)["pttl_ms"] <= 3000
+        c1.release(lock)
+
+    async def main():
+        async with AsyncRedlockClient(d1.path) as a1, \
+                AsyncRedlockClient(d2.path) as a2:
+            lk = await a1.acquire(r, ttl_ms=2000)
+            await a2.extend(lk)
+            assert lk.validity_ms <= 2000, lk.validity_ms
+            assert (await a1.inspect(r))["pttl_ms"] <= 2000
+            await a1.release(lk)
+
+    asyncio.run(main())
+
+
 def test_daemon_restart_reconnects(nodes):
     _, d = nodes
     r = rname()
