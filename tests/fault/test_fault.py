@@ -283,3 +283,23 @@ def test_fresh_daemon_after_node_restart():
             "cycle %d: the fresh daemon quarantined %r, restarted were %r"
             "\n%s" % (cyc, seen, killed, _explain(r)))
     assert r["holds"] >= r["cycles"] * 7, _explain(r)
+
+
+def test_fresh_daemon_slow_old_nodes():
+    """Three of five nodes restart empty under A's lock, and the two older
+    nodes that still hold it are paused while a fresh daemon B starts: the
+    young three are a quorum by themselves, but B must refuse until the
+    older nodes' first handshakes show them restarted, then quarantine
+    them, and grant only once A's validity is over, with a higher fence.
+    (The daemon before 140db7c granted at once: overlap and inversion.)"""
+    r = _run("fresh-daemon-slow-old")
+    bad = nemesis.verdict(r)
+    assert not bad, "; ".join(bad) + "\n" + _explain(r)
+    assert r["b_won_during_a"] == 0, _explain(r)
+    assert r["paused_granted"] == [0] * r["cycles"], _explain(r)
+    assert all(n > 0 for n in r["paused_refused"]), _explain(r)
+    for cyc, (seen, young) in enumerate(zip(r["fresh_seen"], r["killed"])):
+        assert set(young) <= set(seen), (
+            "cycle %d: the fresh daemon quarantined %r, restarted were %r"
+            "\n%s" % (cyc, seen, young, _explain(r)))
+    assert r["holds"] == r["cycles"] * 4, _explain(r)
