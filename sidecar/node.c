@@ -54,6 +54,7 @@
 #include "metrics.h"
 #include "redlock.h"
 #include "resolve.h"
+#include "restart.h"
 #include "resp.h"
 #include "scripts.h"
 #include "util.h"
@@ -148,8 +149,8 @@ struct node {
     char up_run_id[48];
     char prev_up_run_id[48];
     uint32_t version;    /* INFO redis_version, see node_version() */
-    uint64_t started_us; /* server start, monotonic estimate from
-                            INFO uptime (1 s resolution), 0 unknown */
+    uint64_t started_us; /* server start, monotonic: the latest INFO
+                            uptime allows (restart_started_us), 0 unknown */
     char subject[48];    /* "node 2" for log lines */
     /* rediss:// only (tls.c): */
     struct tls_conn *tls;  /* owned: rediss:// session on fd, else NULL */
@@ -1302,10 +1303,8 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
                              : NULL;
         node->started_us = 0;
         if (up != NULL) {
-            uint64_t secs = strtoull(up + 18, NULL, 10);
-            uint64_t now = util_now_us();
             node->started_us =
-                secs * 1000000u < now ? now - secs * 1000000u : 1;
+                restart_started_us(util_now_us(), strtoull(up + 18, NULL, 10));
         }
     } else if (script >= 0 && script < SCRIPT__COUNT) {
         if (reply->type != REDIS_REPLY_STRING || reply->len != SHA_LEN) {

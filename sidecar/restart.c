@@ -16,6 +16,15 @@ enum restart_action restart_action(bool restarted, bool persistent,
     return no_fence_repair ? RESTART_COUNT_NOW : RESTART_REPAIR_NOW;
 }
 
+uint64_t restart_started_us(uint64_t now_us, uint64_t uptime_s)
+{
+    uint64_t back_s = uptime_s > 0 ? uptime_s - 1 : 0;
+    if (back_s >= now_us / 1000000u) {
+        return 1; /* before the daemon's clock began: long ago */
+    }
+    return now_us - back_s * 1000000u;
+}
+
 uint64_t restart_oldest_us(const uint64_t *started_us, int n)
 {
     uint64_t oldest = 0;

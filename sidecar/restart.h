@@ -29,6 +29,15 @@ enum restart_action restart_action(bool restarted, bool persistent,
  * one that restarted under it. */
 #define RESTART_START_SKEW_US 3000000u
 
+/* restart_started_us: the latest server start, on the daemon's clock at
+ * now_us, that an INFO uptime_in_seconds of uptime_s allows. Redis counts
+ * uptime as the difference of two whole seconds of wall time, so a server
+ * up 0.1 s may say 1: the start lies within (now - uptime - 1 s,
+ * now - uptime + 1 s). The latest keeps a quarantine counted from it from
+ * ending while a lock granted before the restart may stand. Never 0 (that
+ * is "not known") and never after now_us. */
+uint64_t restart_started_us(uint64_t now_us, uint64_t uptime_s);
+
 /* restart_oldest_us: the earliest of n server start times (µs on the
  * daemon's clock; 0 for a node down or not known), 0 when none. */
 uint64_t restart_oldest_us(const uint64_t *started_us, int n);

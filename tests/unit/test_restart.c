@@ -76,6 +76,22 @@ static void test_fresh_start(void **state)
 
 /* Young nodes wait for every node's first answer; old ones never do,
  * since no later start can make them fresh. */
+/* Uptime is whole wall seconds minus whole wall seconds: a server up
+ * 0.1 s may say 1, so the start is dated by the latest it allows. */
+static void test_started_latest(void **state)
+{
+    (void)state;
+    uint64_t now = 1000 * S + 500000;
+    assert_int_equal(restart_started_us(now, 0), now);
+    assert_int_equal(restart_started_us(now, 1), now);
+    assert_int_equal(restart_started_us(now, 2), now - 1 * S);
+    assert_int_equal(restart_started_us(now, 30), now - 29 * S);
+    /* older than the daemon's clock: long ago, never 0 (unknown) */
+    assert_int_equal(restart_started_us(now, 1001), 1);
+    assert_int_equal(restart_started_us(now, UINT64_MAX), 1);
+    assert_int_equal(restart_started_us(1000 * S, 1000), 1 * S);
+}
+
 static void test_start_unsettled(void **state)
 {
     (void)state;
@@ -201,6 +217,7 @@ int main(void)
         cmocka_unit_test(test_oldest),
         cmocka_unit_test(test_fresh_start),
         cmocka_unit_test(test_start_unsettled),
+        cmocka_unit_test(test_started_latest),
         cmocka_unit_test(test_reads_all_needed),
         cmocka_unit_test(test_reads_spare),
         cmocka_unit_test(test_reads_start),
