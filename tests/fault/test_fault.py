@@ -303,3 +303,20 @@ def test_fresh_daemon_slow_old_nodes():
             "cycle %d: the fresh daemon quarantined %r, restarted were %r"
             "\n%s" % (cyc, seen, young, _explain(r)))
     assert r["holds"] == r["cycles"] * 4, _explain(r)
+
+
+def test_fresh_daemon_uptime_rounding():
+    """The same with the restart late in a wall-clock second: INFO uptime
+    reads 1 a tenth of a second later, and a quarantine dated from now -
+    uptime ended up to a second before A's validity (granted through the
+    restarted nodes while A held). Dated from the latest start the uptime
+    allows, it outlasts A's validity."""
+    r = _run("fresh-daemon-uptime")
+    bad = nemesis.verdict(r)
+    assert not bad, "; ".join(bad) + "\n" + _explain(r)
+    assert r["b_won_during_a"] == 0, _explain(r)
+    assert r["paused_granted"] == [0] * r["cycles"], _explain(r)
+    for cyc, (seen, young) in enumerate(zip(r["fresh_seen"], r["killed"])):
+        assert set(young) <= set(seen), (
+            "cycle %d: the fresh daemon quarantined %r, restarted were %r"
+            "\n%s" % (cyc, seen, young, _explain(r)))
