@@ -215,21 +215,24 @@ def test_owner_not_told_of_its_own_release(cluster, daemon):
 
 
 def test_32_nodes_fence_writeback_failure_rolls_back():
-    """32 nodes, the most the daemon takes. Nodes 1-3 start with a high
+    """32 nodes, the most the daemon takes. Nodes 1-16 start with a high
     fence counter, so the write-back must raise the counter on the other
-    29, whose ACL refuses SET on the counter (but not on lock keys, nor
+    16, whose ACL refuses SET on the counter (but not on lock keys, nor
     INCR): the write-back fails, the acquisition answers no_quorum, and
     every node must be rolled back (a bit mask of 32 nodes once came out
-    0, leaving the key everywhere for its whole ttl)."""
+    0, leaving the key everywhere for its whole ttl). Sixteen, not fewer:
+    the fence is decided by the first quorum (17) to answer, which must
+    hold a high counter whichever nodes answer first, and the sixteen high
+    ones alone are not a quorum for the write-back."""
     c = Cluster(32).start()
     d = None
     try:
         d = Daemon(c, name="d32", extra=["--node-timeout-ms", "1000"])
         d.start(timeout=30)
         fence_key = PREFIX + "fence"
-        for nd in c.nodes[:3]:
+        for nd in c.nodes[:16]:
             nd.cmd("SET", fence_key, "100")
-        for nd in c.nodes[3:]:
+        for nd in c.nodes[16:]:
             nd.cmd("ACL", "SETUSER", "default", "-set",
                    "(~%slock:* +set)" % PREFIX)
         res = rname("f32")
@@ -238,7 +241,7 @@ def test_32_nodes_fence_writeback_failure_rolls_back():
                         timeout=10)
         print("32-node fenced acquire: %r" % r)
         assert err_code(r) == "no_quorum", r
-        _allow_all(c.nodes[3:])
+        _allow_all(c.nodes[16:])
 
         def none_left():
             return all(k is None for k in c.get_all(lock_key(res)))
