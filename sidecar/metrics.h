@@ -83,6 +83,8 @@ struct metrics_node {
     int quarantined;     /* restarted without persistence: counts for no
                             acquisition until its quarantine ends */
     uint64_t reconnects; /* connections re-established after a loss */
+    int may_evict;       /* maxmemory with an evicting policy: lock keys
+                            may vanish before their ttl */
 };
 
 /* metrics_render: Prometheus text exposition into a malloc'd string owned by

@@ -60,7 +60,8 @@
 #include "util.h"
 #include "tls.h"
 
-#define HANDSHAKE_INFO (-2) /* handshake_cb tag of INFO server */
+#define HANDSHAKE_INFO (-2)        /* handshake_cb tag of INFO server */
+#define HANDSHAKE_INFO_MEMORY (-3) /* handshake_cb tag of INFO memory */
 #define SHA_LEN 40
 
 /* One command in flight. Owned by its node: taken from the node's free list
@@ -149,6 +150,12 @@ struct node {
     char up_run_id[48];
     char prev_up_run_id[48];
     uint32_t version;    /* INFO redis_version, see node_version() */
+    /* INFO memory's maxmemory_policy when the node may evict keys (a
+     * maxmemory is set and the policy is not noeviction), "" when not or
+     * not known: see node_eviction_policy(). warned_policy is what the last
+     * warning named, so a flapping connection does not repeat it. */
+    char evict_policy[32];
+    char warned_policy[32];
     uint64_t started_us; /* server start, monotonic: the latest INFO
                             uptime allows (restart_started_us), 0 unknown */
     char subject[48];    /* "node 2" for log lines */
@@ -1258,6 +1265,58 @@ static uint32_t node_parse_version(const char *info)
     return (uint32_t)(part[0] * 10000 + part[1] * 100 + part[2]);
 }
 
+/* INFO memory's "name:value" line value into out ("" when absent). */
+static void node_info_field(const char *info, const char *name, char *out,
+                            size_t cap)
+{
+    size_t nlen = strlen(name);
+    out[0] = '\0';
+    for (const char *p = info; p != NULL && *p != '\0';) {
+        if (strncmp(p, name, nlen) == 0 && p[nlen] == ':') {
+            p += nlen + 1;
+            size_t n = strcspn(p, "\r\n");
+            if (n >= cap) {
+                n = cap - 1;
+            }
+            memcpy(out, p, n);
+            out[n] = '\0';
+            return;
+        }
+        p = strchr(p, '\n');
+        p = p != NULL ? p + 1 : NULL;
+    }
+}
+
+/* An evicting node can drop a lock key under memory pressure before its
+ * ttl: for Redlock that is the node losing the lock, as in a restart
+ * without persistence, and a second client may then take it. Every lock
+ * key has a ttl, so the volatile-* policies evict them too; only
+ * noeviction (writes fail with OOM instead) or no maxmemory are safe.
+ * Checked at each handshake: a CONFIG SET in between shows at the next. */
+static void node_check_eviction(struct node *node, const char *info)
+{
+    char maxmemory[32], policy[sizeof(node->evict_policy)];
+    node_info_field(info, "maxmemory", maxmemory, sizeof(maxmemory));
+    node_info_field(info, "maxmemory_policy", policy, sizeof(policy));
+    bool evicts = strtoull(maxmemory, NULL, 10) > 0 && policy[0] != '\0' &&
+                  strcmp(policy, "noeviction") != 0;
+    if (!evicts) {
+        node->evict_policy[0] = '\0';
+        node->warned_policy[0] = '\0';
+        return;
+    }
+    memcpy(node->evict_policy, policy, sizeof(policy));
+    if (strcmp(node->warned_policy, policy) != 0) {
+        memcpy(node->warned_policy, policy, sizeof(policy));
+        log_warn(node->subject,
+                 "%s: maxmemory-policy %s with maxmemory %s: the node may "
+                 "evict lock keys before their ttl, and a second client "
+                 "may then take a held lock; set maxmemory-policy "
+                 "noeviction",
+                 node->addr->display, policy, maxmemory);
+    }
+}
+
 /* Handshake replies: any error fails the connection. */
 static void handshake_cb(struct node *node, struct redisReply *reply,
                          enum node_status status, void *privdata)
@@ -1306,6 +1365,9 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
             node->started_us =
                 restart_started_us(util_now_us(), strtoull(up + 18, NULL, 10));
         }
+    } else if (script == HANDSHAKE_INFO_MEMORY) {
+        node_check_eviction(node, reply->type == REDIS_REPLY_STRING ? reply->str
+                                                                    : "");
     } else if (script >= 0 && script < SCRIPT__COUNT) {
         if (reply->type != REDIS_REPLY_STRING || reply->len != SHA_LEN) {
             node->handshake_failed = true;
@@ -1383,6 +1445,8 @@ static void handshake_start(struct node *node)
     argv[0] = "INFO";
     argv[1] = "server";
     handshake_send(node, 2, argv, lens, HANDSHAKE_INFO);
+    argv[1] = "memory";
+    handshake_send(node, 2, argv, lens, HANDSHAKE_INFO_MEMORY);
     for (int s = 0; s < SCRIPT__COUNT; s++) {
         argv[0] = "SCRIPT";
         argv[1] = "LOAD";
@@ -1776,6 +1840,11 @@ void node_destroy(struct node *node)
 uint32_t node_version(const struct node *node)
 {
     return node->version;
+}
+
+const char *node_eviction_policy(const struct node *node)
+{
+    return node->evict_policy[0] != '\0' ? node->evict_policy : NULL;
 }
 
 bool node_is_up(const struct node *node)

@@ -163,6 +163,8 @@ struct proto_node_health {
     double rtt_ms;          /* last measured round trip, < 0 when unknown */
     bool quarantined;
     const char *tls; /* borrowed: "verified"/"insecure", NULL: plain */
+    const char *eviction; /* borrowed: maxmemory-policy of a node that may
+                             evict keys, NULL when it may not */
 };
 
 /* proto_encode_health: the health object into a malloc'd string owned by the

@@ -216,6 +216,8 @@ type Node struct {
 	LastError   string        // "" when none
 	RTT         time.Duration // last round trip; -1 when unknown
 	Quarantined bool          // restarted node not yet trusted again
+	TLS         string        // rediss://: "verified" or "insecure"; "" plain
+	Eviction    string        // maxmemory-policy of a node that may evict lock keys; "" when it may not
 }
 
 // Health asks for the per-node state. When the daemon reports no quorum it
@@ -534,6 +536,8 @@ type wireNode struct {
 	LastError   *string  `json:"last_error"`
 	RTTms       *float64 `json:"rtt_ms"`
 	Quarantined bool     `json:"quarantined"`
+	TLS         string   `json:"tls"`
+	Eviction    string   `json:"eviction"`
 }
 
 type wireResponse struct {
@@ -591,7 +595,7 @@ func (r *wireResponse) error() error {
 func (r *wireResponse) health() *Health {
 	h := &Health{OK: r.OK != nil && *r.OK, Quorum: r.Quorum, Nodes: make([]Node, 0, len(r.Nodes))}
 	for _, n := range r.Nodes {
-		node := Node{Addr: n.Addr, Up: n.Up, State: n.State, Quarantined: n.Quarantined, RTT: -1}
+		node := Node{Addr: n.Addr, Up: n.Up, State: n.State, Quarantined: n.Quarantined, TLS: n.TLS, Eviction: n.Eviction, RTT: -1}
 		if n.LastError != nil {
 			node.LastError = *n.LastError
 		}

@@ -146,6 +146,8 @@ func checkHealth(t *testing.T, r *wireResponse, raw json.RawMessage) {
 			LastError   *string  `json:"last_error"`
 			RTTms       *float64 `json:"rtt_ms"`
 			Quarantined bool     `json:"quarantined"`
+			TLS         string   `json:"tls"`
+			Eviction    string   `json:"eviction"`
 		} `json:"nodes"`
 	}
 	if err := json.Unmarshal(raw, &in); err != nil {
@@ -172,7 +174,7 @@ func checkHealth(t *testing.T, r *wireResponse, raw json.RawMessage) {
 		if n.LastError != nil {
 			lastErr = *n.LastError
 		}
-		if g.Addr != n.Addr || g.Up != n.Up || g.State != state || g.LastError != lastErr || g.Quarantined != n.Quarantined {
+		if g.Addr != n.Addr || g.Up != n.Up || g.State != state || g.LastError != lastErr || g.Quarantined != n.Quarantined || g.TLS != n.TLS || g.Eviction != n.Eviction {
 			t.Errorf("node %d: %+v, want %+v", i, g, n)
 		}
 		if n.RTTms == nil || *n.RTTms < 0 {

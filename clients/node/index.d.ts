@@ -99,6 +99,10 @@ export interface NodeHealth {
   last_error?: string | null;
   rtt_ms?: number;
   quarantined?: boolean;
+  /** rediss:// nodes: how the certificate is checked. */
+  tls?: 'verified' | 'insecure';
+  /** Only on a node that may evict lock keys: its maxmemory-policy. */
+  eviction?: string;
   [key: string]: unknown;
 }
 

@@ -459,6 +459,7 @@ static void test_response_vector(void **state)
             nh[i].quarantined = cJSON_IsTrue(
                 cJSON_GetObjectItemCaseSensitive(nd, "quarantined"));
             nh[i].tls = null_or_str(nd, "tls");
+            nh[i].eviction = null_or_str(nd, "eviction");
             i++;
         }
         char *json = proto_encode_health(
@@ -987,6 +988,16 @@ static void test_health_shapes(void **state)
               "\"last_error\":null,\"rtt_ms\":2.000,\"quarantined\":false,"
               "\"tls\":\"insecure\"}]}");
     free(json);
+
+    /* A node that may evict lock keys names its policy, after tls. */
+    nodes[0].eviction = "allkeys-lru";
+    json = proto_encode_health(NULL, 0, true, 1, nodes, 1, &len);
+    assert_string_equal(
+        json, "{\"ok\":true,\"quorum\":1,\"nodes\":["
+              "{\"addr\":\"10.0.0.1:6379\",\"up\":true,\"state\":\"up\","
+              "\"last_error\":null,\"rtt_ms\":2.000,\"quarantined\":false,"
+              "\"tls\":\"insecure\",\"eviction\":\"allkeys-lru\"}]}");
+    free(json);
 }
 
 static void test_health_many_long_nodes(void **state)
@@ -1005,6 +1016,7 @@ static void test_health_many_long_nodes(void **state)
                                               .up = i % 2,
                                               .state = addr,
                                               .last_error = addr,
+                                              .eviction = addr,
                                               .rtt_ms = 123456789.123,
                                               .quarantined = false};
     }

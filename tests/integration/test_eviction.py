@@ -1,0 +1,71 @@
+"""A node that may evict keys (a maxmemory with any policy but noeviction)
+can drop a lock key before its ttl, which is that node losing the lock.
+The handshake reads INFO memory: such a node is named once in a warning,
+in /v1/health ("eviction": its policy) and in redlockd_node_may_evict;
+a node fixed in between shows as fixed at its next handshake."""
+
+from extra import metric, scrape
+from rl import SLOW, assert_ok, poll_until, rname
+
+WARNING = "may evict lock keys before their ttl"
+
+
+def _warnings(d, addr):
+    return [ln for ln in d.stderr_text().splitlines()
+            if WARNING in ln and addr in ln]
+
+
+def _reconnect(d, node, addr, want):
+    """Drops the daemon's connections to node and waits until its next
+    handshake shows eviction == want (None: no member)."""
+    node.cmd("CLIENT", "KILL", "TYPE", "normal")
+    node.cmd("CLIENT", "KILL", "TYPE", "pubsub")
+
+    def shown():
+        h = d.health()
+        nd = [n for n in h["nodes"] if n["addr"] == addr][0]
+        return nd["up"] and nd.get("eviction") == want and h
+    h, _ = poll_until(shown, 10.0 * SLOW, 0.02)
+    assert h, d.health()
+
+
+def test_evicting_nodes_are_named_once(cluster, daemon_factory):
+    policies = [("104857600", "allkeys-lru"), ("104857600", "volatile-ttl"),
+                ("0", "allkeys-lru"), ("104857600", "noeviction"), None]
+    for node, p in zip(cluster.nodes, policies):
+        if p is not None:
+            node.cmd("CONFIG", "SET", "maxmemory", p[0])
+            node.cmd("CONFIG", "SET", "maxmemory-policy", p[1])
+    d = daemon_factory.start(cluster, name="ev")
+    h = d.health()
+    addrs = [n["addr"] for n in h["nodes"]]
+    # Only a maxmemory with an evicting policy: volatile-* too, since
+    # every lock key has a ttl; without a maxmemory nothing is evicted.
+    assert [n.get("eviction") for n in h["nodes"]] == [
+        "allkeys-lru", "volatile-ttl", None, None, None], h
+    m = scrape(d.socket)
+    assert [metric(m, "redlockd_node_may_evict", node=a)
+            for a in addrs] == [1, 1, 0, 0, 0], m
+    assert len(_warnings(d, addrs[0])) == 1, d.stderr_tail()
+    assert "maxmemory-policy allkeys-lru with maxmemory 104857600" in \
+        _warnings(d, addrs[0])[0]
+    assert len(_warnings(d, addrs[1])) == 1, d.stderr_tail()
+    for a in addrs[2:]:
+        assert _warnings(d, a) == [], d.stderr_tail()
+    # The daemon still counts them: the operator is told, not locked out.
+    with d.client() as c:
+        assert_ok(c.call("acquire", resource=rname("ev"), ttl_ms=5000))
+
+    # A reconnect to the same policy does not repeat the warning ...
+    _reconnect(d, cluster.nodes[1], addrs[1], "volatile-ttl")
+    assert len(_warnings(d, addrs[1])) == 1, d.stderr_tail()
+    # ... a node fixed in between shows as fixed ...
+    cluster.nodes[0].cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
+    _reconnect(d, cluster.nodes[0], addrs[0], None)
+    assert metric(scrape(d.socket), "redlockd_node_may_evict",
+                  node=addrs[0]) == 0
+    # ... and one broken again is named again.
+    cluster.nodes[0].cmd("CONFIG", "SET", "maxmemory-policy", "allkeys-lfu")
+    _reconnect(d, cluster.nodes[0], addrs[0], "allkeys-lfu")
+    assert len(_warnings(d, addrs[0])) == 2, d.stderr_tail()
+    assert "maxmemory-policy allkeys-lfu" in _warnings(d, addrs[0])[1]
