@@ -215,7 +215,7 @@ char *metrics_render(const struct metrics_node *nodes, int n_nodes, size_t *len)
         out_printf(&o, "\"} %d\n", nodes[i].quarantined ? 1 : 0);
     }
     out_printf(&o, "# HELP redlockd_node_may_evict Whether the node's last "
-                   "handshake found a maxmemory with a policy other than "
+                   "check found a maxmemory with a policy other than "
                    "noeviction, so it may evict lock keys (1) or not (0)\n"
                    "# TYPE redlockd_node_may_evict gauge\n");
     for (int i = 0; i < n_nodes; i++) {

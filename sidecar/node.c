@@ -156,6 +156,7 @@ struct node {
      * warning named, so a flapping connection does not repeat it. */
     char evict_policy[32];
     char warned_policy[32];
+    uint64_t evict_checked_us; /* when INFO memory last went out */
     uint64_t started_us; /* server start, monotonic: the latest INFO
                             uptime allows (restart_started_us), 0 unknown */
     char subject[48];    /* "node 2" for log lines */
@@ -1202,6 +1203,21 @@ int node_command(struct node *node, int argc, const char **argv,
 /* ---- heartbeat ----------------------------------------------------------- */
 
 #define PING_INTERVAL_MS 1000
+/* How often an up node's eviction policy is read again, so a CONFIG SET
+ * on a live node shows without a reconnect. INFO memory costs the node a
+ * few microseconds. */
+#define EVICTION_CHECK_MS 5000
+
+static void node_check_eviction(struct node *node, const char *info);
+
+static void eviction_check_cb(struct node *node, struct redisReply *reply,
+                              enum node_status status, void *privdata)
+{
+    (void)privdata;
+    if (status == NODE_REPLY && reply->type == REDIS_REPLY_STRING) {
+        node_check_eviction(node, reply->str);
+    }
+}
 
 static void ping_cb(struct node *node, struct redisReply *reply,
                     enum node_status status, void *privdata)
@@ -1220,11 +1236,19 @@ static void ping_timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct node *node = arg;
+    uint64_t now = util_now_us();
     if (node->state == NODE_UP &&
-        util_now_us() - node->last_send_us >= PING_INTERVAL_MS * 1000u) {
+        now - node->last_send_us >= PING_INTERVAL_MS * 1000u) {
         const char *argv[1] = {"PING"};
         size_t lens[1] = {4};
         (void)node_command(node, 1, argv, lens, ping_cb, NULL);
+    }
+    if (node->state == NODE_UP && node->opts.push_cb == NULL &&
+        now - node->evict_checked_us >= EVICTION_CHECK_MS * 1000u) {
+        const char *argv[2] = {"INFO", "memory"};
+        size_t lens[2] = {4, 6};
+        node->evict_checked_us = now;
+        (void)node_command(node, 2, argv, lens, eviction_check_cb, NULL);
     }
 }
 
@@ -1292,7 +1316,7 @@ static void node_info_field(const char *info, const char *name, char *out,
  * without persistence, and a second client may then take it. Every lock
  * key has a ttl, so the volatile-* policies evict them too; only
  * noeviction (writes fail with OOM instead) or no maxmemory are safe.
- * Checked at each handshake: a CONFIG SET in between shows at the next. */
+ * Checked at each handshake and every EVICTION_CHECK_MS while up. */
 static void node_check_eviction(struct node *node, const char *info)
 {
     char maxmemory[32], policy[sizeof(node->evict_policy)];
@@ -1447,6 +1471,7 @@ static void handshake_start(struct node *node)
     handshake_send(node, 2, argv, lens, HANDSHAKE_INFO);
     argv[1] = "memory";
     handshake_send(node, 2, argv, lens, HANDSHAKE_INFO_MEMORY);
+    node->evict_checked_us = util_now_us();
     for (int s = 0; s < SCRIPT__COUNT; s++) {
         argv[0] = "SCRIPT";
         argv[1] = "LOAD";

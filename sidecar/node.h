@@ -140,9 +140,10 @@ int node_command(struct node *node, int argc, const char **argv,
  * major * 10000 + minor * 100 + patch (7.0.15 is 70015); 0 unknown. */
 uint32_t node_version(const struct node *node);
 
-/* node_eviction_policy: the node's maxmemory-policy when its last
- * handshake found that it may evict keys (a maxmemory set and a policy
- * other than noeviction), NULL when it may not or it is not known. */
+/* node_eviction_policy: the node's maxmemory-policy when its last check
+ * (each handshake, then every 5 s while up) found that it may evict keys (a
+ * maxmemory set and a policy other than noeviction), NULL when it may not or it
+ * is not known. */
 const char *node_eviction_policy(const struct node *node);
 
 bool node_is_up(const struct node *node);

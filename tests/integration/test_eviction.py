@@ -1,8 +1,8 @@
 """A node that may evict keys (a maxmemory with any policy but noeviction)
 can drop a lock key before its ttl, which is that node losing the lock.
-The handshake reads INFO memory: such a node is named once in a warning,
-in /v1/health ("eviction": its policy) and in redlockd_node_may_evict;
-a node fixed in between shows as fixed at its next handshake."""
+Each handshake, and every 5 s while the node is up, reads INFO memory:
+such a node is named once in a warning, in /v1/health ("eviction": its
+policy) and in redlockd_node_may_evict; a node fixed shows as fixed."""
 
 from extra import metric, scrape
 from rl import SLOW, assert_ok, poll_until, rname
@@ -69,3 +69,25 @@ def test_evicting_nodes_are_named_once(cluster, daemon_factory):
     _reconnect(d, cluster.nodes[0], addrs[0], "allkeys-lfu")
     assert len(_warnings(d, addrs[0])) == 2, d.stderr_tail()
     assert "maxmemory-policy allkeys-lfu" in _warnings(d, addrs[0])[1]
+
+
+def test_policy_changed_on_a_live_node_shows_without_a_reconnect(
+        cluster, daemon_factory):
+    d = daemon_factory.start(cluster, name="ev2")
+    addr = d.health()["nodes"][2]["addr"]
+    reconnects = metric(scrape(d.socket), "redlockd_node_reconnects_total",
+                        node=addr)
+    cluster.nodes[2].cmd("CONFIG", "SET", "maxmemory", "104857600")
+    cluster.nodes[2].cmd("CONFIG", "SET", "maxmemory-policy",
+                         "allkeys-random")
+
+    # Read again every 5 s while the node is up.
+    def shown():
+        h = d.health()
+        return h["nodes"][2].get("eviction") == "allkeys-random" and h
+    h, _ = poll_until(shown, 12.0 * SLOW, 0.1)
+    assert h, d.health()
+    assert [n.get("eviction") for n in h["nodes"]].count(None) == 4, h
+    assert len(_warnings(d, addr)) == 1, d.stderr_tail()
+    assert metric(scrape(d.socket), "redlockd_node_reconnects_total",
+                  node=addr) == reconnects
