@@ -62,6 +62,7 @@
 
 #define HANDSHAKE_INFO (-2)        /* handshake_cb tag of INFO server */
 #define HANDSHAKE_INFO_MEMORY (-3) /* handshake_cb tag of INFO memory */
+#define HANDSHAKE_INFO_PERSISTENCE (-4) /* ... INFO persistence */
 #define SHA_LEN 40
 
 /* One command in flight. Owned by its node: taken from the node's free list
@@ -157,6 +158,9 @@ struct node {
     char evict_policy[32];
     char warned_policy[32];
     uint64_t evict_checked_us; /* when INFO memory last went out */
+    /* A ?persistent=1 node whose INFO persistence says aof_enabled:0: it
+     * loses its keys in a restart, so it is not taken for persistent. */
+    bool aof_off;
     uint64_t started_us; /* server start, monotonic: the latest INFO
                             uptime allows (restart_started_us), 0 unknown */
     char subject[48];    /* "node 2" for log lines */
@@ -1203,19 +1207,24 @@ int node_command(struct node *node, int argc, const char **argv,
 /* ---- heartbeat ----------------------------------------------------------- */
 
 #define PING_INTERVAL_MS 1000
-/* How often an up node's eviction policy is read again, so a CONFIG SET
- * on a live node shows without a reconnect. INFO memory costs the node a
- * few microseconds. */
-#define EVICTION_CHECK_MS 5000
+/* How often an up node's eviction policy (and, for a ?persistent=1 node,
+ * its AOF) is read again, so a CONFIG SET on a live node shows without a
+ * reconnect. An INFO section costs the node a few microseconds. */
+#define CONFIG_CHECK_MS 5000
 
 static void node_check_eviction(struct node *node, const char *info);
+static void node_check_persistence(struct node *node, const char *info);
 
-static void eviction_check_cb(struct node *node, struct redisReply *reply,
-                              enum node_status status, void *privdata)
+/* privdata: NULL for INFO memory, non-NULL for INFO persistence. */
+static void config_check_cb(struct node *node, struct redisReply *reply,
+                            enum node_status status, void *privdata)
 {
-    (void)privdata;
     if (status == NODE_REPLY && reply->type == REDIS_REPLY_STRING) {
-        node_check_eviction(node, reply->str);
+        if (privdata != NULL) {
+            node_check_persistence(node, reply->str);
+        } else {
+            node_check_eviction(node, reply->str);
+        }
     }
 }
 
@@ -1244,11 +1253,16 @@ static void ping_timer_cb(evutil_socket_t fd, short what, void *arg)
         (void)node_command(node, 1, argv, lens, ping_cb, NULL);
     }
     if (node->state == NODE_UP && node->opts.push_cb == NULL &&
-        now - node->evict_checked_us >= EVICTION_CHECK_MS * 1000u) {
+        now - node->evict_checked_us >= CONFIG_CHECK_MS * 1000u) {
         const char *argv[2] = {"INFO", "memory"};
         size_t lens[2] = {4, 6};
         node->evict_checked_us = now;
-        (void)node_command(node, 2, argv, lens, eviction_check_cb, NULL);
+        (void)node_command(node, 2, argv, lens, config_check_cb, NULL);
+        if (node->addr->persistent) {
+            argv[1] = "persistence";
+            lens[1] = 11;
+            (void)node_command(node, 2, argv, lens, config_check_cb, node);
+        }
     }
 }
 
@@ -1316,7 +1330,7 @@ static void node_info_field(const char *info, const char *name, char *out,
  * without persistence, and a second client may then take it. Every lock
  * key has a ttl, so the volatile-* policies evict them too; only
  * noeviction (writes fail with OOM instead) or no maxmemory are safe.
- * Checked at each handshake and every EVICTION_CHECK_MS while up. */
+ * Checked at each handshake and every CONFIG_CHECK_MS while up. */
 static void node_check_eviction(struct node *node, const char *info)
 {
     char maxmemory[32], policy[sizeof(node->evict_policy)];
@@ -1339,6 +1353,27 @@ static void node_check_eviction(struct node *node, const char *info)
                  "noeviction",
                  node->addr->display, policy, maxmemory);
     }
+}
+
+/* ?persistent=1 turns the restart quarantine off for a node, which is
+ * safe only while it writes every key to its AOF (appendfsync always, which
+ * INFO does not show). A node that says appendonly is off loses its keys
+ * in a restart: it is quarantined like any node without persistence. */
+static void node_check_persistence(struct node *node, const char *info)
+{
+    char aof[8];
+    node_info_field(info, "aof_enabled", aof, sizeof(aof));
+    bool off = strcmp(aof, "0") == 0;
+    if (off && !node->aof_off) {
+        log_warn(node->subject,
+                 "%s: marked ?persistent=1 but appendonly is off: a "
+                 "restart would lose its lock keys, so it is quarantined "
+                 "after a restart like a node without persistence; turn "
+                 "on appendonly with appendfsync always, or drop "
+                 "?persistent=1",
+                 node->addr->display);
+    }
+    node->aof_off = off;
 }
 
 /* Handshake replies: any error fails the connection. */
@@ -1389,6 +1424,9 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
             node->started_us =
                 restart_started_us(util_now_us(), strtoull(up + 18, NULL, 10));
         }
+    } else if (script == HANDSHAKE_INFO_PERSISTENCE) {
+        node_check_persistence(
+            node, reply->type == REDIS_REPLY_STRING ? reply->str : "");
     } else if (script == HANDSHAKE_INFO_MEMORY) {
         node_check_eviction(node, reply->type == REDIS_REPLY_STRING ? reply->str
                                                                     : "");
@@ -1471,6 +1509,10 @@ static void handshake_start(struct node *node)
     handshake_send(node, 2, argv, lens, HANDSHAKE_INFO);
     argv[1] = "memory";
     handshake_send(node, 2, argv, lens, HANDSHAKE_INFO_MEMORY);
+    if (node->addr->persistent) {
+        argv[1] = "persistence";
+        handshake_send(node, 2, argv, lens, HANDSHAKE_INFO_PERSISTENCE);
+    }
     node->evict_checked_us = util_now_us();
     for (int s = 0; s < SCRIPT__COUNT; s++) {
         argv[0] = "SCRIPT";
@@ -1930,7 +1972,7 @@ uint64_t node_started_us(const struct node *node)
 
 bool node_is_persistent(const struct node *node)
 {
-    return node->addr->persistent;
+    return node->addr->persistent && !node->aof_off;
 }
 
 uint64_t node_reconnects(const struct node *node)

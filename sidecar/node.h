@@ -165,6 +165,9 @@ const char *node_tls_mode(const struct node *node);
  * handshakes that failed in between do not count. */
 const char *node_run_id(const struct node *node);
 bool node_restarted(const struct node *node);
+
+/* node_is_persistent: marked ?persistent=1, and its last check (each
+ * handshake, then every 5 s while up) did not find its AOF off. */
 bool node_is_persistent(const struct node *node);
 
 /* node_started_us: when the server started, on the monotonic clock,

@@ -374,6 +374,9 @@ def test_fresh_daemon_quarantines_a_node_started_later(cluster,
             r["lock"].encode(), vals
         assert_ok(c.call("release", lock=r["lock"]))
 
+    # Persistent for real: a node said persistent with its AOF off is
+    # quarantined all the same (test_node_config.py).
+    n2.cmd("CONFIG", "SET", "appendonly", "yes")
     args = []
     for k, nd in enumerate(cluster.nodes):
         args += ["--node", nd.uri + ("?persistent=1" if k == 1 else "")]

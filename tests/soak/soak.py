@@ -184,7 +184,9 @@ def nemesis(cluster, stop, st, every):
 
 
 def run(seconds, max_growth_kb, verbose=True):
-    cluster = rl.Cluster().start()
+    # AOF with appendfsync always: the only configuration ?persistent=1 is
+    # for (the daemon quarantines a "persistent" node whose AOF is off).
+    cluster = rl.Cluster(aof=True).start()
     daemon = None
     code = None
     stop = threading.Event()
@@ -192,10 +194,7 @@ def run(seconds, max_growth_kb, verbose=True):
     st = Stats()
     samples = []
     try:
-        nodes = []
-        for u in cluster.uris():
-            nodes += ["--node", u + "?persistent=1"]
-        daemon = rl.Daemon(cluster, name="soak", node_args=nodes,
+        daemon = rl.Daemon(cluster, name="soak",
                            extra=["--log-level", "warn"])
         daemon.start()
         sock = str(daemon.socket)

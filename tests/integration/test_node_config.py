@@ -1,11 +1,19 @@
-"""A node that may evict keys (a maxmemory with any policy but noeviction)
-can drop a lock key before its ttl, which is that node losing the lock.
-Each handshake, and every 5 s while the node is up, reads INFO memory:
-such a node is named once in a warning, in /v1/health ("eviction": its
-policy) and in redlockd_node_may_evict; a node fixed shows as fixed."""
+"""What the daemon checks of each node's configuration, at each handshake
+and every 5 s while the node is up.
+
+Eviction: a node that may evict keys (a maxmemory with any policy but
+noeviction) can drop a lock key before its ttl, which is that node losing
+the lock. INFO memory tells: such a node is named once in a warning, in
+/v1/health ("eviction": its policy) and in redlockd_node_may_evict; a
+node fixed shows as fixed.
+
+Persistence: ?persistent=1 turns the restart quarantine off for a node,
+safe only with its AOF on. A node so marked whose INFO persistence says
+appendonly is off is warned about and quarantined after a restart like
+any node without persistence."""
 
 from extra import metric, scrape
-from rl import SLOW, assert_ok, poll_until, rname
+from rl import SLOW, assert_ok, lock_key, poll_until, rname
 
 WARNING = "may evict lock keys before their ttl"
 
@@ -91,3 +99,44 @@ def test_policy_changed_on_a_live_node_shows_without_a_reconnect(
     assert len(_warnings(d, addr)) == 1, d.stderr_tail()
     assert metric(scrape(d.socket), "redlockd_node_reconnects_total",
                   node=addr) == reconnects
+
+
+PERSIST_WARNING = "marked ?persistent=1 but appendonly is off"
+
+
+def test_persistent_node_without_aof_is_quarantined_after_a_restart(
+        cluster, daemon_factory):
+    n1 = cluster.nodes[0]
+    args = ["--node", n1.uri + "?persistent=1"] + cluster.node_args()[2:]
+    d = daemon_factory.start(cluster, name="pa", node_args=args,
+                             extra=["--quarantine-ms", "60000"])
+    assert d.stderr_text().count(PERSIST_WARNING) == 1, d.stderr_tail()
+    assert not any(n["quarantined"] for n in d.health()["nodes"])
+    res = rname("pa")
+    with d.client() as c:
+        r = c.call("acquire", resource=res, ttl_ms=30000)
+        assert_ok(r)
+        # The restart empties node 1: taken for persistent, it would count
+        # at once, and with two more nodes lost the lock would be free.
+        n1.restart()
+
+        def quarantined():
+            h = d.health()
+            return h["nodes"][0]["up"] and h["nodes"][0]["quarantined"] and h
+        h, _ = poll_until(quarantined, 10.0 * SLOW, 0.02)
+        assert h, (d.health(), d.stderr_tail())
+        assert n1.cmd("GET", lock_key(res)) is None
+        cluster.nodes[1].pause()
+        cluster.nodes[2].pause()
+        try:
+            with d.client() as o:  # never granted: busy on nodes 4 and 5
+                r2 = o.call("acquire", resource=res, ttl_ms=1000)
+                assert r2["ok"] is False, r2
+                assert r2["error"]["code"] in ("busy", "no_quorum"), r2
+        finally:
+            cluster.nodes[1].resume()
+            cluster.nodes[2].resume()
+        assert_ok(c.call("release", lock=r["lock"]))
+    # Once seen, the warning is not repeated by a reconnect to the same
+    # configuration.
+    assert d.stderr_text().count(PERSIST_WARNING) == 1, d.stderr_tail()
