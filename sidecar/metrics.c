@@ -167,6 +167,59 @@ static void render_hist(struct out *o, const char *name, const char *help,
     }
 }
 
+/* One series per node: its value read from struct metrics_node. */
+enum node_field { NODE_UP, NODE_QUARANTINED, NODE_MAY_EVICT, NODE_RECONNECTS };
+
+struct node_series {
+    const char *name, *type, *help;
+    enum node_field field;
+};
+
+static const struct node_series node_series[] = {
+    {"redlockd_node_up", "gauge",
+     "Whether the node is connected and ready (1) or not (0)", NODE_UP},
+    {"redlockd_node_quarantined", "gauge",
+     "Whether the node is in its restart quarantine and counts for no "
+     "acquisition (1) or not (0)",
+     NODE_QUARANTINED},
+    {"redlockd_node_may_evict", "gauge",
+     "Whether the node's last check found a maxmemory with a policy other "
+     "than noeviction, so it may evict lock keys (1) or not (0)",
+     NODE_MAY_EVICT},
+    {"redlockd_node_reconnects_total", "counter",
+     "Connections to the node re-established after it was lost (the first "
+     "connect is not counted)",
+     NODE_RECONNECTS},
+};
+
+static unsigned long long node_value(const struct metrics_node *nd,
+                                     enum node_field f)
+{
+    switch (f) {
+    case NODE_UP:
+        return nd->up ? 1 : 0;
+    case NODE_QUARANTINED:
+        return nd->quarantined ? 1 : 0;
+    case NODE_MAY_EVICT:
+        return nd->may_evict ? 1 : 0;
+    case NODE_RECONNECTS:
+        return (unsigned long long)nd->reconnects;
+    }
+    return 0;
+}
+
+static void render_node_series(struct out *o, const struct node_series *s,
+                               const struct metrics_node *nodes, int n_nodes)
+{
+    out_printf(o, "# HELP %s %s\n# TYPE %s %s\n", s->name, s->help, s->name,
+               s->type);
+    for (int i = 0; i < n_nodes; i++) {
+        out_printf(o, "%s{node=\"", s->name);
+        out_label(o, nodes[i].addr);
+        out_printf(o, "\"} %llu\n", node_value(&nodes[i], s->field));
+    }
+}
+
 char *metrics_render(const struct metrics_node *nodes, int n_nodes, size_t *len)
 {
     struct out o = {malloc(8192), 0, 8192, 0};
@@ -199,38 +252,8 @@ char *metrics_render(const struct metrics_node *nodes, int n_nodes, size_t *len)
     METRICS_GAUGES(RENDER_GAUGE)
 #undef RENDER_GAUGE
 
-    out_printf(&o, "# HELP redlockd_node_up Whether the node is connected "
-                   "and ready (1) or not (0)\n# TYPE redlockd_node_up gauge\n");
-    for (int i = 0; i < n_nodes; i++) {
-        out_printf(&o, "redlockd_node_up{node=\"");
-        out_label(&o, nodes[i].addr);
-        out_printf(&o, "\"} %d\n", nodes[i].up ? 1 : 0);
-    }
-    out_printf(&o, "# HELP redlockd_node_quarantined Whether the node is in "
-                   "its restart quarantine and counts for no acquisition (1) "
-                   "or not (0)\n# TYPE redlockd_node_quarantined gauge\n");
-    for (int i = 0; i < n_nodes; i++) {
-        out_printf(&o, "redlockd_node_quarantined{node=\"");
-        out_label(&o, nodes[i].addr);
-        out_printf(&o, "\"} %d\n", nodes[i].quarantined ? 1 : 0);
-    }
-    out_printf(&o, "# HELP redlockd_node_may_evict Whether the node's last "
-                   "check found a maxmemory with a policy other than "
-                   "noeviction, so it may evict lock keys (1) or not (0)\n"
-                   "# TYPE redlockd_node_may_evict gauge\n");
-    for (int i = 0; i < n_nodes; i++) {
-        out_printf(&o, "redlockd_node_may_evict{node=\"");
-        out_label(&o, nodes[i].addr);
-        out_printf(&o, "\"} %d\n", nodes[i].may_evict ? 1 : 0);
-    }
-    out_printf(&o, "# HELP redlockd_node_reconnects_total Connections to the "
-                   "node re-established after it was lost (the first connect "
-                   "is not counted)\n# TYPE redlockd_node_reconnects_total "
-                   "counter\n");
-    for (int i = 0; i < n_nodes; i++) {
-        out_printf(&o, "redlockd_node_reconnects_total{node=\"");
-        out_label(&o, nodes[i].addr);
-        out_printf(&o, "\"} %llu\n", (unsigned long long)nodes[i].reconnects);
+    for (size_t k = 0; k < sizeof(node_series) / sizeof(node_series[0]); k++) {
+        render_node_series(&o, &node_series[k], nodes, n_nodes);
     }
     render_hist(&o, "redlockd_acquire_duration_seconds",
                 "Time from request to acquire answer, successful acquisitions",

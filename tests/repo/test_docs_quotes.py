@@ -179,7 +179,8 @@ def c_strings():
 def daemon_metrics():
     """{name: {label: set of values or None}} as metrics_render() writes
     them: the X-macro lists of metrics.h and the series metrics.c writes
-    by hand (a name{label=...} literal or a render_hist call)."""
+    by hand (a name{label=...} literal, a node_series[] row or a
+    render_hist call)."""
     h = c_source(SIDECAR / "metrics.h")
     c = c_source(SIDECAR / "metrics.c")
     metrics = {}
@@ -198,6 +199,13 @@ def daemon_metrics():
         metrics.setdefault(name, {})
     for m in re.finditer(r'"(redlockd_\w+)\{(\w+)=', c):
         metrics.setdefault(m.group(1), {}).setdefault(m.group(2), None)
+    # metrics.c's node_series[] table: one series per node, label "node".
+    table = c.split("node_series[] = {", 1)[1].split("\n};", 1)[0]
+    rows = re.findall(r'\{"(redlockd_\w+)",\s*"(?:gauge|counter)",', table)
+    assert rows and len(rows) == table.count('{"'), \
+        "sidecar/metrics.c: a row of node_series[] was not understood"
+    for name in rows:
+        metrics.setdefault(name, {}).setdefault("node", None)
     for m in re.finditer(r'render_hist\(\s*&o,\s*"(redlockd_\w+)",(.*?)\);',
                          c, re.S):
         args = re.sub(r'"\s+"', "", m.group(2))  # joined help text
