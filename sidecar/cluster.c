@@ -86,6 +86,7 @@ struct cluster_op {
     struct event *deadline_ev;      /* owned (kept across pool reuse): a round
                                        that cannot win any more ends early */
     bool dispatched;                /* counted in c->acquires_sent */
+    uint32_t refused;               /* nodes that answered an error reply */
     struct cluster_op *next_queued; /* the admission queue */
     struct cluster_op *next_free;
 };
@@ -108,6 +109,13 @@ struct cluster {
     /* Nodes whose MULTI/EXEC failed (an ACL without +multi +exec, say):
      * their fenced acquires go through the script from then on. */
     bool fence_multi_refused[REDLOCK_MAX_NODES];
+    /* Each node's last error reply to a lock command (OOM, READONLY,
+     * MISCONF, ...), named in a no_quorum answer, and its log limit. */
+    struct node_refusal {
+        char text[120];
+        uint64_t logged_us;     /* when a line last said one, 0 never */
+        unsigned long unlogged; /* refusals since then left out */
+    } refusal[REDLOCK_MAX_NODES];
     /* Release, extend and complete (and rollbacks) gathered per node
      * during a loop turn, sent as one script over their keys at its end
      * (batch_ev), when full, or before an acquire of one of their keys on
@@ -226,6 +234,7 @@ static struct cluster_op *op_new(struct cluster *c, enum redlock_op kind,
     op->pttl_pending = 0;
     op->busy_deferred = false;
     op->dispatched = false;
+    op->refused = 0;
     op->next_queued = NULL;
     c->ops_inflight++;
     return op;
@@ -283,6 +292,37 @@ static void result_init(struct cluster_result *res)
 static const char *reply_text(const struct redisReply *r)
 {
     return r->type == REDIS_REPLY_ERROR ? r->str : "(unexpected shape)";
+}
+
+/* At most one line a second per node: a node out of memory refuses every
+ * lock command, and a line each would flood the log. */
+#define REFUSAL_LOG_US 1000000u
+
+/* Node i refused op's command (what: "acquire", ...) with text: kept as
+ * the node's last refusal for the answer, and logged within the limit. */
+static void note_refusal(struct cluster *c, struct cluster_op *op, int i,
+                         const char *what, const char *text)
+{
+    struct node_refusal *nr = &c->refusal[i];
+    snprintf(nr->text, sizeof(nr->text), "%s", text);
+    if (op != NULL) {
+        op->refused |= 1u << i;
+    }
+    uint64_t now = util_now_us();
+    if (nr->logged_us != 0 && now - nr->logged_us < REFUSAL_LOG_US) {
+        nr->unlogged++;
+        return;
+    }
+    if (nr->unlogged > 0) {
+        log_warn(NULL,
+                 "node %d: %s: unexpected reply: %s (%lu more since "
+                 "the last such line)",
+                 i + 1, what, text, nr->unlogged);
+    } else {
+        log_warn(NULL, "node %d: %s: unexpected reply: %s", i + 1, what, text);
+    }
+    nr->logged_us = now;
+    nr->unlogged = 0;
 }
 
 /* ---- batches ---------------------------------------------------------- */
@@ -382,12 +422,13 @@ static void batch_cb(struct node *node, struct redisReply *reply,
             struct replyview v;
             res = redlock_classify_flag(replyview_of(&v, el));
             if (res == RL_FAILED) {
-                log_warn(NULL, "node %d: script on one key: %s",
-                         node_index(node) + 1,
-                         el->type == REDIS_REPLY_STRING ||
-                                 el->type == REDIS_REPLY_ERROR
-                             ? el->str
-                             : "(unexpected reply)");
+                note_refusal(b->e[j].op->c,
+                             b->e[j].rollback ? NULL : b->e[j].op,
+                             node_index(node), "script on one key",
+                             el->type == REDIS_REPLY_STRING ||
+                                     el->type == REDIS_REPLY_ERROR
+                                 ? el->str
+                                 : "(unexpected reply)");
             }
         }
         batch_entry_answer(&b->e[j], b->node, res);
@@ -684,14 +725,14 @@ static enum redlock_node_result decode_acquire(struct cluster_op *op,
     int i = node_index(node);
     enum redlock_acquire_form form = (enum redlock_acquire_form)op->form[i];
     struct replyview v;
+    const struct redlock_reply *rv = replyview_of(&v, r);
     enum redlock_node_result res =
-        redlock_classify_acquire(form, replyview_of(&v, r), fence, pttl);
+        redlock_classify_acquire(form, rv, fence, pttl);
     if (res != RL_FAILED) {
         return res;
     }
-    log_warn(NULL, "node %d: acquire: unexpected reply: %s", i + 1,
-             reply_text(r));
-    if (redlock_form_refused(form, res) && !op->c->fence_multi_refused[i]) {
+    note_refusal(op->c, op, i, "acquire", reply_text(r));
+    if (redlock_form_refused(form, res, rv) && !op->c->fence_multi_refused[i]) {
         /* Later fenced acquires use the script, which needs no +multi
          * +exec. */
         op->c->fence_multi_refused[i] = true;
@@ -704,14 +745,14 @@ static enum redlock_node_result decode_acquire(struct cluster_op *op,
 }
 
 /* The other scripts answer 1 (applied) or 0 (not held). */
-static enum redlock_node_result decode_flag(struct node *node,
+static enum redlock_node_result decode_flag(struct cluster_op *op,
+                                            struct node *node,
                                             const struct redisReply *r)
 {
     struct replyview v;
     enum redlock_node_result res = redlock_classify_flag(replyview_of(&v, r));
     if (res == RL_FAILED) {
-        log_warn(NULL, "node %d: script: unexpected reply: %s",
-                 node_index(node) + 1, reply_text(r));
+        note_refusal(op->c, op, node_index(node), "script", reply_text(r));
     }
     return res;
 }
@@ -757,14 +798,21 @@ static enum proto_err answer_err(enum redlock_answer a)
     return ERR_NO_QUORUM;
 }
 
-/* Fills res from verdict v (answer, validity, too_late). */
-static void result_from(struct cluster_result *res,
+/* Fills res from op's verdict v (answer, validity, too_late) and the
+ * nodes that refused op. */
+static void result_from(struct cluster_result *res, const struct cluster_op *op,
                         const struct redlock_verdict *v)
 {
     res->err = answer_err(v->answer);
     res->validity_ms = v->validity_ms;
     res->valid_until_us = v->valid_until_us;
     res->too_late = v->too_late;
+    res->n_refused = __builtin_popcount(op->refused);
+    if (op->refused != 0) {
+        int i = __builtin_ctz(op->refused);
+        res->refused_node = i + 1;
+        res->refusal = op->c->refusal[i].text;
+    }
 }
 
 static void op_finish_acquire(struct cluster_op *op)
@@ -785,7 +833,7 @@ static void op_finish_acquire(struct cluster_op *op)
     result_init(&res);
     res.n_ok = op->round.n_ok;
     res.pttl_min = op->round.pttl_min;
-    result_from(&res, &v);
+    result_from(&res, op, &v);
     if (v.answer == RL_ANSWER_BUSY && op->pttl_pending > 0) {
         /* The waiter backs off on the holder's PTTL: answer when the
          * PTTLs asked are in (pttl_cb). The rollback goes now. */
@@ -850,7 +898,7 @@ static void op_finish_other(struct cluster_op *op)
     result_init(&res);
     res.n_ok = op->round.n_ok;
     res.start_us = op->round.start_us;
-    result_from(&res, &v);
+    result_from(&res, op, &v);
     op_answer(op, &res);
 }
 
@@ -875,7 +923,7 @@ static void op_main_cb(struct node *node, struct redisReply *reply,
     } else if (op->kind == RL_OP_ACQUIRE) {
         res = decode_acquire(op, node, reply, &fence, &pttl);
     } else {
-        res = decode_flag(node, reply);
+        res = decode_flag(op, node, reply);
     }
     op_node_answer(op, node_index(node), node, res, fence, pttl);
 }
@@ -916,7 +964,7 @@ static void op_fence_finish(struct cluster_op *op)
     struct cluster_result r;
     result_init(&r);
     r.n_ok = op->round.n_ok;
-    result_from(&r, &v);
+    result_from(&r, op, &v);
     if (v.answer == RL_ANSWER_OK) {
         /* Not round.fence_max: answers that arrived after the round was
          * won may have raised it past what a quorum now holds. */
@@ -939,8 +987,9 @@ static void op_fence_cb(struct node *node, struct redisReply *reply,
 {
     struct cluster_op *op = privdata;
     op->outstanding--;
-    enum redlock_node_result res =
-        status == NODE_REPLY ? decode_flag(node, reply) : decode_status(status);
+    enum redlock_node_result res = status == NODE_REPLY
+                                       ? decode_flag(op, node, reply)
+                                       : decode_status(status);
     bool was_decided = op->fence_round.outcome != RL_UNDECIDED;
     enum redlock_outcome out = redlock_round_answer(
         &op->fence_round, node_index(node), res, 0, -1, util_now_us);

@@ -35,6 +35,10 @@ struct cluster_result {
     uint64_t start_us;       /* release/extend/complete: when the round was
                                 sent (a failed extend's ttl may still land,
                                 counted from then) */
+    int n_refused;           /* nodes that answered with an error reply */
+    int refused_node;        /* the first of them, 1-based; 0 none */
+    const char *refusal;     /* borrowed until the callback returns: that
+                                node's error text, NULL when none */
 };
 
 /* Runs exactly once per accepted operation; may run before the starting

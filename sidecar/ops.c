@@ -125,10 +125,21 @@ static const char *err_message(enum proto_err err)
     }
 }
 
+/* Valid until the next call: answers are encoded before that. */
 static const char *result_message(const struct cluster_result *res)
 {
+    static char refused[PROTO_MSG_MAX + 1];
     if (res->err == ERR_NO_QUORUM && res->too_late) {
         return TOO_LATE_MESSAGE;
+    }
+    if (res->err == ERR_NO_QUORUM && res->n_refused > 0 &&
+        res->refusal != NULL) {
+        /* Nodes that answered "no" are not slow: say what they said. */
+        snprintf(refused, sizeof(refused),
+                 "fewer than a quorum of nodes accepted it: %d refused "
+                 "(node %d: %s)",
+                 res->n_refused, res->refused_node, res->refusal);
+        return refused;
     }
     return err_message(res->err);
 }

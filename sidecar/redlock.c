@@ -765,12 +765,34 @@ enum redlock_acquire_form redlock_acquire_form_pick(bool script_only,
     return multi_refused ? RL_FORM_SCRIPT : RL_FORM_SET_GET_INCR;
 }
 
-bool redlock_form_refused(enum redlock_acquire_form form,
-                          enum redlock_node_result res)
+/* Whether text[0..len) contains needle. */
+static bool reply_has(const char *text, size_t len, const char *needle)
 {
-    /* Failed as a whole, or MULTI refused and the SET ran alone: either
-     * way the node is rolled back like any failure. */
-    return form == RL_FORM_SET_GET_INCR && res == RL_FAILED;
+    size_t n = strlen(needle);
+    for (size_t k = 0; k + n <= len; k++) {
+        if (memcmp(text + k, needle, n) == 0) {
+            return true;
+        }
+    }
+    return false;
+}
+
+bool redlock_form_refused(enum redlock_acquire_form form,
+                          enum redlock_node_result res,
+                          const struct redlock_reply *r)
+{
+    if (form != RL_FORM_SET_GET_INCR || res != RL_FAILED || r == NULL ||
+        r->kind != RLR_ERROR) {
+        return false;
+    }
+    /* EXEC's answer (the last): "ERR EXEC without MULTI" when MULTI was
+     * refused (the SET then ran alone; the node is rolled back like any
+     * failure), and an ACL's NOPERM for the 'exec' or 'multi' command,
+     * bare or as "EXECABORT ... because of: NOPERM ...". */
+    return reply_has(r->str, r->len, "EXEC without MULTI") ||
+           (reply_has(r->str, r->len, "NOPERM") &&
+            (reply_has(r->str, r->len, "'exec'") ||
+             reply_has(r->str, r->len, "'multi'")));
 }
 
 uint32_t redlock_all_nodes(int n_nodes)

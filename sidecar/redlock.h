@@ -454,11 +454,15 @@ enum redlock_acquire_form redlock_acquire_form_pick(bool script_only,
                                                     bool fence,
                                                     bool multi_refused);
 
-/* redlock_form_refused: whether node's answer res to an acquire sent in
- * form shows that the node refuses MULTI/EXEC (an ACL without +multi
- * +exec, say): then its later fenced acquires use the script. */
+/* redlock_form_refused: whether node's answer r (classified res) to an
+ * acquire sent in form shows that the node refuses MULTI/EXEC (an ACL
+ * without +multi +exec): then its later fenced acquires use the script.
+ * A transaction the node aborted for what it queued (EXECABORT: OOM,
+ * READONLY, MISCONF) or an error of the whole node (BUSY, LOADING) says
+ * nothing of MULTI/EXEC, and the script would meet the same. */
 bool redlock_form_refused(enum redlock_acquire_form form,
-                          enum redlock_node_result res);
+                          enum redlock_node_result res,
+                          const struct redlock_reply *r);
 
 /* redlock_all_nodes: bit i for each of n_nodes nodes (1..32). */
 uint32_t redlock_all_nodes(int n_nodes);

@@ -1181,11 +1181,38 @@ static void test_acquire_form_pick(void **state)
     assert_int_equal(redlock_acquire_form_pick(true, 70400, false, false),
                      RL_FORM_SCRIPT);
 
-    assert_true(redlock_form_refused(RL_FORM_SET_GET_INCR, RL_FAILED));
-    assert_false(redlock_form_refused(RL_FORM_SET_GET_INCR, RL_BUSY));
-    assert_false(redlock_form_refused(RL_FORM_SET_GET_INCR, RL_OK));
-    assert_false(redlock_form_refused(RL_FORM_SET_GET, RL_FAILED));
-    assert_false(redlock_form_refused(RL_FORM_SCRIPT, RL_FAILED));
+    /* EXEC refused by an ACL, or MULTI refused so EXEC had none */
+    struct redlock_reply noperm =
+        rv_err("NOPERM User u has no permissions to run the 'exec' command");
+    struct redlock_reply nomulti = rv_err("ERR EXEC without MULTI");
+    struct redlock_reply aborted = rv_err(
+        "EXECABORT Transaction discarded because of: NOPERM this user has "
+        "no permissions to run the 'exec' command");
+    assert_true(redlock_form_refused(RL_FORM_SET_GET_INCR, RL_FAILED, &noperm));
+    assert_true(
+        redlock_form_refused(RL_FORM_SET_GET_INCR, RL_FAILED, &nomulti));
+    assert_true(
+        redlock_form_refused(RL_FORM_SET_GET_INCR, RL_FAILED, &aborted));
+    /* what the node refused inside the transaction, or the node as a
+     * whole, is no reason to give up MULTI/EXEC */
+    static const char *const not_multi[] = {
+        "EXECABORT Transaction discarded because of previous errors.",
+        "BUSY Redis is busy running a script.",
+        "LOADING Redis is loading the dataset in memory",
+        "OOM command not allowed when used memory > 'maxmemory'.",
+        /* the script needs the keys as much as the SET did */
+        "NOPERM this user has no permissions to access one of the keys "
+        "used as arguments",
+    };
+    for (size_t k = 0; k < sizeof(not_multi) / sizeof(not_multi[0]); k++) {
+        struct redlock_reply e = rv_err(not_multi[k]);
+        assert_false(redlock_form_refused(RL_FORM_SET_GET_INCR, RL_FAILED, &e));
+    }
+    assert_false(redlock_form_refused(RL_FORM_SET_GET_INCR, RL_FAILED, NULL));
+    assert_false(redlock_form_refused(RL_FORM_SET_GET_INCR, RL_BUSY, &noperm));
+    assert_false(redlock_form_refused(RL_FORM_SET_GET_INCR, RL_OK, &noperm));
+    assert_false(redlock_form_refused(RL_FORM_SET_GET, RL_FAILED, &noperm));
+    assert_false(redlock_form_refused(RL_FORM_SCRIPT, RL_FAILED, &noperm));
 }
 
 static void test_all_nodes(void **state)

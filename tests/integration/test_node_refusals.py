@@ -1,0 +1,83 @@
+"""Nodes that answer but refuse: a node out of memory under noeviction
+answers every write with OOM (a MULTI with EXECABORT). A majority of them
+is no quorum, and the answer says what the nodes said rather than blame
+their speed; the log names each node's refusal at most once a second; and
+a refused transaction does not make the daemon give up MULTI/EXEC on
+that node (only an ACL refusing MULTI or EXEC does: test_native_acquire)."""
+
+import re
+import time
+
+from rl import assert_error, assert_ok, lock_key, rname
+
+OOM = "OOM command not allowed"
+
+
+def _oom(nodes, on):
+    for nd in nodes:
+        nd.cmd("CONFIG", "SET", "maxmemory", "1" if on else "0")
+
+
+def _refusal_lines(d, node_no):
+    return [ln for ln in d.stderr_text().splitlines()
+            if "node %d: acquire: unexpected reply: OOM" % node_no in ln]
+
+
+def test_oom_majority_is_named_in_the_answer(cluster, daemon):
+    _oom(cluster.nodes[:3], True)
+    try:
+        with daemon.client() as c:
+            r = c.call("acquire", resource=rname("oom"), ttl_ms=5000)
+            assert_error(r, "no_quorum")
+            msg = r["error"]["message"]
+            assert msg.startswith(
+                "fewer than a quorum of nodes accepted it: 3 refused (node "
+            ), r
+            assert OOM in msg and len(msg) <= 256, r
+            # one node out of memory is no loss: four still make a quorum
+            _oom(cluster.nodes[1:3], False)
+            res = rname("oom1")
+            r = c.call("acquire", resource=res, ttl_ms=5000)
+            assert_ok(r)
+            assert cluster.get_all(lock_key(res))[0] is None
+    finally:
+        _oom(cluster.nodes[:3], False)
+
+
+def test_refusals_are_logged_once_a_second_per_node(cluster, daemon):
+    _oom(cluster.nodes[:1], True)
+    try:
+        with daemon.client() as c:
+            t0 = time.monotonic()
+            for k in range(40):
+                assert_ok(c.call("acquire", resource=rname("lim%d" % k),
+                                 ttl_ms=5000))
+            burst_s = time.monotonic() - t0
+            lines = _refusal_lines(daemon, 1)
+            assert 1 <= len(lines) <= 1 + int(burst_s), lines
+            time.sleep(1.1)
+            assert_ok(c.call("acquire", resource=rname("lim"), ttl_ms=5000))
+        lines = _refusal_lines(daemon, 1)
+        m = re.search(r"\((\d+) more since the last such line\)", lines[-1])
+        assert m and int(m.group(1)) >= 1, lines
+        assert _refusal_lines(daemon, 2) == []
+    finally:
+        _oom(cluster.nodes[:1], False)
+
+
+def test_a_refused_transaction_keeps_multi_exec(cluster, daemon):
+    _oom(cluster.nodes[:3], True)
+    try:
+        with daemon.client() as c:
+            assert_error(c.call("acquire", resource=rname("f"), ttl_ms=5000,
+                                fence=True), "no_quorum")
+    finally:
+        _oom(cluster.nodes[:3], False)
+    assert "falls back to the script" not in daemon.stderr_text()
+    cluster.each("CONFIG", "RESETSTAT")
+    with daemon.client() as c:
+        assert_ok(c.call("acquire", resource=rname("f2"), ttl_ms=5000,
+                         fence=True))
+    for info in cluster.each("INFO", "commandstats"):
+        text = info.decode()
+        assert re.search(r"cmdstat_exec:calls=1,", text), text
