@@ -610,7 +610,7 @@ static void release_done_cb(const struct cluster_result *res, void *priv)
         METRIC_INC(release_error);
         break;
     }
-    reply_error(call, res->err, err_message(res->err));
+    reply_error(call, res->err, result_message(res));
 }
 
 static void op_release(struct ops *o, struct call *call)
@@ -703,7 +703,7 @@ static void complete_done_cb(const struct cluster_result *res, void *priv)
     } else {
         METRIC_INC(complete_error);
     }
-    reply_error(call, res->err, err_message(res->err));
+    reply_error(call, res->err, result_message(res));
 }
 
 static void op_complete(struct ops *o, struct call *call)

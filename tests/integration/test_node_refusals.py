@@ -24,9 +24,17 @@ def _refusal_lines(d, node_no):
 
 
 def test_oom_majority_is_named_in_the_answer(cluster, daemon):
+    c = daemon.client()
+    held = c.call("acquire", resource=rname("done"), ttl_ms=10000)
+    assert_ok(held)
     _oom(cluster.nodes[:3], True)
     try:
-        with daemon.client() as c:
+        with c:
+            # complete writes its done mark: refused as the acquire is
+            r = c.call("complete", lock=held["lock"], keep_ms=60000)
+            assert_error(r, "no_quorum")
+            assert r["error"]["message"].startswith(
+                "fewer than a quorum of nodes accepted it: 3 refused"), r
             r = c.call("acquire", resource=rname("oom"), ttl_ms=5000)
             assert_error(r, "no_quorum")
             msg = r["error"]["message"]
