@@ -112,6 +112,7 @@ struct cluster {
     /* Each node's last error reply to a lock command (OOM, READONLY,
      * MISCONF, ...), named in a no_quorum answer, and its log limit. */
     struct node_refusal {
+        bool active; /* refused a command since its last answered acquire */
         char text[120];
         uint64_t logged_us;     /* when a line last said one, 0 never */
         unsigned long unlogged; /* refusals since then left out */
@@ -298,12 +299,21 @@ static const char *reply_text(const struct redisReply *r)
  * lock command, and a line each would flood the log. */
 #define REFUSAL_LOG_US 1000000u
 
+/* Node i answered an acquire (won, busy or done): it refuses no longer.
+ * Only an acquire: a node out of memory still accepts the deletes and
+ * expiries of releases, extends and rollbacks, and refuses every new lock. */
+static void note_accepted(struct cluster *c, int i)
+{
+    c->refusal[i].active = false;
+}
+
 /* Node i refused op's command (what: "acquire", ...) with text: kept as
  * the node's last refusal for the answer, and logged within the limit. */
 static void note_refusal(struct cluster *c, struct cluster_op *op, int i,
                          const char *what, const char *text)
 {
     struct node_refusal *nr = &c->refusal[i];
+    nr->active = true;
     snprintf(nr->text, sizeof(nr->text), "%s", text);
     if (op != NULL) {
         op->refused |= 1u << i;
@@ -729,6 +739,7 @@ static enum redlock_node_result decode_acquire(struct cluster_op *op,
     enum redlock_node_result res =
         redlock_classify_acquire(form, rv, fence, pttl);
     if (res != RL_FAILED) {
+        note_accepted(op->c, i);
         return res;
     }
     note_refusal(op->c, op, i, "acquire", reply_text(r));
@@ -1431,6 +1442,12 @@ struct node *cluster_node(const struct cluster *c, int i)
 bool cluster_node_quarantined(const struct cluster *c, int i)
 {
     return quarantine_active(c->quar, i);
+}
+
+const char *cluster_node_refusal(const struct cluster *c, int i)
+{
+    return i >= 0 && i < c->n && c->refusal[i].active ? c->refusal[i].text
+                                                      : NULL;
 }
 
 int cluster_inflight(const struct cluster *c)

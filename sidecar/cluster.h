@@ -99,6 +99,10 @@ struct node *cluster_node(const struct cluster *c, int i);
  * not count toward acquisitions yet. */
 bool cluster_node_quarantined(const struct cluster *c, int i);
 
+/* cluster_node_refusal: the last error node i answered to a lock command
+ * (OOM, READONLY, ...) since it last answered an acquire, else NULL. */
+const char *cluster_node_refusal(const struct cluster *c, int i);
+
 /* cluster_inflight: operations still waiting for node answers (including
  * rollbacks after a decision); shutdown waits for it to reach zero. */
 int cluster_inflight(const struct cluster *c);

@@ -168,7 +168,13 @@ static void render_hist(struct out *o, const char *name, const char *help,
 }
 
 /* One series per node: its value read from struct metrics_node. */
-enum node_field { NODE_UP, NODE_QUARANTINED, NODE_MAY_EVICT, NODE_RECONNECTS };
+enum node_field {
+    NODE_UP,
+    NODE_QUARANTINED,
+    NODE_MAY_EVICT,
+    NODE_REFUSING,
+    NODE_RECONNECTS
+};
 
 struct node_series {
     const char *name, *type, *help;
@@ -186,6 +192,10 @@ static const struct node_series node_series[] = {
      "Whether the node's last check found a maxmemory with a policy other "
      "than noeviction, so it may evict lock keys (1) or not (0)",
      NODE_MAY_EVICT},
+    {"redlockd_node_refusing", "gauge",
+     "Whether the node refused a lock command (OOM, READONLY, MISCONF, ...) "
+     "since it last answered an acquire (1) or not (0)",
+     NODE_REFUSING},
     {"redlockd_node_reconnects_total", "counter",
      "Connections to the node re-established after it was lost (the first "
      "connect is not counted)",
@@ -202,6 +212,8 @@ static unsigned long long node_value(const struct metrics_node *nd,
         return nd->quarantined ? 1 : 0;
     case NODE_MAY_EVICT:
         return nd->may_evict ? 1 : 0;
+    case NODE_REFUSING:
+        return nd->refusing ? 1 : 0;
     case NODE_RECONNECTS:
         return (unsigned long long)nd->reconnects;
     }

@@ -85,6 +85,8 @@ struct metrics_node {
     uint64_t reconnects; /* connections re-established after a loss */
     int may_evict;       /* maxmemory with an evicting policy: lock keys
                             may vanish before their ttl */
+    int refusing;        /* refused a lock command (OOM, ...) since it
+                            last answered an acquire */
 };
 
 /* metrics_render: Prometheus text exposition into a malloc'd string owned by

@@ -991,6 +991,7 @@ char *ops_health_json(struct ops *o, const char *id, size_t id_len,
         nodes[i].quarantined = cluster_node_quarantined(o->cluster, i);
         nodes[i].tls = node_tls_mode(nd);
         nodes[i].eviction = node_eviction_policy(nd);
+        nodes[i].refusing = cluster_node_refusal(o->cluster, i);
     }
     int usable = 0;
     for (int i = 0; i < n; i++) {
@@ -1012,6 +1013,7 @@ char *ops_metrics_text(struct ops *o, size_t *len)
         nodes[i].quarantined = cluster_node_quarantined(o->cluster, i) ? 1 : 0;
         nodes[i].reconnects = node_reconnects(nd);
         nodes[i].may_evict = node_eviction_policy(nd) != NULL ? 1 : 0;
+        nodes[i].refusing = cluster_node_refusal(o->cluster, i) != NULL ? 1 : 0;
     }
     return metrics_render(nodes, n, len);
 }

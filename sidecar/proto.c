@@ -1534,7 +1534,7 @@ static size_t esc_bound(const char *s)
  * string owned by the caller, its length in *len (when len != NULL):
  *   {"id":..,"ok":true,"quorum":Q,"nodes":[{"addr":..,"up":..,"state":..,
  *    "last_error":..|null,"rtt_ms":N|null,"quarantined":..[,"tls":..]
- *    [,"eviction":..]},..]}
+ *    [,"eviction":..][,"refusing":..]},..]}
  * When ok is false, "error":{"code":"no_quorum","message":..} follows
  * "ok", so generic clients see the usual failure shape. A NULL state is
  * written as "up" or "down". Returns NULL only when malloc fails.
@@ -1556,7 +1556,8 @@ char *proto_encode_health(const char *id, size_t id_len, bool ok, int quorum,
     o.cap += id_len;
     for (int i = 0; i < n_nodes; i++) {
         o.cap += 200 + esc_bound(nodes[i].addr) + esc_bound(nodes[i].state) +
-                 esc_bound(nodes[i].last_error) + esc_bound(nodes[i].eviction);
+                 esc_bound(nodes[i].last_error) + esc_bound(nodes[i].eviction) +
+                 esc_bound(nodes[i].refusing);
         /* A quarantined node is up but does not count towards quorum. */
         n_usable += nodes[i].up && !nodes[i].quarantined ? 1 : 0;
     }
@@ -1623,6 +1624,10 @@ char *proto_encode_health(const char *id, size_t id_len, bool ok, int quorum,
         if (nd->eviction != NULL) {
             out_lit(&o, ",\"eviction\":");
             out_qesc(&o, nd->eviction, strlen(nd->eviction));
+        }
+        if (nd->refusing != NULL) {
+            out_lit(&o, ",\"refusing\":");
+            out_qesc(&o, nd->refusing, strlen(nd->refusing));
         }
         out_lit(&o, "}");
     }

@@ -165,6 +165,9 @@ struct proto_node_health {
     const char *tls; /* borrowed: "verified"/"insecure", NULL: plain */
     const char *eviction; /* borrowed: maxmemory-policy of a node that may
                              evict keys, NULL when it may not */
+    const char *refusing; /* borrowed: the last error the node refused a
+                             lock command with since it last answered an
+                             acquire, NULL when none */
 };
 
 /* proto_encode_health: the health object into a malloc'd string owned by the

@@ -218,6 +218,7 @@ type Node struct {
 	Quarantined bool          // restarted node not yet trusted again
 	TLS         string        // rediss://: "verified" or "insecure"; "" plain
 	Eviction    string        // maxmemory-policy of a node that may evict lock keys; "" when it may not
+	Refusing    string        // last error it refused a lock command with since its last answered acquire (OOM, READONLY, ...); "" when none
 }
 
 // Health asks for the per-node state. When the daemon reports no quorum it
@@ -538,6 +539,7 @@ type wireNode struct {
 	Quarantined bool     `json:"quarantined"`
 	TLS         string   `json:"tls"`
 	Eviction    string   `json:"eviction"`
+	Refusing    string   `json:"refusing"`
 }
 
 type wireResponse struct {
@@ -595,7 +597,7 @@ func (r *wireResponse) error() error {
 func (r *wireResponse) health() *Health {
 	h := &Health{OK: r.OK != nil && *r.OK, Quorum: r.Quorum, Nodes: make([]Node, 0, len(r.Nodes))}
 	for _, n := range r.Nodes {
-		node := Node{Addr: n.Addr, Up: n.Up, State: n.State, Quarantined: n.Quarantined, TLS: n.TLS, Eviction: n.Eviction, RTT: -1}
+		node := Node{Addr: n.Addr, Up: n.Up, State: n.State, Quarantined: n.Quarantined, TLS: n.TLS, Eviction: n.Eviction, Refusing: n.Refusing, RTT: -1}
 		if n.LastError != nil {
 			node.LastError = *n.LastError
 		}

@@ -148,6 +148,7 @@ func checkHealth(t *testing.T, r *wireResponse, raw json.RawMessage) {
 			Quarantined bool     `json:"quarantined"`
 			TLS         string   `json:"tls"`
 			Eviction    string   `json:"eviction"`
+			Refusing    string   `json:"refusing"`
 		} `json:"nodes"`
 	}
 	if err := json.Unmarshal(raw, &in); err != nil {
@@ -174,7 +175,7 @@ func checkHealth(t *testing.T, r *wireResponse, raw json.RawMessage) {
 		if n.LastError != nil {
 			lastErr = *n.LastError
 		}
-		if g.Addr != n.Addr || g.Up != n.Up || g.State != state || g.LastError != lastErr || g.Quarantined != n.Quarantined || g.TLS != n.TLS || g.Eviction != n.Eviction {
+		if g.Addr != n.Addr || g.Up != n.Up || g.State != state || g.LastError != lastErr || g.Quarantined != n.Quarantined || g.TLS != n.TLS || g.Eviction != n.Eviction || g.Refusing != n.Refusing {
 			t.Errorf("node %d: %+v, want %+v", i, g, n)
 		}
 		if n.RTTms == nil || *n.RTTms < 0 {

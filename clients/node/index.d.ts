@@ -103,6 +103,8 @@ export interface NodeHealth {
   tls?: 'verified' | 'insecure';
   /** Only on a node that may evict lock keys: its maxmemory-policy. */
   eviction?: string;
+  /** Only while the node refuses lock commands (since its last answered acquire): the last error. */
+  refusing?: string;
   [key: string]: unknown;
 }
 

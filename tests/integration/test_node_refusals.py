@@ -8,6 +8,7 @@ that node (only an ACL refusing MULTI or EXEC does: test_native_acquire)."""
 import re
 import time
 
+from extra import metric, scrape
 from rl import assert_error, assert_ok, lock_key, rname
 
 OOM = "OOM command not allowed"
@@ -42,12 +43,24 @@ def test_oom_majority_is_named_in_the_answer(cluster, daemon):
                 "fewer than a quorum of nodes accepted it: 3 refused (node "
             ), r
             assert OOM in msg and len(msg) <= 256, r
+            # health still counts them up (they answer), and says what
+            # they answer
+            h = daemon.health()
+            assert h["ok"] is True, h
+            assert [OOM in (n.get("refusing") or "")
+                    for n in h["nodes"]] == [True] * 3 + [False] * 2, h
+            m = scrape(daemon.socket)
+            assert [metric(m, "redlockd_node_refusing", node=n["addr"])
+                    for n in h["nodes"]] == [1, 1, 1, 0, 0], m
             # one node out of memory is no loss: four still make a quorum
             _oom(cluster.nodes[1:3], False)
             res = rname("oom1")
             r = c.call("acquire", resource=res, ttl_ms=5000)
             assert_ok(r)
             assert cluster.get_all(lock_key(res))[0] is None
+            # the two fixed nodes accepted it, and refuse no longer
+            assert [bool(n.get("refusing"))
+                    for n in daemon.health()["nodes"]] == [True] + [False] * 4
     finally:
         _oom(cluster.nodes[:3], False)
 

@@ -33,7 +33,11 @@ static void test_render(void **state)
     metrics_observe_node(0, 200);
     struct metrics_node nodes[2] = {
         {.addr = "unix:/tmp/a \"q\"", .up = 1, .reconnects = 3},
-        {.addr = "127.0.0.1:6379", .up = 0, .quarantined = 1, .may_evict = 1}};
+        {.addr = "127.0.0.1:6379",
+         .up = 0,
+         .quarantined = 1,
+         .may_evict = 1,
+         .refusing = 1}};
     size_t len;
     char *text = metrics_render(nodes, 2, &len);
     assert_non_null(text);
@@ -77,6 +81,8 @@ static void test_render(void **state)
                                  "redlockd_node_may_evict{node="
                                  "\"unix:/tmp/a \\\"q\\\"\"} 0\n"
                                  "redlockd_node_may_evict{node="
+                                 "\"127.0.0.1:6379\"} 1\n"));
+    assert_non_null(strstr(text, "redlockd_node_refusing{node="
                                  "\"127.0.0.1:6379\"} 1\n"));
     /* One family per name: a TYPE line never repeats. */
     for (const char *p = text; (p = strstr(p, "# TYPE ")) != NULL; p++) {

@@ -460,6 +460,7 @@ static void test_response_vector(void **state)
                 cJSON_GetObjectItemCaseSensitive(nd, "quarantined"));
             nh[i].tls = null_or_str(nd, "tls");
             nh[i].eviction = null_or_str(nd, "eviction");
+            nh[i].refusing = null_or_str(nd, "refusing");
             i++;
         }
         char *json = proto_encode_health(
@@ -989,14 +990,17 @@ static void test_health_shapes(void **state)
               "\"tls\":\"insecure\"}]}");
     free(json);
 
-    /* A node that may evict lock keys names its policy, after tls. */
+    /* A node that may evict lock keys names its policy, after tls; one
+     * that refused its last lock command says with what, last. */
     nodes[0].eviction = "allkeys-lru";
+    nodes[0].refusing = "OOM \"x\"";
     json = proto_encode_health(NULL, 0, true, 1, nodes, 1, &len);
     assert_string_equal(
         json, "{\"ok\":true,\"quorum\":1,\"nodes\":["
               "{\"addr\":\"10.0.0.1:6379\",\"up\":true,\"state\":\"up\","
               "\"last_error\":null,\"rtt_ms\":2.000,\"quarantined\":false,"
-              "\"tls\":\"insecure\",\"eviction\":\"allkeys-lru\"}]}");
+              "\"tls\":\"insecure\",\"eviction\":\"allkeys-lru\","
+              "\"refusing\":\"OOM \\\"x\\\"\"}]}");
     free(json);
 }
 
@@ -1017,6 +1021,7 @@ static void test_health_many_long_nodes(void **state)
                                               .state = addr,
                                               .last_error = addr,
                                               .eviction = addr,
+                                              .refusing = addr,
                                               .rtt_ms = 123456789.123,
                                               .quarantined = false};
     }
