@@ -127,3 +127,39 @@ def test_oom_on_a_majority_keeps_held_locks_renewing(cluster, daemon):
             n.get("refusing") for n in daemon.health()["nodes"]), 1.0)
         assert ok, daemon.health()
 
+
+
+def test_refusing_majority_draws_no_retry_storm(cluster, daemon):
+    """A majority that refuses every write at once (NOREPLICAS here; MISCONF,
+    READONLY and BUSY alike): renewals fail in a round trip, and each lock
+    is retried within its validity, not every 10 ms until it is lost."""
+    n = 20
+    with daemon.client() as c:
+        rs, _events = c.pipeline([{"op": "acquire", "id": "a%d" % i,
+                          "resource": rname("storm%d" % i), "ttl_ms": 1500,
+                          "renew": True} for i in range(n)])
+        assert len(rs) == n, rs
+        for r in rs.values():  # answers by id
+            assert_ok(r[0])
+        before = metric(scrape(daemon.socket), "redlockd_renewals_total",
+                        result="failed")
+        for nd in cluster.nodes[:3]:
+            nd.cmd("CONFIG", "SET", "min-replicas-to-write", "1")
+        try:
+            t0 = time.monotonic()
+            lost = [c.wait_event(timeout=3.0 * SLOW) for _ in range(n)]
+            assert {ev["event"] for ev in lost} == {"lost"}, lost
+            # within the validity: renewed every 0.5 s, ttl 1.5 s
+            assert time.monotonic() - t0 < 1.5, time.monotonic() - t0
+            failed = metric(scrape(daemon.socket), "redlockd_renewals_total",
+                            result="failed") - before
+            # about a second of retries each: every 50 ms (ttl / 30) and a
+            # few in the last stretch, not one every 10 ms
+            assert 0 < failed <= 40 * n, failed
+            assert "NOREPLICAS" in (daemon.health()["nodes"][0].get(
+                "refusing") or daemon.stderr_text())
+        finally:
+            for nd in cluster.nodes[:3]:
+                nd.cmd("CONFIG", "SET", "min-replicas-to-write", "0")
+        # fixed: locks again
+        assert_ok(c.call("acquire", resource=rname("after"), ttl_ms=1000))
