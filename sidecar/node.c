@@ -129,6 +129,12 @@ struct node {
     double rtt_ms;
     uint64_t reconnects;
     bool was_up; /* has been up at least once */
+    /* Down lines within DOWN_LOG_US of the last one are held back (a
+     * CLIENT KILL loop must not flood the log): counted, and the current
+     * spell's line comes late if a reconnect then fails. */
+    uint64_t down_logged_us;
+    unsigned long downs_unlogged;
+    bool down_unlogged;      /* this down spell was not logged (nor its up) */
     bool first_attempt_over; /* the first connect came up or failed */
     /* NOSCRIPT recovery (see node_handle_reply): while rec_active, new
      * commands are held back (their bytes in hbuf, they themselves at the
@@ -191,6 +197,50 @@ const char *node_state_name(enum node_state state)
     return "unknown";
 }
 
+/* A node that drops again within this long of its last logged "down" is
+ * logged once a second at most, with the number left out since. */
+#define DOWN_LOG_US 1000000u
+
+static void log_down(struct node *node, unsigned long unlogged)
+{
+    const char *why = node->last_error[0] ? node->last_error : "closed";
+    if (unlogged > 0) {
+        log_warn(node->subject,
+                 "%s: down: %s (%lu more since the last such line)",
+                 node->addr->display, why, unlogged);
+    } else {
+        log_warn(node->subject, "%s: down: %s", node->addr->display, why);
+    }
+    node->down_logged_us = util_now_us();
+    node->downs_unlogged = 0;
+    node->down_unlogged = false;
+}
+
+/* Logs the transition old -> state within the limit above. */
+static void log_state(struct node *node, enum node_state old,
+                      enum node_state state)
+{
+    if (state == NODE_UP) {
+        if (node->down_unlogged) {
+            node->down_unlogged = false; /* its down went unlogged too */
+            log_debug(node->subject, "%s: up", node->addr->display);
+        } else {
+            log_info(node->subject, "%s: up", node->addr->display);
+        }
+    } else if (old == NODE_UP) {
+        uint64_t now = util_now_us();
+        if (node->down_logged_us != 0 &&
+            now - node->down_logged_us < DOWN_LOG_US) {
+            node->downs_unlogged++;
+            node->down_unlogged = true;
+            log_debug(node->subject, "%s: down: %s", node->addr->display,
+                      node->last_error[0] ? node->last_error : "closed");
+        } else {
+            log_down(node, node->downs_unlogged);
+        }
+    }
+}
+
 static void node_set_state(struct node *node, enum node_state state)
 {
     enum node_state old = node->state;
@@ -206,6 +256,11 @@ static void node_set_state(struct node *node, enum node_state state)
     if (state == NODE_UP || state == NODE_DOWN) {
         node->first_attempt_over = true; /* also a failure before any socket */
     }
+    if (state == NODE_DOWN && old != NODE_UP && node->down_unlogged) {
+        /* A reconnect failed: the node stays down, so say it now rather
+         * than leave "up" as the log's last word on it. */
+        log_down(node, node->downs_unlogged - 1);
+    }
     if (old == state) {
         return;
     }
@@ -218,12 +273,10 @@ static void node_set_state(struct node *node, enum node_state state)
         }
         node->was_up = true;
         METRIC_ADD(nodes_up, counted ? 1 : 0);
-        log_info(node->subject, "%s: up", node->addr->display);
     } else if (old == NODE_UP) {
         METRIC_ADD(nodes_up, counted ? -1 : 0);
-        log_warn(node->subject, "%s: down: %s", node->addr->display,
-                 node->last_error[0] ? node->last_error : "closed");
     }
+    log_state(node, old, state);
     if (node->state_cb != NULL && state != NODE_CLOSED) {
         node->state_cb(node, state, node->state_priv);
     }

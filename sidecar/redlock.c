@@ -842,8 +842,14 @@ uint32_t redlock_wake_publishers(uint32_t usable, int n, int quorum,
     return out;
 }
 
-/* A failed renewal is tried again at most this soon. */
-#define RENEW_RETRY_MAX_US 10000u
+/* A failed renewal is tried again after a quarter of the time left before
+ * the give-up, but at most a thirtieth of the ttl later (and never less
+ * than RENEW_RETRY_CAP_MIN_US on): nodes that refuse at once (MISCONF,
+ * READONLY, BUSY) must not draw a retry every 10 ms from every lock, a
+ * storm on the sound nodes too. Never sooner than RENEW_RETRY_MIN_US
+ * either, so that the last stretch is not a burst. */
+#define RENEW_RETRY_CAP_MIN_US 10000u
+#define RENEW_RETRY_MIN_US 1000u
 
 enum redlock_renew_action
 redlock_renew_failed(const struct redlock_renew_state *s, bool not_held,
@@ -854,9 +860,16 @@ redlock_renew_failed(const struct redlock_renew_state *s, bool not_held,
     if (not_held || now_us >= give_up) {
         return RL_RENEW_GIVE_UP;
     }
-    uint64_t again = (give_up - now_us) / 4u;
-    *retry_us =
-        now_us + (again < RENEW_RETRY_MAX_US ? again : RENEW_RETRY_MAX_US);
+    uint64_t left = give_up - now_us;
+    uint64_t cap = (uint64_t)s->ttl_ms * 1000u / 30u;
+    if (cap < RENEW_RETRY_CAP_MIN_US) {
+        cap = RENEW_RETRY_CAP_MIN_US;
+    }
+    uint64_t again = left / 4u < cap ? left / 4u : cap;
+    if (again < RENEW_RETRY_MIN_US) {
+        again = left < RENEW_RETRY_MIN_US ? left : RENEW_RETRY_MIN_US;
+    }
+    *retry_us = now_us + again;
     return RL_RENEW_WAIT;
 }
 

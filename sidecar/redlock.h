@@ -491,7 +491,9 @@ uint32_t redlock_wake_publishers(uint32_t usable, int n, int quorum,
  * not_held: a quorum answered that the lock is not held. RL_RENEW_GIVE_UP
  * when not held or past the give-up time; else RL_RENEW_WAIT, with
  * *retry_us when to try again: a quarter of the time left before the
- * give-up, at most 10 ms, so that several retries fit before it. */
+ * give-up, so that several retries fit before it, but at most ttl / 30
+ * (10 ms for a ttl under 300 ms) and at least 1 ms (or what is left), so
+ * that nodes refusing at once do not draw a storm of retries. */
 enum redlock_renew_action
 redlock_renew_failed(const struct redlock_renew_state *s, bool not_held,
                      uint64_t now_us, uint64_t *retry_us);

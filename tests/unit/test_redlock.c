@@ -1320,7 +1320,8 @@ static void test_wake_publishers(void **state)
 }
 
 /* A failed renewal: given up when not held or past the give-up time, else
- * tried again a quarter of the way to the give-up, at most 10 ms later. */
+ * tried again a quarter of the way to the give-up, at most ttl / 30 (and
+ * 10 ms) later, at least 1 ms (or what is left). */
 static void test_renew_failed(void **state)
 {
     (void)state;
@@ -1328,13 +1329,25 @@ static void test_renew_failed(void **state)
     /* ttl 30 s, valid until 20 s: give-up at 19.73 s */
     struct redlock_renew_state s = {
         .valid_until_us = 20000 * MS, .ttl_ms = 30000, .node_timeout_ms = 250};
+    /* 9.73 s left: not every 10 ms (a storm on refusing nodes), 1 s */
     assert_int_equal(redlock_renew_failed(&s, false, 10000 * MS, &retry),
                      RL_RENEW_WAIT);
-    assert_int_equal(retry, 10000 * MS + 10 * MS);
+    assert_int_equal(retry, 11000 * MS);
+    /* 2 s left: a quarter of it */
+    assert_int_equal(redlock_renew_failed(&s, false, 17730 * MS, &retry),
+                     RL_RENEW_WAIT);
+    assert_int_equal(retry, 18230 * MS);
     /* 20 ms before the give-up: a quarter of it, 5 ms */
     assert_int_equal(redlock_renew_failed(&s, false, 19710 * MS, &retry),
                      RL_RENEW_WAIT);
     assert_int_equal(retry, 19715 * MS);
+    /* 2 ms before: not a quarter (0.5 ms) but 1 ms; 0.5 ms: the give-up */
+    assert_int_equal(redlock_renew_failed(&s, false, 19728 * MS, &retry),
+                     RL_RENEW_WAIT);
+    assert_int_equal(retry, 19729 * MS);
+    assert_int_equal(redlock_renew_failed(&s, false, 19729500, &retry),
+                     RL_RENEW_WAIT);
+    assert_int_equal(retry, 19730 * MS);
     /* at or past the give-up */
     retry = 7;
     assert_int_equal(redlock_renew_failed(&s, false, 19730 * MS, &retry),
@@ -1345,12 +1358,18 @@ static void test_renew_failed(void **state)
     /* a quorum said not held: at once, whatever the time left */
     assert_int_equal(redlock_renew_failed(&s, true, 10000 * MS, &retry),
                      RL_RENEW_GIVE_UP);
-    /* ttl 10, valid until 7 ms: give-up at 4.5 ms */
+    /* ttl 150 ms (a thirtieth is 5 ms): at most 10 ms all the same */
+    struct redlock_renew_state u = {
+        .valid_until_us = 1000 * MS, .ttl_ms = 150, .node_timeout_ms = 250};
+    assert_int_equal(redlock_renew_failed(&u, false, 500 * MS, &retry),
+                     RL_RENEW_WAIT);
+    assert_int_equal(retry, 510 * MS);
+    /* ttl 10, valid until 7 ms: give-up at 4.5 ms; 2 ms left: 1 ms */
     struct redlock_renew_state t = {
         .valid_until_us = 7 * MS, .ttl_ms = 10, .node_timeout_ms = 250};
     assert_int_equal(redlock_renew_failed(&t, false, 2500, &retry),
                      RL_RENEW_WAIT);
-    assert_int_equal(retry, 3000);
+    assert_int_equal(retry, 3500);
 }
 
 /* A failed extend bounds the validity by what its ttl would leave from when
