@@ -1570,8 +1570,9 @@ const char *config_usage(void)
             "replaces REDLOCKD_NODES,\n"
             "which replaces the file's \"nodes\".\n"
             "\n"
-            "Exit status: 0 after a clean shutdown (SIGTERM, SIGINT), 2 "
-            "for a bad flag, URI\n"
-            "or config file.\n");
+            "Exit status: 0 after a clean shutdown (SIGTERM, SIGINT, or "
+            "SIGHUP, which\n"
+            "stops too: there is no reload), 2 for a bad flag, URI or config "
+            "file.\n");
     return u.buf;
 }

@@ -287,6 +287,19 @@ static void node_set_error(struct node *node, const char *fmt, const char *s)
     snprintf(node->last_error, sizeof(node->last_error), fmt, s ? s : "");
 }
 
+/* A connect attempt failed with msg: it becomes last_error, logged as a
+ * warning once per outage (the error changes or was cleared by an up), so a
+ * node unreachable from the start is named at the default level. */
+static void node_attempt_failed(struct node *node, const char *msg)
+{
+    if (strcmp(msg, node->last_error) != 0) {
+        log_warn(node->subject, "%s: %s", node->addr->display, msg);
+    } else {
+        log_debug(node->subject, "%s: %s", node->addr->display, msg);
+    }
+    snprintf(node->last_error, sizeof(node->last_error), "%s", msg);
+}
+
 /* ---- command pool and FIFO ------------------------------------------- */
 
 static struct node_cmd *cmd_get(struct node *node)
@@ -1587,9 +1600,9 @@ static void write_cb(evutil_socket_t fd, short what, void *arg)
             err = errno;
         }
         if (err != 0) {
-            node_set_error(node, "connect: %s", strerror(err));
-            log_debug(node->subject, "%s: %s", node->addr->display,
-                      node->last_error);
+            char msg[sizeof(node->last_error)];
+            snprintf(msg, sizeof(msg), "connect: %s", strerror(err));
+            node_attempt_failed(node, msg);
             node_drop(node, "connect failed");
             return;
         }
@@ -1788,9 +1801,9 @@ static void node_connect_to(struct node *node, const struct addrinfo *ai)
     bool connected;
     int fd = socket_connect(node->addr, ai, &connected);
     if (fd < 0) {
-        node_set_error(node, "connect: %s", strerror(errno));
-        log_debug(node->subject, "%s: %s", node->addr->display,
-                  node->last_error);
+        char msg[sizeof(node->last_error)];
+        snprintf(msg, sizeof(msg), "connect: %s", strerror(errno));
+        node_attempt_failed(node, msg);
         node_connect_failed(node);
         return;
     }
@@ -1836,18 +1849,12 @@ static void node_connect_to(struct node *node, const struct addrinfo *ai)
     }
 }
 
-/* A failed or timed-out lookup: the node is down, saying why. Logged as a
- * warning once per outage (the error changes or was cleared by an up). */
+/* A failed or timed-out lookup: the node is down, saying why. */
 static void node_resolve_failed(struct node *node, const char *why)
 {
     char msg[sizeof(node->last_error)];
     snprintf(msg, sizeof(msg), "resolve %s: %s", node->addr->host, why);
-    if (strcmp(msg, node->last_error) != 0) {
-        log_warn(node->subject, "%s: %s", node->addr->display, msg);
-    } else {
-        log_debug(node->subject, "%s: %s", node->addr->display, msg);
-    }
-    memcpy(node->last_error, msg, sizeof(msg));
+    node_attempt_failed(node, msg);
     node_connect_failed(node);
 }
 

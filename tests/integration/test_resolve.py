@@ -177,3 +177,21 @@ def test_lookup_past_the_connect_deadline_times_out(cluster, daemon_factory,
     up, _ = poll_until(lambda: node5_health(d)["up"] is True,
                        slow_for + 10.0 * SLOW, 0.1)
     assert up, node5_health(d)
+
+
+def test_unreachable_node_is_warned_once(cluster, daemon_factory, tmp_path):
+    """A node that refuses every connect from the start (here a unix path
+    nothing listens on) is named at the default log level, like a name that
+    does not resolve, and once: the reconnects that fail alike stay at
+    debug."""
+    gone = tmp_path / "nothing.sock"
+    d = daemon_factory.start(
+        cluster, name="dn", wait_nodes=False, extra=["--log-level", "info"],
+        node_args=args_with_node5(cluster, "unix://%s" % gone))
+    warn = "WARN  node 5: unix:%s: connect: " % gone
+    ok, _ = poll_until(lambda: warn in d.stderr_text(), 3.0 * SLOW, 0.05)
+    assert ok, d.stderr_tail(40)
+    assert node5_health(d)["last_error"].startswith("connect: ")
+    # The first reconnects come within a second or two (capped back-off).
+    time.sleep(1.5 * SLOW)
+    assert d.stderr_text().count(warn) == 1, d.stderr_tail(40)

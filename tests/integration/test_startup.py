@@ -116,6 +116,10 @@ def test_help_exits_0():
     assert "--node" in out and "--socket" in out, out[:2000]
     # --metrics-listen serves health too (README.md's options table)
     assert "GET /metrics and GET /v1/health" in " ".join(out.split()), out
+    # SIGHUP stops the daemon like SIGTERM (README.md); an operator used to
+    # a reload on SIGHUP must learn that from --help too
+    assert re.search(r"Exit status: 0 after a clean shutdown \([^)]*SIGHUP",
+                     " ".join(out.split())), out[-600:]
     assert p.stderr == b"", p.stderr
 
 

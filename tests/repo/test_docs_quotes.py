@@ -412,6 +412,19 @@ def test_quoted_flags_exist():
     fail("redlockd flags", bad)
 
 
+def test_every_flag_is_in_the_readme_table():
+    """The reverse: docs/operations.md sends operators to the README for
+    "every flag", so each row of options[] has a row of its own in the
+    README's table of flags (a row's first cell, `--flag ...`)."""
+    rows = set()
+    for ln in (REPO / "README.md").read_text().splitlines():
+        if ln.startswith("| `--"):
+            rows.update(FLAG.findall(ln.split("|")[1]))
+    fail("README flag table rows", sorted(
+        "%s (in sidecar/config.c, no README row)" % f
+        for f in daemon_flags() - rows - {"--help", "--version"}))
+
+
 def test_other_tools_flags_are_not_the_daemons():
     # An entry of the allow-list that the daemon has would hide a stale
     # quote of the daemon's own flag.
