@@ -40,7 +40,15 @@ static void drain_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct daemon *d = arg;
     if (ops_idle(d->ops) && server_flushed(d->server)) {
-        log_info(NULL, "shutdown: all releases answered");
+        size_t failed = ops_session_releases_failed(d->ops);
+        if (failed > 0) {
+            log_warn(NULL,
+                     "shutdown: all releases answered, %zu without a "
+                     "quorum: those locks expire with their TTL",
+                     failed);
+        } else {
+            log_info(NULL, "shutdown: all releases answered");
+        }
         event_base_loopexit(d->base, NULL);
         return;
     }

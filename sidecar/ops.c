@@ -48,6 +48,7 @@ struct ops {
     struct renew *renew;      /* owned: renewals, expiry, lost events */
     struct sem_seen *sem;     /* owned: permits asked per semaphore */
     int inspect_inflight;     /* inspections sent, not yet answered */
+    size_t session_releases_failed; /* answered without a quorum */
     bool shutting_down;
 };
 
@@ -892,6 +893,18 @@ void ops_call_abandoned(struct ops *o, struct call *call)
     waiter_finish(o, call, ERR_SHUTTING_DOWN, "client closed");
 }
 
+/* A session lock's release: nobody waits for it, but a failed one leaves
+ * the lock on its nodes until its TTL, which a shutdown must not call
+ * released. */
+static void session_release_cb(const struct cluster_result *res, void *priv)
+{
+    struct ops *o = priv;
+    if (res->err != ERR_NONE && res->err != ERR_NOT_HELD) {
+        o->session_releases_failed++;
+        log_debug(NULL, "session release failed: %s", result_message(res));
+    }
+}
+
 void ops_client_closed(struct ops *o, struct lock_owner *session)
 {
     while (session->head != NULL) {
@@ -900,8 +913,8 @@ void ops_client_closed(struct ops *o, struct lock_owner *session)
         locks_token_hex(l, token);
         log_debug(NULL, "session closed: releasing %s",
                   log_token_hash(token, tag));
-        cluster_release(o->cluster, l->resource, l->resource_len, token, NULL,
-                        NULL);
+        cluster_release(o->cluster, l->resource, l->resource_len, token,
+                        session_release_cb, o);
         METRIC_INC(session_releases);
         renew_drop(o->renew, l);
     }
@@ -961,13 +974,18 @@ void ops_shutdown(struct ops *o)
         }
     }
     log_info(NULL,
-             "shutdown: %zu session lock(s) released on all nodes, their "
+             "shutdown: releasing %zu session lock(s) on all nodes, their "
              "owners told; %zu HTTP lock(s) left to their TTL",
              told, kept);
     if (locks_count(o->locks) > 0) {
         log_error(NULL, "shutdown: %zu lock(s) left in the table",
                   locks_count(o->locks));
     }
+}
+
+size_t ops_session_releases_failed(const struct ops *o)
+{
+    return o->session_releases_failed;
 }
 
 bool ops_idle(const struct ops *o)

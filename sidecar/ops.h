@@ -46,6 +46,11 @@ void ops_call_abandoned(struct ops *o, struct call *call);
 void ops_shutdown(struct ops *o);
 bool ops_idle(const struct ops *o);
 
+/* ops_session_releases_failed: releases of session locks (a connection
+ * closed, or the shutdown) that no quorum confirmed; those locks stay on
+ * their nodes until their TTL. */
+size_t ops_session_releases_failed(const struct ops *o);
+
 /* ops_health: whether a quorum of nodes is up, and the health JSON (malloc'd,
  * owned by the caller). */
 char *ops_health_json(struct ops *o, const char *id, size_t id_len,

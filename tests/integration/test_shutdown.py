@@ -15,6 +15,18 @@ from rl import (BIN, SLOW, Client, assert_ok, exit_meaning, lock_key,
                 poll_until, pytest, rname)
 
 
+def _signal_and_wait(daemon, sig, timeout):
+    """Sends sig, waits for the exit (recorded for the teardown) and
+    returns the exit code (None if still running)."""
+    daemon.proc.send_signal(sig)
+    code = None
+    try:
+        code = daemon.proc.wait(timeout=timeout)
+    finally:
+        daemon.exit_code = code
+    return code
+
+
 def test_sigterm_releases_everything(cluster, daemon):
     sessions = [daemon.client(timeout=10.0) for _ in range(4)]
     renewing = daemon.client(timeout=10.0)
@@ -37,12 +49,7 @@ def test_sigterm_releases_everything(cluster, daemon):
 
         # Connections stay open: nothing is released by a close.
         t0 = time.monotonic()
-        daemon.proc.send_signal(signal.SIGTERM)
-        code = None
-        try:
-            code = daemon.proc.wait(timeout=5.0)
-        finally:
-            daemon.exit_code = code
+        code = _signal_and_wait(daemon, signal.SIGTERM, 5.0)
         took = time.monotonic() - t0
         print("exit %r %.2fs after SIGTERM" % (code, took))
         assert code == 0, "exit code %r after SIGTERM" % code
@@ -81,12 +88,7 @@ def test_sigterm_with_a_node_paused(cluster, daemon):
         cluster.nodes[4].pause()
         try:
             t0 = time.monotonic()
-            daemon.proc.send_signal(signal.SIGTERM)
-            code = None
-            try:
-                code = daemon.proc.wait(timeout=5.0)
-            finally:
-                daemon.exit_code = code
+            code = _signal_and_wait(daemon, signal.SIGTERM, 5.0)
             print("exit %r %.2fs after SIGTERM with n5 paused" % (
                 code, time.monotonic() - t0))
             assert code == 0
@@ -95,6 +97,27 @@ def test_sigterm_with_a_node_paused(cluster, daemon):
     for res in taken:
         vals = cluster.get_all(lock_key(res))
         assert vals[:4] == [None] * 4, vals
+    daemon.stop()
+
+
+def test_sigterm_says_which_releases_failed(cluster, daemon):
+    """With a majority paused the session releases at exit are answered
+    without a quorum: the daemon still exits 0 within its shutdown
+    timeout, but does not call the locks released."""
+    with daemon.client() as c:
+        for i in range(2):
+            assert_ok(c.call("acquire", resource=rname("sf"), ttl_ms=60000))
+        for nd in cluster.nodes[:3]:
+            nd.pause()
+        try:
+            code = _signal_and_wait(daemon, signal.SIGTERM, 10.0)
+            assert code == 0, daemon.stderr_tail()
+        finally:
+            cluster.resume_all()
+    err = daemon.stderr_text()
+    assert ("shutdown: all releases answered, 2 without a quorum: those "
+            "locks expire with their TTL") in err, daemon.stderr_tail()
+    assert "shutdown: all releases answered\n" not in err
     daemon.stop()
 
 
