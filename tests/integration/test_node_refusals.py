@@ -5,6 +5,7 @@ their speed; the log names each node's refusal at most once a second; and
 a refused transaction does not make the daemon give up MULTI/EXEC on
 that node (only an ACL refusing MULTI or EXEC does: test_native_acquire)."""
 
+import contextlib
 import re
 import time
 
@@ -19,6 +20,16 @@ def _oom(nodes, on):
         nd.cmd("CONFIG", "SET", "maxmemory", "1" if on else "0")
 
 
+@contextlib.contextmanager
+def _out_of_memory(nodes):
+    """nodes refuse every write with OOM inside the block."""
+    _oom(nodes, True)
+    try:
+        yield
+    finally:
+        _oom(nodes, False)
+
+
 def _refusal_lines(d, node_no):
     return [ln for ln in d.stderr_text().splitlines()
             if "node %d: acquire: unexpected reply: OOM" % node_no in ln]
@@ -28,46 +39,41 @@ def test_oom_majority_is_named_in_the_answer(cluster, daemon):
     c = daemon.client()
     held = c.call("acquire", resource=rname("done"), ttl_ms=10000)
     assert_ok(held)
-    _oom(cluster.nodes[:3], True)
-    try:
-        with c:
-            # complete writes its done mark: refused as the acquire is
-            r = c.call("complete", lock=held["lock"], keep_ms=60000)
-            assert_error(r, "no_quorum")
-            assert r["error"]["message"].startswith(
-                "fewer than a quorum of nodes accepted it: 3 refused"), r
-            r = c.call("acquire", resource=rname("oom"), ttl_ms=5000)
-            assert_error(r, "no_quorum")
-            msg = r["error"]["message"]
-            assert msg.startswith(
-                "fewer than a quorum of nodes accepted it: 3 refused (node "
-            ), r
-            assert OOM in msg and len(msg) <= 256, r
-            # health still counts them up (they answer), and says what
-            # they answer
-            h = daemon.health()
-            assert h["ok"] is True, h
-            assert [OOM in (n.get("refusing") or "")
-                    for n in h["nodes"]] == [True] * 3 + [False] * 2, h
-            m = scrape(daemon.socket)
-            assert [metric(m, "redlockd_node_refusing", node=n["addr"])
-                    for n in h["nodes"]] == [1, 1, 1, 0, 0], m
-            # one node out of memory is no loss: four still make a quorum
-            _oom(cluster.nodes[1:3], False)
-            res = rname("oom1")
-            r = c.call("acquire", resource=res, ttl_ms=5000)
-            assert_ok(r)
-            assert cluster.get_all(lock_key(res))[0] is None
-            # the two fixed nodes accepted it, and refuse no longer
-            assert [bool(n.get("refusing"))
-                    for n in daemon.health()["nodes"]] == [True] + [False] * 4
-    finally:
-        _oom(cluster.nodes[:3], False)
+    with _out_of_memory(cluster.nodes[:3]), c:
+        # complete writes its done mark: refused as the acquire is
+        r = c.call("complete", lock=held["lock"], keep_ms=60000)
+        assert_error(r, "no_quorum")
+        assert r["error"]["message"].startswith(
+            "fewer than a quorum of nodes accepted it: 3 refused"), r
+        r = c.call("acquire", resource=rname("oom"), ttl_ms=5000)
+        assert_error(r, "no_quorum")
+        msg = r["error"]["message"]
+        assert msg.startswith(
+            "fewer than a quorum of nodes accepted it: 3 refused (node "
+        ), r
+        assert OOM in msg and len(msg) <= 256, r
+        # health still counts them up (they answer), and says what
+        # they answer
+        h = daemon.health()
+        assert h["ok"] is True, h
+        assert [OOM in (n.get("refusing") or "")
+                for n in h["nodes"]] == [True] * 3 + [False] * 2, h
+        m = scrape(daemon.socket)
+        assert [metric(m, "redlockd_node_refusing", node=n["addr"])
+                for n in h["nodes"]] == [1, 1, 1, 0, 0], m
+        # one node out of memory is no loss: four still make a quorum
+        _oom(cluster.nodes[1:3], False)
+        res = rname("oom1")
+        r = c.call("acquire", resource=res, ttl_ms=5000)
+        assert_ok(r)
+        assert cluster.get_all(lock_key(res))[0] is None
+        # the two fixed nodes accepted it, and refuse no longer
+        assert [bool(n.get("refusing"))
+                for n in daemon.health()["nodes"]] == [True] + [False] * 4
 
 
 def test_refusals_are_logged_once_a_second_per_node(cluster, daemon):
-    _oom(cluster.nodes[:1], True)
-    try:
+    with _out_of_memory(cluster.nodes[:1]):
         with daemon.client() as c:
             t0 = time.monotonic()
             for k in range(40):
@@ -82,18 +88,12 @@ def test_refusals_are_logged_once_a_second_per_node(cluster, daemon):
         m = re.search(r"\((\d+) more since the last such line\)", lines[-1])
         assert m and int(m.group(1)) >= 1, lines
         assert _refusal_lines(daemon, 2) == []
-    finally:
-        _oom(cluster.nodes[:1], False)
 
 
 def test_a_refused_transaction_keeps_multi_exec(cluster, daemon):
-    _oom(cluster.nodes[:3], True)
-    try:
-        with daemon.client() as c:
-            assert_error(c.call("acquire", resource=rname("f"), ttl_ms=5000,
-                                fence=True), "no_quorum")
-    finally:
-        _oom(cluster.nodes[:3], False)
+    with _out_of_memory(cluster.nodes[:3]), daemon.client() as c:
+        assert_error(c.call("acquire", resource=rname("f"), ttl_ms=5000,
+                            fence=True), "no_quorum")
     assert "falls back to the script" not in daemon.stderr_text()
     cluster.each("CONFIG", "RESETSTAT")
     with daemon.client() as c:
