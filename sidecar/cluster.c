@@ -114,8 +114,7 @@ struct cluster {
     struct node_refusal {
         bool active; /* refused a command since its last answered acquire */
         char text[120];
-        uint64_t logged_us;     /* when a line last said one, 0 never */
-        unsigned long unlogged; /* refusals since then left out */
+        struct log_limit log; /* the warnings that name the refusals */
     } refusal[REDLOCK_MAX_NODES];
     /* Release, extend and complete (and rollbacks) gathered per node
      * during a loop turn, sent as one script over their keys at its end
@@ -318,21 +317,18 @@ static void note_refusal(struct cluster *c, struct cluster_op *op, int i,
     if (op != NULL) {
         op->refused |= 1u << i;
     }
-    uint64_t now = util_now_us();
-    if (nr->logged_us != 0 && now - nr->logged_us < REFUSAL_LOG_US) {
-        nr->unlogged++;
+    unsigned long skipped;
+    if (!log_limit_pass(&nr->log, util_now_us(), REFUSAL_LOG_US, &skipped)) {
         return;
     }
-    if (nr->unlogged > 0) {
+    if (skipped > 0) {
         log_warn(NULL,
                  "node %d: %s: unexpected reply: %s (%lu more since "
                  "the last such line)",
-                 i + 1, what, text, nr->unlogged);
+                 i + 1, what, text, skipped);
     } else {
         log_warn(NULL, "node %d: %s: unexpected reply: %s", i + 1, what, text);
     }
-    nr->logged_us = now;
-    nr->unlogged = 0;
 }
 
 /* ---- batches ---------------------------------------------------------- */

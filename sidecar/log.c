@@ -340,3 +340,22 @@ char *log_token_hash(const char *token, char *out)
     snprintf(out, 9, "%08x", (unsigned)h);
     return out;
 }
+
+unsigned long log_limit_take(struct log_limit *l, uint64_t now_us)
+{
+    unsigned long n = l->unlogged;
+    l->logged_us = now_us;
+    l->unlogged = 0;
+    return n;
+}
+
+bool log_limit_pass(struct log_limit *l, uint64_t now_us, uint64_t interval_us,
+                    unsigned long *skipped)
+{
+    if (l->logged_us != 0 && now_us - l->logged_us < interval_us) {
+        l->unlogged++;
+        return false;
+    }
+    *skipped = log_limit_take(l, now_us);
+    return true;
+}

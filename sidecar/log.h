@@ -6,7 +6,9 @@
 #ifndef REDLOCKD_LOG_H
 #define REDLOCKD_LOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 enum log_level {
     LOG_ERROR = 0, /* something failed and an operator should look */
@@ -40,6 +42,25 @@ void log_write(enum log_level level, const char *subject, const char *fmt, ...)
 /* log_token_hash: a short, stable, non-reversible tag for a lock token
  * (8 hex chars) written into out (at least 9 bytes); returns out. */
 char *log_token_hash(const char *token, char *out);
+
+/* A limit on one repeating kind of line (a node's refusals, its drops),
+ * owned by whatever repeats: at most one line per interval, counting the
+ * ones left out so that the next line can say how many. Zeroed: no line
+ * yet. */
+struct log_limit {
+    uint64_t logged_us;     /* when a line last went out, 0 never */
+    unsigned long unlogged; /* lines left out since */
+};
+
+/* log_limit_pass: whether a line may go out at now_us (a monotonic
+ * reading); if so *skipped is how many were left out since the last one
+ * and the interval starts again, else one more is counted as left out. */
+bool log_limit_pass(struct log_limit *l, uint64_t now_us, uint64_t interval_us,
+                    unsigned long *skipped);
+
+/* log_limit_take: a line goes out at now_us whatever the interval (one
+ * already counted as left out): returns the count and starts again. */
+unsigned long log_limit_take(struct log_limit *l, uint64_t now_us);
 
 #define log_error(subj, ...) log_write(LOG_ERROR, (subj), __VA_ARGS__)
 #define log_warn(subj, ...) log_write(LOG_WARN, (subj), __VA_ARGS__)

@@ -132,8 +132,7 @@ struct node {
     /* Down lines within DOWN_LOG_US of the last one are held back (a
      * CLIENT KILL loop must not flood the log): counted, and the current
      * spell's line comes late if a reconnect then fails. */
-    uint64_t down_logged_us;
-    unsigned long downs_unlogged;
+    struct log_limit down_log;
     bool down_unlogged;      /* this down spell was not logged (nor its up) */
     bool first_attempt_over; /* the first connect came up or failed */
     /* NOSCRIPT recovery (see node_handle_reply): while rec_active, new
@@ -211,8 +210,6 @@ static void log_down(struct node *node, unsigned long unlogged)
     } else {
         log_warn(node->subject, "%s: down: %s", node->addr->display, why);
     }
-    node->down_logged_us = util_now_us();
-    node->downs_unlogged = 0;
     node->down_unlogged = false;
 }
 
@@ -228,15 +225,14 @@ static void log_state(struct node *node, enum node_state old,
             log_info(node->subject, "%s: up", node->addr->display);
         }
     } else if (old == NODE_UP) {
-        uint64_t now = util_now_us();
-        if (node->down_logged_us != 0 &&
-            now - node->down_logged_us < DOWN_LOG_US) {
-            node->downs_unlogged++;
+        unsigned long skipped;
+        if (log_limit_pass(&node->down_log, util_now_us(), DOWN_LOG_US,
+                           &skipped)) {
+            log_down(node, skipped);
+        } else {
             node->down_unlogged = true;
             log_debug(node->subject, "%s: down: %s", node->addr->display,
                       node->last_error[0] ? node->last_error : "closed");
-        } else {
-            log_down(node, node->downs_unlogged);
         }
     }
 }
@@ -259,7 +255,8 @@ static void node_set_state(struct node *node, enum node_state state)
     if (state == NODE_DOWN && old != NODE_UP && node->down_unlogged) {
         /* A reconnect failed: the node stays down, so say it now rather
          * than leave "up" as the log's last word on it. */
-        log_down(node, node->downs_unlogged - 1);
+        unsigned long n = log_limit_take(&node->down_log, util_now_us());
+        log_down(node, n > 0 ? n - 1 : 0);
     }
     if (old == state) {
         return;
@@ -1369,7 +1366,7 @@ static uint32_t node_parse_version(const char *info)
     return (uint32_t)(part[0] * 10000 + part[1] * 100 + part[2]);
 }
 
-/* INFO memory's "name:value" line value into out ("" when absent). */
+/* The value of INFO's "name:value" line into out ("" when absent). */
 static void node_info_field(const char *info, const char *name, char *out,
                             size_t cap)
 {
@@ -1463,39 +1460,22 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         }
         return;
     }
+    const char *info = reply->type == REDIS_REPLY_STRING ? reply->str : "";
     if (script == HANDSHAKE_INFO) {
         /* The server's run_id: a new one means the node restarted and may
          * have lost every key (restart quarantine, in cluster.c). */
-        const char *p = reply->type == REDIS_REPLY_STRING
-                            ? strstr(reply->str, "run_id:")
-                            : NULL;
-        node->run_id[0] = '\0';
-        if (p != NULL) {
-            p += 7;
-            size_t n = strcspn(p, "\r\n");
-            if (n >= sizeof(node->run_id)) {
-                n = sizeof(node->run_id) - 1;
-            }
-            memcpy(node->run_id, p, n);
-            node->run_id[n] = '\0';
-        }
-        node->version = reply->type == REDIS_REPLY_STRING
-                            ? node_parse_version(reply->str)
-                            : 0;
-        const char *up = reply->type == REDIS_REPLY_STRING
-                             ? strstr(reply->str, "uptime_in_seconds:")
-                             : NULL;
-        node->started_us = 0;
-        if (up != NULL) {
-            node->started_us =
-                restart_started_us(util_now_us(), strtoull(up + 18, NULL, 10));
-        }
+        node_info_field(info, "run_id", node->run_id, sizeof(node->run_id));
+        node->version = node_parse_version(info);
+        char up[24];
+        node_info_field(info, "uptime_in_seconds", up, sizeof(up));
+        node->started_us =
+            up[0] != '\0'
+                ? restart_started_us(util_now_us(), strtoull(up, NULL, 10))
+                : 0;
     } else if (script == HANDSHAKE_INFO_PERSISTENCE) {
-        node_check_persistence(
-            node, reply->type == REDIS_REPLY_STRING ? reply->str : "");
+        node_check_persistence(node, info);
     } else if (script == HANDSHAKE_INFO_MEMORY) {
-        node_check_eviction(node, reply->type == REDIS_REPLY_STRING ? reply->str
-                                                                    : "");
+        node_check_eviction(node, info);
     } else if (script >= 0 && script < SCRIPT__COUNT) {
         if (reply->type != REDIS_REPLY_STRING || reply->len != SHA_LEN) {
             node->handshake_failed = true;
