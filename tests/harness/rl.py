@@ -493,6 +493,16 @@ class RedisNode:
         self.kill9()
         return self.start(timeout=timeout, extra=extra)
 
+    def restart_on_free_port(self, extra=(), timeout=10.0):
+        """A fresh redis-server that also listens on a new free loopback
+        port (another one if that port is taken before the node binds it,
+        as on a first start)."""
+        self.kill9()
+        self.free_port = True
+        self.started = False
+        self.pick_port()
+        return self.start(timeout=timeout, extra=extra)
+
     def stop(self):
         if self.proc is not None:
             reap(self.proc)

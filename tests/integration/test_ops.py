@@ -7,7 +7,7 @@ import time
 import uuid
 
 from rl import (PREFIX, TOKEN_RE, Cluster, Daemon, RedisNode, assert_error,
-                assert_ok, free_tcp_port, lock_key, poll_until, pytest,
+                assert_ok, lock_key, poll_until, pytest,
                 rname)
 
 
@@ -246,7 +246,7 @@ def test_password_node_hidden_in_health_and_logs():
     key), and neither health nor the daemon's log shows the password."""
     secret = "s3cret-" + uuid.uuid4().hex[:8]
     c = Cluster(5)
-    pw = RedisNode(c.dir, 5, password=secret, tcp_port=free_tcp_port())
+    pw = RedisNode(c.dir, 5, password=secret, tcp_port="free")
     c.nodes[4] = pw
     c.start()
     d = None

@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from rl import (SANITIZED, SLOW, assert_ok, free_tcp_port, lock_key,
+from rl import (SANITIZED, SLOW, assert_ok, lock_key,
                 poll_until, pytest, resp_cmd, rname)
 
 HERE = Path(__file__).resolve().parent
@@ -22,8 +22,7 @@ HERE = Path(__file__).resolve().parent
 def node5_tcp(cluster):
     """Restarts node 5 listening on 127.0.0.1 too; returns its port."""
     n5 = cluster.nodes[4]
-    n5.tcp_port = free_tcp_port()
-    n5.restart()
+    n5.restart_on_free_port()
     return n5.tcp_port
 
 

@@ -226,9 +226,15 @@ def test_tls_plain_node_and_system_store(env):
     env.stop(d)
     for nd in c.nodes:  # a plain listener on another port
         assert nd.cmd("CONFIG", "SET", "port", "0") == "OK"
-    from rl import free_tcp_port
-    port = free_tcp_port()
-    c.nodes[0].cmd("CONFIG", "SET", "port", str(port))
+    from rl import RespError, free_tcp_port
+    for attempt in range(5):  # another port if this one is taken meanwhile
+        port = free_tcp_port()
+        try:
+            c.nodes[0].cmd("CONFIG", "SET", "port", str(port))
+            break
+        except RespError:
+            if attempt == 4:
+                raise
     d2 = env.daemon(c, wait_nodes=False, name="plain",
                     uris=["rediss://127.0.0.1:%d" % port])
     # redis-server waits for a line end that a ClientHello never has.
@@ -437,15 +443,19 @@ def test_compose_tls_variant(env, tmp_path):
     c = Cluster(5)
     env.clusters.append(c)
     nodes = []
+    compose_args = [a.replace("/tls/", str(certs) + "/") for a in cmd[1:]]
+
+    def server_args(nd):
+        # The compose file's arguments instead of TlsNode's, built at each
+        # start with the node's port of the moment: a first start that
+        # finds its free port taken meanwhile retries on another one.
+        args = list(compose_args)
+        args[args.index("--tls-port") + 1] = str(nd.tls_port)
+        return args + ["--bind", "127.0.0.1"]
+
     for k in range(5):
         nd = TlsNode(c.dir, k + 1, env.certs)
-        args = [a.replace("/tls/", str(certs) + "/") for a in cmd[1:]]
-        args[args.index("--tls-port") + 1] = str(nd.tls_port)
-        args += ["--bind", "127.0.0.1"]
-        # The compose file's arguments instead of TlsNode's; their port
-        # is fixed.
-        nd.server_args = (lambda args=args: args)
-        nd.free_port = False
+        nd.server_args = (lambda nd=nd: server_args(nd))
         nodes.append(nd)
     c.nodes = nodes
     c.start()

@@ -7,7 +7,7 @@ which lists the daemon's sockets with their state and timers."""
 import socket
 import time
 
-from rl import (SLOW, RedisNode, Resp, assert_ok, free_tcp_port, lock_key,
+from rl import (SLOW, RedisNode, Resp, assert_ok, lock_key,
                 poll_until, rname)
 
 TCP_SYN_SENT = 0x02
@@ -136,7 +136,7 @@ def test_idle_subscriber_notices_a_frozen_node(cluster, daemon_factory):
     every socket of the daemon to it, the subscriber's included, must
     leave ESTABLISHED within seconds (keepalive alone would take 15 s or
     more)."""
-    tcp = RedisNode(cluster.dir, 9, tcp_port=free_tcp_port())
+    tcp = RedisNode(cluster.dir, 9, tcp_port="free")
     tcp.start()
     try:
         node_args = []
