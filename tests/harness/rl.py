@@ -36,6 +36,7 @@ import concurrent.futures
 import ctypes
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -139,15 +140,32 @@ def reap(p, timeout=5.0):
         _CHILDREN.discard(p)
 
 
+# Listening ports come from below the kernel's ephemeral range (32768 and
+# up by default), where port 0 would pick them: there, any outgoing
+# connection of any process (every client of a TCP node) may take the port
+# as its source port between our choosing it and a server binding it.
+LISTEN_PORTS = range(20000, 32768)
+
+
 def free_tcp_ports(n):
     """n distinct loopback TCP ports that were free a moment ago (held open
-    together while chosen, so they differ)."""
+    together while chosen, so they differ), drawn at random from
+    LISTEN_PORTS."""
     socks = []
     try:
-        for _ in range(n):
+        for port in random.sample(LISTEN_PORTS, len(LISTEN_PORTS)):
+            if len(socks) == n:
+                break
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
             socks.append(s)
+        if len(socks) < n:
+            raise RuntimeError("fewer than %d free loopback ports in %s" %
+                               (n, LISTEN_PORTS))
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
