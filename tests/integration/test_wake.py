@@ -4,66 +4,11 @@ deadline, and an idle subscriber's heartbeat notices a node that stopped
 answering without a reset. Both are read from the kernel's /proc/net/tcp,
 which lists the daemon's sockets with their state and timers."""
 
-import socket
 import time
 
+from blackhole import TCP_ESTABLISHED, TCP_SYN_SENT, BlackHole, tcp_sockets
 from rl import (SLOW, RedisNode, Resp, assert_ok, lock_key,
                 poll_until, rname)
-
-TCP_SYN_SENT = 0x02
-TCP_ESTABLISHED = 0x01
-
-
-def _tcp_sockets(port):
-    """{local port: (state, timer)} of IPv4 sockets whose peer is
-    127.0.0.1:port."""
-    out = {}
-    with open("/proc/net/tcp") as f:
-        next(f)
-        for line in f:
-            fields = line.split()
-            local, remote, state, timer = fields[1], fields[2], fields[3], \
-                fields[5]
-            rhost, rport = remote.split(":")
-            if rhost != "0100007F" or int(rport, 16) != port:
-                continue
-            out[int(local.split(":")[1], 16)] = (int(state, 16),
-                                                 int(timer.split(":")[0], 16))
-    return out
-
-
-class BlackHole:
-    """A TCP listener on 127.0.0.1 whose accept queue is full and never
-    drained: the kernel drops every further SYN, so a connect to it hangs
-    for the kernel's SYN retries (about two minutes), as to a host that is
-    gone. Loopback only."""
-
-    def __init__(self):
-        self.lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.lsock.bind(("127.0.0.1", 0))
-        self.lsock.listen(0)
-        self.port = self.lsock.getsockname()[1]
-        self.fillers = []
-        hung = False
-        for _ in range(8):  # backlog 0 queues one; the next one hangs
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.setblocking(False)
-            s.connect_ex(("127.0.0.1", self.port))
-            self.fillers.append(s)
-            time.sleep(0.05)
-            if _tcp_sockets(self.port).get(s.getsockname()[1],
-                                           (0,))[0] == TCP_SYN_SENT:
-                hung = True
-                break
-        assert hung, "could not fill the listener's accept queue"
-
-    def own_ports(self):
-        return {s.getsockname()[1] for s in self.fillers}
-
-    def close(self):
-        for s in self.fillers + [self.lsock]:
-            s.close()
-
 
 def _wait_on_foreign_lock(cluster, d, nodes):
     """Sets a lock no daemon holds on `nodes`, and sends a waiting acquire
@@ -109,7 +54,7 @@ def test_subscriber_connect_gives_up_at_its_deadline(cluster,
                 now = time.monotonic() - t0
                 if now >= window:
                     break
-                for port, (state, _) in _tcp_sockets(hole.port).items():
+                for port, (state, _) in tcp_sockets(hole.port).items():
                     if state == TCP_SYN_SENT and port not in ours:
                         first.setdefault(port, now)
                         last[port] = now
@@ -147,21 +92,21 @@ def test_idle_subscriber_notices_a_frozen_node(cluster, daemon_factory):
         c, _ = _wait_on_foreign_lock(cluster, d, cluster.nodes[:4] + [tcp])
         try:
             def lock_and_sub():
-                est = [p for p, (st, _) in _tcp_sockets(tcp.tcp_port).items()
+                est = [p for p, (st, _) in tcp_sockets(tcp.tcp_port).items()
                        if st == TCP_ESTABLISHED]
                 return est if len(est) == 2 else None
             est, _ = poll_until(lock_and_sub, 5.0 * SLOW)
-            assert est, _tcp_sockets(tcp.tcp_port)
+            assert est, tcp_sockets(tcp.tcp_port)
             tcp.pause()
             try:
                 def all_left():
-                    now = _tcp_sockets(tcp.tcp_port)
+                    now = tcp_sockets(tcp.tcp_port)
                     return all(now.get(p, (0, 0))[0] != TCP_ESTABLISHED
                                for p in est)
                 left, secs = poll_until(all_left, 10.0 * SLOW)
                 print("sockets %r left ESTABLISHED after %.1f s" % (est,
                                                                    secs))
-                assert left, _tcp_sockets(tcp.tcp_port)
+                assert left, tcp_sockets(tcp.tcp_port)
             finally:
                 tcp.resume()
             assert d.alive()
