@@ -1393,13 +1393,15 @@ enum config_result config_load(struct config *cfg, int argc, char **argv,
     return CONFIG_OK;
 }
 
-/* config_free: frees every string and node of cfg and zeroes those fields;
- * safe on a zeroed or partly loaded cfg and when called twice. */
+/* config_connect_timeout_ms: the deadline of a connect and its handshake,
+ * ten command deadlines and never under 1 s. */
 int config_connect_timeout_ms(const struct config *cfg)
 {
     return cfg->node_timeout_ms * 10 < 1000 ? 1000 : cfg->node_timeout_ms * 10;
 }
 
+/* config_free: frees every string and node of cfg and zeroes those fields;
+ * safe on a zeroed or partly loaded cfg and when called twice. */
 void config_free(struct config *cfg)
 {
     if (cfg == NULL) {

@@ -284,6 +284,18 @@ static void node_set_error(struct node *node, const char *fmt, const char *s)
     snprintf(node->last_error, sizeof(node->last_error), fmt, s ? s : "");
 }
 
+/* What a connect attempt that ran out of time says. Which half timed out
+ * tells the operator where to look: no connection (address, firewall, a
+ * host that is gone) or a server that took it and never answered (paused,
+ * overloaded, not Redis). The handshake's command deadline and the connect
+ * timer end together, and whichever fires first says the same. */
+static const char *connect_timeout_text(const struct node *node)
+{
+    return node->connected ? "handshake failed: the node accepted the "
+                             "connection but did not answer in time"
+                           : "connect: timed out";
+}
+
 /* A connect attempt failed with msg: it becomes last_error, logged as a
  * warning once per outage (the error changes or was cleared by an up), so a
  * node unreachable from the start is named at the default level. */
@@ -439,12 +451,8 @@ static void cmd_timer_cb(evutil_socket_t fd, short what, void *arg)
     if (node->tls_handshaking) {
         /* Only the queued Redis handshake can be due: its deadline is the
          * connect deadline, and none of it went out. */
-        node_set_error(node,
-                       "TLS handshake: timed out (is this a TLS "
-                       "port?)%s",
-                       "");
-        log_warn(node->subject, "%s: %s", node->addr->display,
-                 node->last_error);
+        node_attempt_failed(node,
+                            "TLS handshake: timed out (is this a TLS port?)");
         node_drop(node, "TLS handshake timeout");
         return;
     }
@@ -606,15 +614,14 @@ static ssize_t node_recv(struct node *node, char *buf, size_t len)
  * handshake commands may go out; a failure is a failed connect. */
 static void node_tls_handshake(struct node *node)
 {
-    enum tls_io rc =
-        tls_handshake(node->tls, node->last_error, sizeof(node->last_error));
+    char msg[sizeof(node->last_error)];
+    enum tls_io rc = tls_handshake(node->tls, msg, sizeof(msg));
     if (rc == TLS_WANT_READ || rc == TLS_WANT_WRITE) {
         write_arm(node, rc == TLS_WANT_WRITE);
         return;
     }
     if (rc != TLS_OK) {
-        log_warn(node->subject, "%s: %s", node->addr->display,
-                 node->last_error);
+        node_attempt_failed(node, msg);
         node_drop(node, "TLS handshake");
         return;
     }
@@ -1449,13 +1456,15 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
     }
     if (status != NODE_REPLY || reply->type == REDIS_REPLY_ERROR) {
         if (!node->handshake_failed) {
+            char msg[sizeof(node->last_error)];
             node->handshake_failed = true;
-            node_set_error(node, "handshake failed: %s",
-                           status == NODE_REPLY     ? reply->str
-                           : status == NODE_TIMEOUT ? "timeout"
-                                                    : "disconnected");
-            log_warn(node->subject, "%s: %s", node->addr->display,
-                     node->last_error);
+            if (status == NODE_TIMEOUT) {
+                snprintf(msg, sizeof(msg), "%s", connect_timeout_text(node));
+            } else {
+                snprintf(msg, sizeof(msg), "handshake failed: %s",
+                         status == NODE_REPLY ? reply->str : "disconnected");
+            }
+            node_attempt_failed(node, msg);
             node_drop(node, "handshake");
         }
         return;
@@ -1683,10 +1692,7 @@ static void conn_timer_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (node->state == NODE_CONNECTING) {
-        if (node->last_error[0] == '\0') {
-            node_set_error(node, "connect: timed out%s", "");
-        }
-        node_set_error(node, "connect or handshake timed out%s", "");
+        node_attempt_failed(node, connect_timeout_text(node));
         node_drop(node, "connect timeout");
         return;
     }
@@ -1799,15 +1805,14 @@ static void node_connect_to(struct node *node, const struct addrinfo *ai)
     }
     if (node->addr->tls) {
         /* Never plain text to a rediss:// node: no session, no connect. */
-        node->tls =
-            node->opts.tls == NULL
-                ? NULL
-                : tls_conn_create(node->opts.tls, fd, node->addr->host,
-                                  node->last_error, sizeof(node->last_error));
+        char msg[sizeof(node->last_error)] = "TLS: no TLS context";
+        node->tls = node->opts.tls == NULL
+                        ? NULL
+                        : tls_conn_create(node->opts.tls, fd, node->addr->host,
+                                          msg, sizeof(msg));
         if (node->tls == NULL) {
             close(fd);
-            log_warn(node->subject, "%s: %s", node->addr->display,
-                     node->last_error);
+            node_attempt_failed(node, msg);
             node_connect_failed(node);
             return;
         }

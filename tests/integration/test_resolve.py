@@ -13,6 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from blackhole import BlackHole
 from rl import (SANITIZED, SLOW, assert_ok, lock_key,
                 poll_until, pytest, resp_cmd, rname)
 
@@ -194,3 +195,52 @@ def test_unreachable_node_is_warned_once(cluster, daemon_factory, tmp_path):
     # The first reconnects come within a second or two (capped back-off).
     time.sleep(1.5 * SLOW)
     assert d.stderr_text().count(warn) == 1, d.stderr_tail(40)
+
+
+def test_paused_node_is_warned_once_with_what_timed_out(
+        cluster, daemon_factory):
+    """A node that takes the connection but never answers the handshake (a
+    paused redis-server) is named at the default log level, once per
+    outage, saying which half timed out; the reconnects that time out alike
+    stay at debug. It was either silent or warned at every attempt,
+    depending on which of two deadlines fired first."""
+    cluster.nodes[4].pause()
+    d = daemon_factory.start(
+        cluster, name="hs", wait_nodes=False,
+        extra=["--log-level", "info", "--node-timeout-ms", "100"])
+    warn = ("WARN  node 5: %s: handshake failed: the node accepted the "
+            "connection but did not answer in time" % cluster.nodes[4].uri
+            .replace("unix://", "unix:"))
+    ok, _ = poll_until(lambda: warn in d.stderr_text(), 3.0 * SLOW, 0.05)
+    assert ok, d.stderr_tail(40)
+    h = node5_health(d)
+    assert h["up"] is False and "did not answer in time" in h["last_error"]
+    # Connect deadline: 10 node timeouts, at least 1 s; two more attempts.
+    time.sleep(3.0 * SLOW)
+    assert d.stderr_text().count(warn) == 1, d.stderr_tail(40)
+    cluster.nodes[4].resume()
+    up, _ = poll_until(lambda: node5_health(d)["up"] is True, 5.0 * SLOW,
+                       0.05)
+    assert up, node5_health(d)
+
+
+def test_connect_that_hangs_is_warned_once(cluster, daemon_factory):
+    """A TCP node whose connects hang (a listener whose accept queue is
+    full: the kernel drops the SYNs, as for a host that is gone) is warned
+    about once, as a connect timeout, not a handshake one."""
+    hole = BlackHole()
+    try:
+        d = daemon_factory.start(
+            cluster, name="ch", wait_nodes=False,
+            extra=["--log-level", "info", "--node-timeout-ms", "100"],
+            node_args=args_with_node5(
+                cluster, "redis://127.0.0.1:%d" % hole.port))
+        warn = "WARN  node 5: 127.0.0.1:%d: connect: timed out" % hole.port
+        ok, _ = poll_until(lambda: warn in d.stderr_text(), 3.0 * SLOW,
+                           0.05)
+        assert ok, d.stderr_tail(40)
+        assert node5_health(d)["last_error"] == "connect: timed out"
+        time.sleep(3.0 * SLOW)
+        assert d.stderr_text().count(warn) == 1, d.stderr_tail(40)
+    finally:
+        hole.close()

@@ -475,3 +475,25 @@ def test_compose_tls_variant(env, tmp_path):
     with d.client() as cl:
         r = cl.call("acquire", resource=rname("compose"), ttl_ms=3000)
         assert_ok(r, "acquire with the compose TLS variant")
+
+
+def test_tls_refusal_warned_once_per_outage(env):
+    """A node whose certificate we do not trust fails every reconnect alike:
+    one warning per node, and the repeats at debug (each attempt warned
+    before, a line per node every back-off for as long as it lasted)."""
+    c = env.cluster(n=3)
+    d = env.daemon(c, wait_nodes=False, ca=False, name="once",
+                   extra=["--log-level", "debug"])
+    _down_with(d, "CA not trusted")
+
+    def lines(level):
+        return [ln for ln in d.stderr_text().splitlines()
+                if " %s " % level in ln and "CA not trusted" in ln]
+
+    repeated, _ = poll_until(lambda: len(lines("DEBUG")) >= 3, 10.0 * SLOW,
+                             0.1)
+    assert repeated, d.stderr_tail(40)
+    warns = lines("WARN ")
+    assert len(warns) == 3, "\n".join(warns)
+    for nd in c.nodes:
+        assert sum(":%d: " % nd.tls_port in ln for ln in warns) == 1, warns
