@@ -75,7 +75,9 @@ struct node_cmd {
     uint64_t sent_us;
     uint64_t deadline_us;
     bool done;                    /* the user callback already ran (timeout) */
-    int script;                   /* enum node_script, or -1 */
+    bool prefix; /* a plain sequence's command before its last (MULTI,
+                    a queued command): its reply is dropped */
+    int script;  /* enum node_script, or -1 */
     const struct node_prep *prep; /* borrowed: the script command, kept
                                      for an EVAL retry on NOSCRIPT */
     struct node_prep *owned_prep; /* node_script(): ours to free */
@@ -126,6 +128,10 @@ struct node {
     struct node_cmd *free_cmds;
     int free_count;
     char last_error[160];
+    /* The first error a plain sequence's prefix got (a command refused
+     * while queued in MULTI: OOM, ...), for the sequence's last reply:
+     * EXEC then says only "previous errors". Cleared at that reply. */
+    char queued_error[120];
     double rtt_ms;
     uint64_t reconnects;
     bool was_up; /* has been up at least once */
@@ -327,6 +333,7 @@ static struct node_cmd *cmd_get(struct node *node)
     cmd->cb = NULL;
     cmd->privdata = NULL;
     cmd->done = false;
+    cmd->prefix = false;
     cmd->script = -1;
     cmd->prep = NULL;
     cmd->owned_prep = NULL;
@@ -887,6 +894,38 @@ static int rec_close(struct node *node, uint64_t now)
     return 0;
 }
 
+/* A prefix's reply: an error is the first the sequence met, kept. */
+static void queued_error_keep(struct node *node, const redisReply *reply)
+{
+    if (reply->type == REDIS_REPLY_ERROR && node->queued_error[0] == '\0') {
+        snprintf(node->queued_error, sizeof(node->queued_error), "%s",
+                 reply->str);
+    }
+}
+
+/* The reply a sequence's caller gets: EXEC's "EXECABORT Transaction
+ * discarded because of previous errors." names the error that aborted it
+ * (an OOM, ...) in the form Redis uses when EXEC itself is refused ("...
+ * because of: <error>"), in text (the string of *folded); any other reply
+ * as it came. */
+static redisReply *queued_error_fold(const struct node *node, redisReply *reply,
+                                     redisReply *folded, char *text,
+                                     size_t textlen)
+{
+    if (node->queued_error[0] == '\0' || reply->type != REDIS_REPLY_ERROR ||
+        strncmp(reply->str, "EXECABORT", 9) != 0 ||
+        strstr(reply->str, "previous errors") == NULL) {
+        return reply;
+    }
+    int n = snprintf(text, textlen,
+                     "EXECABORT Transaction discarded because of: %s",
+                     node->queued_error);
+    *folded = *reply;
+    folded->str = text;
+    folded->len = n < 0 ? 0 : (size_t)n < textlen ? (size_t)n : textlen - 1;
+    return folded;
+}
+
 /* One reply, for the FIFO's head. */
 static void node_handle_reply(struct node *node, redisReply *reply,
                               uint64_t now)
@@ -926,9 +965,19 @@ static void node_handle_reply(struct node *node, redisReply *reply,
         }
         if (!cmd->done) {
             cmd->done = true;
-            if (cmd->cb != NULL) {
-                cmd->cb(node, reply, NODE_REPLY, cmd->privdata);
+            if (cmd->prefix) {
+                queued_error_keep(node, reply);
+            } else if (cmd->cb != NULL) {
+                char text[sizeof(node->queued_error) + 64];
+                redisReply folded;
+                cmd->cb(
+                    node,
+                    queued_error_fold(node, reply, &folded, text, sizeof(text)),
+                    NODE_REPLY, cmd->privdata);
             }
+        }
+        if (!cmd->prefix) {
+            node->queued_error[0] = '\0';
         }
         cmd_put(node, cmd);
     }
@@ -1181,6 +1230,9 @@ static int node_send_plain(struct node *node, const struct node_prep *p,
     }
     /* Only the last reply is the caller's: the others (MULTI's OK,
      * QUEUED) are read and dropped in order. */
+    for (int k = 0; k < p->n_cmds - 1; k++) {
+        cmds[k]->prefix = true;
+    }
     cmds[p->n_cmds - 1]->cb = cb;
     cmds[p->n_cmds - 1]->privdata = privdata;
     return node_enqueue(node, cmds, p->n_cmds, p->buf, p->len,
@@ -1641,6 +1693,7 @@ static void node_drop(struct node *node, const char *why)
         node->icap = 0;
     }
     node->olen = node->ooff = 0;
+    node->queued_error[0] = '\0';
     node->handshake_failed = true; /* last_error already says why */
     node->hlen = 0;
     node->held = NULL;

@@ -92,8 +92,15 @@ def test_refusals_are_logged_once_a_second_per_node(cluster, daemon):
 
 def test_a_refused_transaction_keeps_multi_exec(cluster, daemon):
     with _out_of_memory(cluster.nodes[:3]), daemon.client() as c:
-        assert_error(c.call("acquire", resource=rname("f"), ttl_ms=5000,
-                            fence=True), "no_quorum")
+        r = c.call("acquire", resource=rname("f"), ttl_ms=5000, fence=True)
+        assert_error(r, "no_quorum")
+        # EXEC says only "previous errors": the answer names the one that
+        # aborted the transaction, as the unfenced acquire's does
+        msg = r["error"]["message"]
+        print("answer: %s" % msg)
+        assert "EXECABORT" in msg and OOM in msg, r
+        assert [OOM in (n.get("refusing") or "")
+                for n in daemon.health()["nodes"]] == [True] * 3 + [False] * 2
     assert "falls back to the script" not in daemon.stderr_text()
     cluster.each("CONFIG", "RESETSTAT")
     with daemon.client() as c:
