@@ -1575,6 +1575,7 @@ const char *config_usage(void)
             "Exit status: 0 after a clean shutdown (SIGTERM, SIGINT, or "
             "SIGHUP, which\n"
             "stops too: there is no reload), 2 for a bad flag, URI or config "
-            "file.\n");
+            "file.\n"
+            "SIGUSR1 and SIGUSR2 are logged and ignored.\n");
     return u.buf;
 }

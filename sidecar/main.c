@@ -27,6 +27,7 @@ struct daemon {
     struct event *sigterm_ev;
     struct event *sigint_ev;
     struct event *sighup_ev;
+    struct event *sigusr_ev[2]; /* SIGUSR1, SIGUSR2: logged, no action */
     struct event *drain_ev;
     uint64_t drain_deadline_us;
     int signals;
@@ -87,6 +88,18 @@ static void signal_cb(evutil_socket_t sig, short what, void *arg)
     drain_cb(-1, 0, d);
 }
 
+/* SIGUSR1 and SIGUSR2 have no action here; by default they would kill the
+ * daemon without releasing its locks or removing its socket. An operator
+ * used to them meaning "reopen the log" or "reload" learns they did
+ * nothing. */
+static void sigusr_cb(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    (void)arg;
+    log_warn(NULL, "%s: ignored: redlockd has no action for it (SIGTERM stops)",
+             sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
+}
+
 int main(int argc, char **argv)
 {
     struct daemon d;
@@ -106,6 +119,8 @@ int main(int argc, char **argv)
     }
     log_init(d.cfg.log_level, d.cfg.log_format);
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGUSR1, SIG_IGN); /* until the loop logs them (sigusr_cb) */
+    signal(SIGUSR2, SIG_IGN);
     srandom((unsigned)time(NULL) ^ (unsigned)getpid());
 
     /* The stop signals wait until the loop can handle them: one arriving
@@ -167,6 +182,14 @@ int main(int argc, char **argv)
         log_error(NULL, "cannot install signal handlers");
         goto out;
     }
+    for (int k = 0; k < 2; k++) {
+        d.sigusr_ev[k] =
+            evsignal_new(d.base, k == 0 ? SIGUSR1 : SIGUSR2, sigusr_cb, &d);
+        if (d.sigusr_ev[k] == NULL || evsignal_add(d.sigusr_ev[k], NULL) != 0) {
+            log_error(NULL, "cannot install signal handlers");
+            goto out;
+        }
+    }
     sigprocmask(SIG_UNBLOCK, &stop_signals, NULL);
     log_info(NULL, "redlockd %s: %d node(s), quorum %d, serving on %s",
              REDLOCKD_VERSION, d.cfg.n_nodes, d.cfg.n_nodes / 2 + 1,
@@ -194,6 +217,11 @@ out:
     }
     if (d.sigterm_ev != NULL) {
         event_free(d.sigterm_ev);
+    }
+    for (int k = 0; k < 2; k++) {
+        if (d.sigusr_ev[k] != NULL) {
+            event_free(d.sigusr_ev[k]);
+        }
     }
     /* ops_destroy may still answer calls (commands pending after a timed
      * out drain or a second signal): server_destroy leaves them to free

@@ -11,8 +11,8 @@ import tempfile
 import time
 
 from extra import dev_health, http
-from rl import (BIN, SLOW, Client, assert_ok, exit_meaning, lock_key,
-                poll_until, pytest, rname)
+from rl import (BIN, SLOW, Client, assert_error, assert_ok, exit_meaning,
+                lock_key, poll_until, pytest, rname)
 
 
 def _signal_and_wait(daemon, sig, timeout):
@@ -387,3 +387,30 @@ def test_sigterm_tells_session_owners_before_releasing(cluster, daemon):
         owner.close()
         idle.close()
         daemon.stop()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGUSR1, signal.SIGUSR2],
+                         ids=["SIGUSR1", "SIGUSR2"])
+def test_sigusr_is_logged_and_ignored(cluster, daemon, sig):
+    """SIGUSR1 and SIGUSR2 have no action: by default they killed the
+    daemon without releasing its locks, and left its socket behind. Now a
+    warning says so, and the session's lock stays held and renewed."""
+    name = signal.Signals(sig).name
+    with daemon.client() as c:
+        res = rname("usr")
+        r = c.call("acquire", resource=res, ttl_ms=600, renew=True)
+        assert_ok(r)
+        daemon.proc.send_signal(sig)
+        warn = "WARN  redlockd: %s: ignored: redlockd has no action for " \
+            "it (SIGTERM stops)" % name
+        ok, _ = poll_until(lambda: warn in daemon.stderr_text(), 5.0 * SLOW,
+                           0.05)
+        assert ok, daemon.stderr_tail(20)
+        time.sleep(1.0)  # past the ttl: held only if renewed
+        assert daemon.proc.poll() is None
+        held = cluster.get_all(lock_key(res))
+        assert sum(v is not None for v in held) >= 3, held
+        with daemon.client() as other:
+            assert_error(other.call("acquire", resource=res, ttl_ms=600),
+                         "busy")
+        assert_ok(c.call("ping"))
