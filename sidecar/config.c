@@ -1278,9 +1278,6 @@ static int apply_args(struct config *cfg, int argc, char **argv,
     return rc;
 }
 
-/* config_load: see config.h. cfg is overwritten (not freed) first, so it
- * may hold garbage on entry; on success the log is set to cfg's level and
- * format, and an even node count draws a warning. */
 /* check_tls: the --tls-* settings make sense together, and the private
  * key is not readable by others, nor by its group unless root owns it (the
  * rule of PostgreSQL's ssl_key_file: a Kubernetes secret mounted with
@@ -1316,6 +1313,9 @@ static int check_tls(const struct config *cfg, char *err, size_t errlen)
     return 0;
 }
 
+/* config_load: see config.h. cfg is overwritten (not freed) first, so it
+ * may hold garbage on entry; on success the log is set to cfg's level and
+ * format, and an even node count draws a warning. */
 enum config_result config_load(struct config *cfg, int argc, char **argv,
                                char *err, size_t errlen)
 {
