@@ -63,6 +63,7 @@
 #define HANDSHAKE_INFO (-2)        /* handshake_cb tag of INFO server */
 #define HANDSHAKE_INFO_MEMORY (-3) /* handshake_cb tag of INFO memory */
 #define HANDSHAKE_INFO_PERSISTENCE (-4) /* ... INFO persistence */
+#define HANDSHAKE_INFO_REPLICATION (-5) /* ... INFO replication */
 #define SHA_LEN 40
 
 /* One command in flight. Owned by its node: taken from the node's free list
@@ -161,6 +162,18 @@ struct node {
      * server, or a restarted node would skip its quarantine. */
     char up_run_id[48];
     char prev_up_run_id[48];
+    /* INFO replication's master_replid, likewise: of the last handshake,
+     * of the connection up, of the one up before it. It changes when the
+     * server syncs from a master (its keys replaced by the master's) or a
+     * replica is promoted, never for a primary left alone; "" when the
+     * server does not say (before Redis 4). */
+    char replid[48];
+    char up_replid[48];
+    char prev_up_replid[48];
+    /* "host:port" of its master while INFO replication says role:slave,
+     * else ""; warned_master is what the last warning named. */
+    char master[80];
+    char warned_master[80];
     uint32_t version;    /* INFO redis_version, see node_version() */
     /* INFO memory's maxmemory_policy when the node may evict keys (a
      * maxmemory is set and the policy is not noeviction), "" when not or
@@ -1336,17 +1349,27 @@ int node_command(struct node *node, int argc, const char **argv,
 
 static void node_check_eviction(struct node *node, const char *info);
 static void node_check_persistence(struct node *node, const char *info);
+static void node_check_role(struct node *node, const char *info);
+static void node_check_replid(struct node *node, const char *info);
 
-/* privdata: NULL for INFO memory, non-NULL for INFO persistence. */
+/* privdata: the INFO section's HANDSHAKE_INFO_* tag. */
 static void config_check_cb(struct node *node, struct redisReply *reply,
                             enum node_status status, void *privdata)
 {
-    if (status == NODE_REPLY && reply->type == REDIS_REPLY_STRING) {
-        if (privdata != NULL) {
-            node_check_persistence(node, reply->str);
-        } else {
-            node_check_eviction(node, reply->str);
-        }
+    if (status != NODE_REPLY || reply->type != REDIS_REPLY_STRING) {
+        return;
+    }
+    switch ((int)(intptr_t)privdata) {
+    case HANDSHAKE_INFO_PERSISTENCE:
+        node_check_persistence(node, reply->str);
+        break;
+    case HANDSHAKE_INFO_MEMORY:
+        node_check_eviction(node, reply->str);
+        break;
+    default:
+        node_check_role(node, reply->str);
+        node_check_replid(node, reply->str);
+        break;
     }
 }
 
@@ -1379,11 +1402,17 @@ static void ping_timer_cb(evutil_socket_t fd, short what, void *arg)
         const char *argv[2] = {"INFO", "memory"};
         size_t lens[2] = {4, 6};
         node->evict_checked_us = now;
-        (void)node_command(node, 2, argv, lens, config_check_cb, NULL);
+        (void)node_command(node, 2, argv, lens, config_check_cb,
+                           (void *)(intptr_t)HANDSHAKE_INFO_MEMORY);
+        argv[1] = "replication";
+        lens[1] = 11;
+        (void)node_command(node, 2, argv, lens, config_check_cb,
+                           (void *)(intptr_t)HANDSHAKE_INFO_REPLICATION);
         if (node->addr->persistent) {
             argv[1] = "persistence";
             lens[1] = 11;
-            (void)node_command(node, 2, argv, lens, config_check_cb, node);
+            (void)node_command(node, 2, argv, lens, config_check_cb,
+                               (void *)(intptr_t)HANDSHAKE_INFO_PERSISTENCE);
         }
     }
 }
@@ -1498,6 +1527,57 @@ static void node_check_persistence(struct node *node, const char *info)
     node->aof_off = off;
 }
 
+/* A replica is no independent lock node: its keys follow its master's,
+ * and it refuses lock writes unless replica-read-only is off (then what it
+ * takes is lost at its next sync). Warned once per master. */
+static void node_check_role(struct node *node, const char *info)
+{
+    char role[16], host[48], port[16];
+    node_info_field(info, "role", role, sizeof(role));
+    if (strcmp(role, "slave") != 0) {
+        node->master[0] = node->warned_master[0] = '\0';
+        return;
+    }
+    node_info_field(info, "master_host", host, sizeof(host));
+    node_info_field(info, "master_port", port, sizeof(port));
+    snprintf(node->master, sizeof(node->master), "%s:%s", host, port);
+    if (strcmp(node->warned_master, node->master) != 0) {
+        memcpy(node->warned_master, node->master, sizeof(node->master));
+        log_warn(node->subject,
+                 "%s: is a replica of %s: a lock node must be a primary of "
+                 "its own; a replica refuses lock writes, or loses them at "
+                 "its next sync if replica-read-only is off, and its keys "
+                 "are replaced by its master's",
+                 node->addr->display, node->master);
+    }
+}
+
+/* While up: a new master_replid on the same connection means the server
+ * synced from a master since its handshake (turned replica, perhaps
+ * promoted again): its keys, the lock keys among them, were replaced by
+ * the master's, with the same run_id. The connection is dropped, so that
+ * the reconnect's handshake sees it (node_replaced) and the node sits out
+ * the quarantine of a restart. */
+static void node_check_replid(struct node *node, const char *info)
+{
+    char replid[sizeof(node->replid)];
+    node_info_field(info, "master_replid", replid, sizeof(replid));
+    if (node->state != NODE_UP || replid[0] == '\0' ||
+        node->up_replid[0] == '\0' || strcmp(replid, node->up_replid) == 0) {
+        return;
+    }
+    node_set_error(node,
+                   "replication id changed: the node synced from a "
+                   "master%s",
+                   "");
+    log_warn(node->subject,
+             "%s: replication id changed: it synced from a master since it "
+             "came up, so its lock keys were replaced; reconnecting, to "
+             "quarantine it as after a restart",
+             node->addr->display);
+    node_drop(node, "replication id changed");
+}
+
 /* Handshake replies: any error fails the connection. */
 static void handshake_cb(struct node *node, struct redisReply *reply,
                          enum node_status status, void *privdata)
@@ -1537,6 +1617,10 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         node_check_persistence(node, info);
     } else if (script == HANDSHAKE_INFO_MEMORY) {
         node_check_eviction(node, info);
+    } else if (script == HANDSHAKE_INFO_REPLICATION) {
+        node_info_field(info, "master_replid", node->replid,
+                        sizeof(node->replid));
+        node_check_role(node, info);
     } else if (script >= 0 && script < SCRIPT__COUNT) {
         if (reply->type != REDIS_REPLY_STRING || reply->len != SHA_LEN) {
             node->handshake_failed = true;
@@ -1563,6 +1647,8 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         node->last_error[0] = '\0';
         memcpy(node->prev_up_run_id, node->up_run_id, sizeof(node->up_run_id));
         memcpy(node->up_run_id, node->run_id, sizeof(node->run_id));
+        memcpy(node->prev_up_replid, node->up_replid, sizeof(node->up_replid));
+        memcpy(node->up_replid, node->replid, sizeof(node->replid));
         node_set_state(node, NODE_UP);
     }
 }
@@ -1616,6 +1702,8 @@ static void handshake_start(struct node *node)
     handshake_send(node, 2, argv, lens, HANDSHAKE_INFO);
     argv[1] = "memory";
     handshake_send(node, 2, argv, lens, HANDSHAKE_INFO_MEMORY);
+    argv[1] = "replication";
+    handshake_send(node, 2, argv, lens, HANDSHAKE_INFO_REPLICATION);
     if (node->addr->persistent) {
         argv[1] = "persistence";
         handshake_send(node, 2, argv, lens, HANDSHAKE_INFO_PERSISTENCE);
@@ -2051,6 +2139,13 @@ bool node_restarted(const struct node *node)
 {
     return node->prev_up_run_id[0] != '\0' && node->up_run_id[0] != '\0' &&
            strcmp(node->prev_up_run_id, node->up_run_id) != 0;
+}
+
+bool node_replaced(const struct node *node)
+{
+    return !node_restarted(node) && node->prev_up_replid[0] != '\0' &&
+           node->up_replid[0] != '\0' &&
+           strcmp(node->prev_up_replid, node->up_replid) != 0;
 }
 
 bool node_first_attempt_pending(const struct node *node)

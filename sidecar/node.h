@@ -166,6 +166,12 @@ const char *node_tls_mode(const struct node *node);
 const char *node_run_id(const struct node *node);
 bool node_restarted(const struct node *node);
 
+/* node_replaced: the connection that last came up found the run_id of the
+ * one up before it but another replication id (INFO master_replid): the
+ * server synced from a master in between, and its keys were replaced by
+ * the master's. As a restart, and persistence does not keep them. */
+bool node_replaced(const struct node *node);
+
 /* node_is_persistent: marked ?persistent=1, and its last check (each
  * handshake, then every 5 s while up) did not find its AOF off. */
 bool node_is_persistent(const struct node *node);

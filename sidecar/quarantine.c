@@ -503,18 +503,28 @@ static void quarantine_timer_cb(evutil_socket_t fd, short what, void *arg)
     repair_start(q, i);
 }
 
-static void quarantine_begin(struct quarantine *q, int i)
+/* replaced: the node kept its run_id but synced from a master
+ * (node_replaced), else it restarted. */
+static void quarantine_begin(struct quarantine *q, int i, bool replaced)
 {
     uint32_t period = quarantine_period_ms(q);
     q->quarantined[i] = true;
     q->repair_generation[i]++;
     q->repair_attempt[i] = 0;
     q->repair_waiting[i] = false;
-    log_warn(NULL,
-             "node %d: restarted (new run_id) without persistence: "
-             "quarantined for %u ms, then its done marks and fence "
-             "counter are repaired",
-             i + 1, period);
+    if (replaced) {
+        log_warn(NULL,
+                 "node %d: its keys were replaced by a master's (new "
+                 "replication id): quarantined for %u ms, then its done "
+                 "marks and fence counter are repaired",
+                 i + 1, period);
+    } else {
+        log_warn(NULL,
+                 "node %d: restarted (new run_id) without persistence: "
+                 "quarantined for %u ms, then its done marks and fence "
+                 "counter are repaired",
+                 i + 1, period);
+    }
     timer_arm_ms(q, i, period);
 }
 
@@ -637,20 +647,22 @@ void quarantine_node_cb(struct node *node, enum node_state state, void *priv)
             timer_arm_ms(q, j, 0);
         }
     }
-    switch (restart_action(node_restarted(node), node_is_persistent(node),
-                           q->cfg->unsafe_no_quarantine,
-                           q->cfg->unsafe_no_fence_repair)) {
+    /* Keys replaced by a master's are lost whatever the node persists. */
+    bool replaced = node_replaced(node);
+    switch (restart_action(
+        node_restarted(node) || replaced, node_is_persistent(node) && !replaced,
+        q->cfg->unsafe_no_quarantine, q->cfg->unsafe_no_fence_repair)) {
     case RESTART_NONE:
         break;
     case RESTART_QUARANTINE:
-        quarantine_begin(q, i);
+        quarantine_begin(q, i, replaced);
         break;
     case RESTART_REPAIR_NOW:
     case RESTART_COUNT_NOW:
         log_warn(NULL,
-                 "node %d: restarted; counted at once "
+                 "node %d: %s; counted at once "
                  "(--unsafe-no-quarantine)",
-                 i + 1);
+                 i + 1, replaced ? "keys replaced by a master's" : "restarted");
         if (!q->cfg->unsafe_no_fence_repair) {
             q->quarantined[i] = true; /* only until the repair */
             repair_start(q, i);
