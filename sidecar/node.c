@@ -1382,17 +1382,26 @@ static void ping_cb(struct node *node, struct redisReply *reply,
     (void)privdata;
 }
 
-/* An idle node gets a PING every second, so a frozen or half-dead server is
- * noticed (timeouts, then the stall rule) without waiting for traffic, and
- * health shows a fresh round trip. */
+/* Every second a lock connection gets INFO replication, and an idle
+ * subscriber a PING, so a frozen or half-dead server is noticed (timeouts,
+ * then the stall rule) without waiting for traffic, and health shows a
+ * fresh round trip; the slower INFO checks go every CONFIG_CHECK_MS. */
 static void ping_timer_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     struct node *node = arg;
     uint64_t now = util_now_us();
-    if (node->state == NODE_UP &&
-        now - node->last_send_us >= PING_INTERVAL_MS * 1000u) {
+    if (node->state == NODE_UP && node->opts.push_cb == NULL) {
+        /* Every tick, idle or not: until it shows a node that synced from
+         * a master (node_check_replid), the node counts with its lock keys
+         * gone. It is the heartbeat too. */
+        const char *argv[2] = {"INFO", "replication"};
+        size_t lens[2] = {4, 11};
+        (void)node_command(node, 2, argv, lens, config_check_cb,
+                           (void *)(intptr_t)HANDSHAKE_INFO_REPLICATION);
+    } else if (node->state == NODE_UP &&
+               now - node->last_send_us >= PING_INTERVAL_MS * 1000u) {
         const char *argv[1] = {"PING"};
         size_t lens[1] = {4};
         (void)node_command(node, 1, argv, lens, ping_cb, NULL);
@@ -1404,10 +1413,6 @@ static void ping_timer_cb(evutil_socket_t fd, short what, void *arg)
         node->evict_checked_us = now;
         (void)node_command(node, 2, argv, lens, config_check_cb,
                            (void *)(intptr_t)HANDSHAKE_INFO_MEMORY);
-        argv[1] = "replication";
-        lens[1] = 11;
-        (void)node_command(node, 2, argv, lens, config_check_cb,
-                           (void *)(intptr_t)HANDSHAKE_INFO_REPLICATION);
         if (node->addr->persistent) {
             argv[1] = "persistence";
             lens[1] = 11;

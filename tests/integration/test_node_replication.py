@@ -2,9 +2,9 @@
 REPLICAOF replaces its data set with the master's and keeps its run_id,
 so the restart quarantine, which looks for a new run_id, never saw it. A
 node that turned replica and was promoted back is then writable, empty and
-counted at once: with the two nodes that still hold a lock paused, a
+counted at once: of a lock held on exactly three nodes, one replaced, a
 second client got the same lock. The daemon now reads INFO replication at
-each handshake and every 5 s: a replica is named in a warning, and a new
+each handshake and every second: a replica is named in a warning, and a new
 replication id on a node sends it through the quarantine of a restart,
 even when it is marked persistent.
 
@@ -100,7 +100,7 @@ def test_persistent_node_replaced_by_a_master_is_quarantined(
 
 
 def test_replica_is_warned_once(cluster, daemon_factory):
-    """A node left a replica is named once, not at every 5 s check nor
+    """A node left a replica is named once, not at every check (each second) nor
     after the reconnect its sync causes; it costs a vote, not the lock."""
     master = RedisNode(cluster.dir, 9, tcp_port="free")
     master.start()
@@ -115,7 +115,7 @@ def test_replica_is_warned_once(cluster, daemon_factory):
         with d.client() as c:
             assert_ok(c.call("acquire", resource=rname("repw"),
                              ttl_ms=5000))
-        # the next check (5 s) sees the sync: a reconnect, no new warning
+        # a later check sees the sync: a reconnect, no new warning
         ok, _ = poll_until(lambda: "replication id changed" in
                            d.stderr_text(), 10.0 * SLOW, 0.1)
         assert ok, d.stderr_tail(30)
