@@ -44,6 +44,7 @@ struct call {
     uint64_t round_us;       /* ops: time spent in acquire rounds */
     unsigned slot0;          /* ops: semaphore: first slot of this round */
     unsigned slots_tried;    /* ops: semaphore: slots tried this round */
+    unsigned slots_done;     /* ops: semaphore: of them, completed (done) */
 };
 
 /* call_done: answers call through its submitter's callback. */

@@ -149,14 +149,23 @@ static const char *result_message(const struct cluster_result *res)
  * the asker itself: "held by another owner" would send it looking for an
  * owner that may not exist. */
 #define SEM_BUSY_MESSAGE "all permits of the semaphore are held"
+#define SEM_BUSY_DONE_MESSAGE                                                  \
+    "all permits of the semaphore are held or completed (a completed permit "  \
+    "is taken until its done mark expires)"
+#define SEM_DONE_MESSAGE                                                       \
+    "every permit of the semaphore was completed and their done marks have "   \
+    "not expired"
 
 /* The message for a failed acquire call: result_message's, but a
- * semaphore's busy says so. */
+ * semaphore's busy and done say so. */
 static const char *acquire_message(const struct call *call,
                                    const struct cluster_result *res)
 {
     if (res->err == ERR_BUSY && call->req.permits > 0) {
-        return SEM_BUSY_MESSAGE;
+        return call->slots_done > 0 ? SEM_BUSY_DONE_MESSAGE : SEM_BUSY_MESSAGE;
+    }
+    if (res->err == ERR_DONE && call->req.permits > 0) {
+        return SEM_DONE_MESSAGE;
     }
     return result_message(res);
 }
@@ -238,6 +247,7 @@ static void sem_pick_slot(struct call *call)
     r = tmp;
     if (call->slots_tried == 0) {
         call->slot0 = (unsigned)random() % call->req.permits;
+        call->slots_done = 0;
     }
     unsigned slot = (call->slot0 + call->slots_tried) % call->req.permits;
     call->req.resource_len = sem_slot_name(r, rl, slot, call->req.resource);
@@ -385,15 +395,27 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
         q->head_trying = false;
     }
     call->round_us += util_now_us() - call->round_start_us;
-    if (call->req.permits > 0 && res->err == ERR_BUSY &&
-        ++call->slots_tried < call->req.permits && !call->abandoned &&
-        !o->shutting_down) {
-        /* That slot is taken; another may be free: try it now. */
-        if (q != NULL) {
-            q->head_trying = true;
+    struct cluster_result sem_res;
+    if (call->req.permits > 0 &&
+        (res->err == ERR_BUSY || res->err == ERR_DONE)) {
+        call->slots_done += res->err == ERR_DONE;
+        if (++call->slots_tried < call->req.permits && !call->abandoned &&
+            !o->shutting_down) {
+            /* That slot is taken or completed; another may be free: try it
+             * now. */
+            if (q != NULL) {
+                q->head_trying = true;
+            }
+            acquire_start(o, call);
+            return;
         }
-        acquire_start(o, call);
-        return;
+        /* A completed permit is one the semaphore lacks until its done mark
+         * expires, not the end of the semaphore: done only when all are,
+         * so the answer does not hang on the slot a round starts from. */
+        sem_res = *res;
+        sem_res.err =
+            call->slots_done == call->req.permits ? ERR_DONE : ERR_BUSY;
+        res = &sem_res;
     }
     call->slots_tried = 0;
 
