@@ -45,6 +45,7 @@ __all__ = ["lead", "run_as_leader", "Leadership", "DEFAULT_TTL_MS",
 
 DEFAULT_TTL_MS = 5000     # a dead leader's daemon hands over within this
 MAX_ROUND_MS = 300000     # the daemon's largest wait_ms
+STOP_ROUND_MS = 1000      # the longest round of a campaign with a stop event
 _RETRYABLE = (NoQuorumError, ConnectionLostError, RequestTimeoutError,
               ShuttingDownError, LimitError)
 
@@ -90,13 +91,17 @@ class Leadership:
         return self.lock.lost
 
     def _round(self, deadline: Optional[float]) -> int:
+        # A sync acquire cannot be cut short: with a stop event, rounds of
+        # at most STOP_ROUND_MS bound how long a set stop goes unseen.
+        limit = self.round_ms if self.stop is None else \
+            min(self.round_ms, STOP_ROUND_MS)
         if deadline is None:
-            return self.round_ms
+            return limit
         left = int((deadline - time.monotonic()) * 1000)
         if left <= 0:
             raise BusyError("no leadership of '%s' within the timeout"
                             % self.resource)
-        return min(self.round_ms, left)
+        return min(limit, left)
 
     def _acquire_args(self, wait_ms: int) -> dict:
         return dict(ttl_ms=self.ttl_ms, wait_ms=wait_ms, renew=True,
@@ -217,7 +222,9 @@ def lead(client: Any, resource: str, ttl_ms: int = DEFAULT_TTL_MS, *,
     leader whose daemon died is replaced (the daemon renews every ttl/3).
     ``round_ms``: one wait in the daemon (<= 300000).  ``timeout``: give up
     (BusyError) after this many seconds; default: wait for ever.  ``stop``
-    (sync): a threading.Event that ends the campaign (BusyError)."""
+    (sync): a threading.Event that ends the campaign (BusyError) within
+    about a second: with it, rounds last at most 1 s, and a standby
+    re-queues behind those already waiting at each round's end."""
     return Leadership(client, resource, ttl_ms, round_ms=round_ms,
                       timeout=timeout, stop=stop)
 

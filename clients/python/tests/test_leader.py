@@ -167,6 +167,25 @@ def test_campaign_waits_in_rounds_and_times_out(daemon, sock):
             leader.lead(c, res, round_ms=300001)
 
 
+def test_stop_ends_a_campaign_waiting_in_a_long_round(daemon, sock):
+    """With the default round (300 s) a set stop went unseen until the
+    daemon's wait ran out: the campaign's rounds are now at most 1 s when
+    a stop event is given, so a stop ends it within about a second."""
+    res = rname("leadstop")
+    with RedlockClient(sock) as holder, RedlockClient(sock) as c:
+        lk = holder.acquire(res, ttl_ms=20000)
+        stop = threading.Event()
+        threading.Timer(0.3, stop.set).start()
+        t0 = time.monotonic()
+        with pytest.raises(BusyError):
+            leader.lead(c, res, 2000, stop=stop).campaign()
+        assert time.monotonic() - t0 < 3.0
+        # Without a stop the rounds stay long: a short timeout still ends it.
+        with pytest.raises(BusyError):
+            leader.lead(c, res, 2000, timeout=0.3).campaign()
+        holder.release(lk)
+
+
 def test_resign_releases_at_once(daemon, sock):
     async def main():
         res = rname("resign")
