@@ -84,3 +84,33 @@ def test_lost_before_validity_ends_with_an_op_in_flight(cluster,
         print("%s answered %r" % (op, rsp))
         assert rsp.get("ok") is True or err_code(rsp) in (
             "no_quorum", "not_held"), rsp
+
+
+def test_complete_after_lost_leaves_no_mark(cluster, daemon_factory):
+    """After a lost event the lock is gone from the daemon: a complete by
+    its token is not_held and marks nothing, so the update is not taken
+    for done by a worker whose lock did not last the work."""
+    d = daemon_factory.start(cluster, name="cal",
+                             extra=["--node-timeout-ms", "300"])
+    res = rname("cal")
+    with d.client(timeout=15.0) as c:
+        r = c.call("acquire", resource=res, ttl_ms=int(1000 * SLOW),
+                   renew=True)
+        assert_ok(r)
+        for nd in cluster.nodes[:3]:
+            nd.pause()
+        try:
+            ev = c.wait_event(timeout=8.0 * SLOW)
+            assert ev.get("event") == "lost" and ev["lock"] == r["lock"], ev
+        finally:
+            cluster.resume_all()
+        assert_error(c.call("complete", lock=r["lock"], keep_ms=60000),
+                     "not_held")
+        vals = cluster.get_all(lock_key(res))
+        assert not any(v is not None and v.startswith(b"done:")
+                       for v in vals), vals
+        # Nothing stands in the way of a retry once the key expires.
+        ok, _ = poll_until(lambda: c.call("acquire", resource=res,
+                                          ttl_ms=5000).get("ok") is True,
+                           5.0 * SLOW, 0.1)
+        assert ok
