@@ -481,6 +481,28 @@ class RedisNode:
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
 
+    def turn_aof_on(self, timeout=10.0 * SLOW):
+        """Turns the AOF on (appendfsync always) on the running node and
+        waits until it is written: a node killed while its first rewrite
+        still runs comes back without the keys it had. Its restarts keep it
+        on and its URI says ?persistent=1 from now on."""
+        self.cmd("CONFIG", "SET", "appendfsync", "always")
+        self.cmd("CONFIG", "SET", "appendonly", "yes")
+        self.aof = True
+        deadline = time.monotonic() + timeout
+        info = b""
+        for _ in range(100000):
+            info = self.cmd("INFO", "persistence")
+            if (b"aof_enabled:1" in info and
+                    b"aof_rewrite_in_progress:0" in info and
+                    b"aof_rewrite_scheduled:0" in info):
+                return
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        raise RuntimeError("%s: AOF not on within %.0fs: %r" % (
+            self.name, timeout, info))
+
     def pause(self):
         """SIGSTOP: the node keeps its socket but answers nothing."""
         if self.alive():

@@ -190,9 +190,7 @@ def _flip_down_and_back(cluster, d):
 def test_health_flips_with_quorum_persistent(cluster, daemon_factory):
     """Nodes marked ?persistent=1 count again as soon as they are back."""
     for nd in cluster.nodes:  # their restarts too (RedisNode.aof)
-        nd.cmd("CONFIG", "SET", "appendfsync", "always")
-        nd.cmd("CONFIG", "SET", "appendonly", "yes")
-        nd.aof = True
+        nd.turn_aof_on()
     d = daemon_factory.start(cluster, name="hf", node_args=cluster.node_args())
     _flip_down_and_back(cluster, d)
 

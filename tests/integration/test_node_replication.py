@@ -79,8 +79,7 @@ def test_persistent_node_replaced_by_a_master_is_quarantined(
     master = RedisNode(cluster.dir, 9, tcp_port="free")
     master.start()
     n5 = cluster.nodes[4]
-    n5.cmd("CONFIG", "SET", "appendonly", "yes")
-    n5.aof = True  # its URI says ?persistent=1
+    n5.turn_aof_on()  # its URI says ?persistent=1
     try:
         d = daemon_factory.start(cluster, name="replp",
                                  extra=["--quarantine-ms", "4000"])
