@@ -26,6 +26,7 @@
 #include <hiredis/hiredis.h>
 
 #include "config.h"
+#include "locks.h"
 #include "log.h"
 #include "metrics.h"
 #include "node.h"
@@ -100,6 +101,7 @@ struct cluster {
     int quorum;
     char fence_key[80];
     size_t fence_key_len;
+    char dataset_key[80]; /* <prefix>dataset: node_options.dataset_key */
     int ops_inflight;  /* ops not yet freed */
     int acquires_sent; /* acquire rounds sent and not finished */
     struct cluster_op *queue_head, *queue_tail; /* acquires not yet sent */
@@ -1322,6 +1324,7 @@ struct cluster *cluster_create(struct event_base *base,
     int fl =
         snprintf(c->fence_key, sizeof(c->fence_key), "%sfence", cfg->prefix);
     c->fence_key_len = (size_t)fl;
+    snprintf(c->dataset_key, sizeof(c->dataset_key), "%sdataset", cfg->prefix);
 
     struct node_options opts = {
         .timeout_ms = cfg->node_timeout_ms,
@@ -1331,6 +1334,8 @@ struct cluster *cluster_create(struct event_base *base,
         .backoff_base_ms = 50,
         .backoff_cap_ms = 5000,
         .max_pending = 1 << 20,
+        .dataset_key = c->dataset_key,
+        .dataset_mark = locks_new_token,
     };
     c->batch_ev = event_new(base, -1, 0, batch_ev_cb, c);
     if (c->batch_ev == NULL) {

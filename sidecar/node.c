@@ -64,6 +64,9 @@
 #define HANDSHAKE_INFO_MEMORY (-3) /* handshake_cb tag of INFO memory */
 #define HANDSHAKE_INFO_PERSISTENCE (-4) /* ... INFO persistence */
 #define HANDSHAKE_INFO_REPLICATION (-5) /* ... INFO replication */
+#define HANDSHAKE_DATASET_SET (-6)      /* ... SET dataset_key mark NX */
+#define HANDSHAKE_DATASET_GET (-7)      /* ... GET dataset_key */
+#define DATASET_MARK_LEN 32
 #define SHA_LEN 40
 
 /* One command in flight. Owned by its node: taken from the node's free list
@@ -170,6 +173,15 @@ struct node {
     char replid[48];
     char up_replid[48];
     char prev_up_replid[48];
+    /* The mark in the data-set key, likewise ("" not known: no key kept,
+     * refused, or not a string). dataset_refused: the ACL refused its
+     * commands on this connection (no check until the next handshake
+     * tries again); dataset_warned: that was told (once per node). */
+    char dataset[DATASET_MARK_LEN + 1];
+    char up_dataset[DATASET_MARK_LEN + 1];
+    char prev_up_dataset[DATASET_MARK_LEN + 1];
+    bool dataset_refused;
+    bool dataset_warned;
     /* "host:port" of its master while INFO replication says role:slave,
      * else ""; warned_master is what the last warning named. */
     char master[80];
@@ -1351,6 +1363,8 @@ static void node_check_eviction(struct node *node, const char *info);
 static void node_check_persistence(struct node *node, const char *info);
 static void node_check_role(struct node *node, const char *info);
 static void node_check_replid(struct node *node, const char *info);
+static void dataset_check_cb(struct node *node, struct redisReply *reply,
+                             enum node_status status, void *privdata);
 
 /* privdata: the INFO section's HANDSHAKE_INFO_* tag. */
 static void config_check_cb(struct node *node, struct redisReply *reply,
@@ -1400,6 +1414,15 @@ static void ping_timer_cb(evutil_socket_t fd, short what, void *arg)
         size_t lens[2] = {4, 11};
         (void)node_command(node, 2, argv, lens, config_check_cb,
                            (void *)(intptr_t)HANDSHAKE_INFO_REPLICATION);
+        /* Likewise for a node emptied under the same run_id and
+         * replication id (FLUSHALL, a server swapped behind a proxy). */
+        if (node->up_dataset[0] != '\0' && !node->dataset_refused) {
+            argv[0] = "GET";
+            lens[0] = 3;
+            argv[1] = node->opts.dataset_key;
+            lens[1] = strlen(node->opts.dataset_key);
+            (void)node_command(node, 2, argv, lens, dataset_check_cb, NULL);
+        }
     } else if (node->state == NODE_UP &&
                now - node->last_send_us >= PING_INTERVAL_MS * 1000u) {
         const char *argv[1] = {"PING"};
@@ -1583,6 +1606,74 @@ static void node_check_replid(struct node *node, const char *info)
     node_drop(node, "replication id changed");
 }
 
+/* ---- the data-set key ---------------------------------------------------
+ * One key per node, <prefix>dataset, holds a random mark that the first
+ * daemon to meet the node sets (SET NX) and every daemon reads at each
+ * handshake and every second. Only an emptied data set loses it: a new
+ * mark means the lock keys were lost too, under a run_id and replication
+ * id that did not change (node_emptied). */
+
+/* A refusal of the data-set key's commands: NOPERM (an ACL that does not
+ * name the key) is told once; the node goes on without a mark. Other
+ * errors (READONLY on a replica, LOADING) only leave the mark unknown. */
+static void dataset_refused(struct node *node, const char *text)
+{
+    if (strncmp(text, "NOPERM", 6) != 0) {
+        return;
+    }
+    if (!node->dataset_warned) {
+        node->dataset_warned = true;
+        log_warn(node->subject,
+                 "%s: the data-set key %s was refused (%.100s): a FLUSHALL "
+                 "or FLUSHDB of this node will go unseen; allow the key to "
+                 "the daemon's Redis user (docs/operations.md)",
+                 node->addr->display, node->opts.dataset_key, text);
+    }
+    node->dataset_refused = true;
+}
+
+/* The mark a GET answered into out ("" for none). */
+static void dataset_read(const struct redisReply *reply,
+                         char out[DATASET_MARK_LEN + 1])
+{
+    size_t n = 0;
+    if (reply->type == REDIS_REPLY_STRING) {
+        n = reply->len < DATASET_MARK_LEN ? reply->len : DATASET_MARK_LEN;
+        memcpy(out, reply->str, n);
+    }
+    out[n] = '\0';
+}
+
+/* While up: the mark gone or changed since the handshake means the node
+ * was emptied. As for a new replication id, the connection is dropped, so
+ * that the reconnect's handshake (which sets a new mark) quarantines it. */
+static void dataset_check_cb(struct node *node, struct redisReply *reply,
+                             enum node_status status, void *privdata)
+{
+    (void)privdata;
+    if (status != NODE_REPLY || node->state != NODE_UP) {
+        return;
+    }
+    if (reply->type == REDIS_REPLY_ERROR) {
+        dataset_refused(node, reply->str);
+        return;
+    }
+    char mark[DATASET_MARK_LEN + 1];
+    dataset_read(reply, mark);
+    if (node->up_dataset[0] == '\0' || strcmp(mark, node->up_dataset) == 0) {
+        return;
+    }
+    node_set_error(node, "data-set key %s: the node was emptied",
+                   mark[0] == '\0' ? "gone" : "changed");
+    log_warn(node->subject,
+             "%s: the data-set key %s is %s (FLUSHALL, FLUSHDB, eviction, "
+             "or another server behind the address), so its lock keys are "
+             "gone too; reconnecting, to quarantine it as after a restart",
+             node->addr->display, node->opts.dataset_key,
+             mark[0] == '\0' ? "gone" : "set anew");
+    node_drop(node, "data-set key changed");
+}
+
 /* Handshake replies: any error fails the connection. */
 static void handshake_cb(struct node *node, struct redisReply *reply,
                          enum node_status status, void *privdata)
@@ -1591,7 +1682,13 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
     if (node->state != NODE_CONNECTING) {
         return;
     }
-    if (status != NODE_REPLY || reply->type == REDIS_REPLY_ERROR) {
+    bool dataset_tag =
+        script == HANDSHAKE_DATASET_SET || script == HANDSHAKE_DATASET_GET;
+    if (dataset_tag && status == NODE_REPLY &&
+        reply->type == REDIS_REPLY_ERROR) {
+        /* The mark is a check, not a condition of service. */
+        dataset_refused(node, reply->str);
+    } else if (status != NODE_REPLY || reply->type == REDIS_REPLY_ERROR) {
         if (!node->handshake_failed) {
             char msg[sizeof(node->last_error)];
             node->handshake_failed = true;
@@ -1626,6 +1723,10 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         node_info_field(info, "master_replid", node->replid,
                         sizeof(node->replid));
         node_check_role(node, info);
+    } else if (script == HANDSHAKE_DATASET_GET) {
+        if (reply->type != REDIS_REPLY_ERROR) {
+            dataset_read(reply, node->dataset);
+        }
     } else if (script >= 0 && script < SCRIPT__COUNT) {
         if (reply->type != REDIS_REPLY_STRING || reply->len != SHA_LEN) {
             node->handshake_failed = true;
@@ -1654,6 +1755,13 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         memcpy(node->up_run_id, node->run_id, sizeof(node->run_id));
         memcpy(node->prev_up_replid, node->up_replid, sizeof(node->up_replid));
         memcpy(node->up_replid, node->replid, sizeof(node->replid));
+        /* A mark not read this time leaves the last one known, and no
+         * change to see. */
+        memcpy(node->prev_up_dataset, node->up_dataset,
+               sizeof(node->up_dataset));
+        if (node->dataset[0] != '\0') {
+            memcpy(node->up_dataset, node->dataset, sizeof(node->dataset));
+        }
         node_set_state(node, NODE_UP);
     }
 }
@@ -1712,6 +1820,19 @@ static void handshake_start(struct node *node)
     if (node->addr->persistent) {
         argv[1] = "persistence";
         handshake_send(node, 2, argv, lens, HANDSHAKE_INFO_PERSISTENCE);
+    }
+    node->dataset[0] = '\0';
+    node->dataset_refused = false;
+    if (node->opts.dataset_key != NULL) {
+        char mark[DATASET_MARK_LEN + 1];
+        node->opts.dataset_mark(mark);
+        argv[0] = "SET";
+        argv[1] = node->opts.dataset_key;
+        argv[2] = mark;
+        argv[3] = "NX";
+        handshake_send(node, 4, argv, lens, HANDSHAKE_DATASET_SET);
+        argv[0] = "GET";
+        handshake_send(node, 2, argv, lens, HANDSHAKE_DATASET_GET);
     }
     node->evict_checked_us = util_now_us();
     for (int s = 0; s < SCRIPT__COUNT; s++) {
@@ -2144,6 +2265,12 @@ bool node_restarted(const struct node *node)
 {
     return node->prev_up_run_id[0] != '\0' && node->up_run_id[0] != '\0' &&
            strcmp(node->prev_up_run_id, node->up_run_id) != 0;
+}
+
+bool node_emptied(const struct node *node)
+{
+    return node->prev_up_dataset[0] != '\0' && node->up_dataset[0] != '\0' &&
+           strcmp(node->prev_up_dataset, node->up_dataset) != 0;
 }
 
 bool node_replaced(const struct node *node)

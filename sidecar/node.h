@@ -64,6 +64,11 @@ struct node_options {
      * command FIFO (with node_create's state_priv), and it counts in no
      * node metric. */
     node_push_fn *push_cb;
+    /* Lock connections: the key that marks the node's data set
+     * (<prefix>dataset, borrowed), and what makes a new mark for it (32
+     * random hex digits and a NUL). NULL: no mark is kept. */
+    const char *dataset_key;
+    void (*dataset_mark)(char out[33]);
 };
 
 /* node_create: a node for addr (borrowed: owned by the config, must outlive
@@ -171,6 +176,13 @@ bool node_restarted(const struct node *node);
  * server synced from a master in between, and its keys were replaced by
  * the master's. As a restart, and persistence does not keep them. */
 bool node_replaced(const struct node *node);
+
+/* node_emptied: the connection that last came up found another mark in
+ * the node's data-set key (node_options.dataset_key) than the one up
+ * before it: the key was gone (FLUSHALL, FLUSHDB, a restart that kept no
+ * keys, another server behind the address) or set anew after that, so
+ * the lock keys went with it, whatever the node persists. */
+bool node_emptied(const struct node *node);
 
 /* node_is_persistent: marked ?persistent=1, and its last check (each
  * handshake, then every 5 s while up) did not find its AOF off. */

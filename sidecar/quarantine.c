@@ -503,28 +503,18 @@ static void quarantine_timer_cb(evutil_socket_t fd, short what, void *arg)
     repair_start(q, i);
 }
 
-/* replaced: the node kept its run_id but synced from a master
- * (node_replaced), else it restarted. */
-static void quarantine_begin(struct quarantine *q, int i, bool replaced)
+/* why: what the log says the node went through (node_lost_why). */
+static void quarantine_begin(struct quarantine *q, int i, const char *why)
 {
     uint32_t period = quarantine_period_ms(q);
     q->quarantined[i] = true;
     q->repair_generation[i]++;
     q->repair_attempt[i] = 0;
     q->repair_waiting[i] = false;
-    if (replaced) {
-        log_warn(NULL,
-                 "node %d: its keys were replaced by a master's (new "
-                 "replication id): quarantined for %u ms, then its done "
-                 "marks and fence counter are repaired",
-                 i + 1, period);
-    } else {
-        log_warn(NULL,
-                 "node %d: restarted (new run_id) without persistence: "
-                 "quarantined for %u ms, then its done marks and fence "
-                 "counter are repaired",
-                 i + 1, period);
-    }
+    log_warn(NULL,
+             "node %d: %s: quarantined for %u ms, then its done marks and "
+             "fence counter are repaired",
+             i + 1, why, period);
     timer_arm_ms(q, i, period);
 }
 
@@ -647,22 +637,33 @@ void quarantine_node_cb(struct node *node, enum node_state state, void *priv)
             timer_arm_ms(q, j, 0);
         }
     }
-    /* Keys replaced by a master's are lost whatever the node persists. */
+    /* Keys replaced by a master's, or emptied, are lost whatever the node
+     * persists. */
     bool replaced = node_replaced(node);
-    switch (restart_action(
-        node_restarted(node) || replaced, node_is_persistent(node) && !replaced,
-        q->cfg->unsafe_no_quarantine, q->cfg->unsafe_no_fence_repair)) {
+    bool emptied = node_emptied(node);
+    bool restarted = node_restarted(node);
+    const char *why =
+        replaced ? "its keys were replaced by a master's (new replication id)"
+        : emptied && !(restarted && !node_is_persistent(node))
+            ? "its keys are gone (its data-set key was emptied: FLUSHALL, "
+              "FLUSHDB, a restart that kept no keys, or another server "
+              "behind its address)"
+            : "restarted (new run_id) without persistence";
+    switch (restart_action(restarted || replaced || emptied,
+                           node_is_persistent(node) && !replaced && !emptied,
+                           q->cfg->unsafe_no_quarantine,
+                           q->cfg->unsafe_no_fence_repair)) {
     case RESTART_NONE:
         break;
     case RESTART_QUARANTINE:
-        quarantine_begin(q, i, replaced);
+        quarantine_begin(q, i, why);
         break;
     case RESTART_REPAIR_NOW:
     case RESTART_COUNT_NOW:
         log_warn(NULL,
                  "node %d: %s; counted at once "
                  "(--unsafe-no-quarantine)",
-                 i + 1, replaced ? "keys replaced by a master's" : "restarted");
+                 i + 1, why);
         if (!q->cfg->unsafe_no_fence_repair) {
             q->quarantined[i] = true; /* only until the repair */
             repair_start(q, i);

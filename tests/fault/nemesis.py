@@ -61,6 +61,7 @@ import rl  # noqa: E402  (nodes, daemons, RESP/NDJSON clients, child registry)
 
 PREFIX = "rlf:"
 FENCE_KEY = PREFIX + "fence"
+DATASET_KEY = PREFIX + "dataset"  # each node's data-set mark, no TTL
 NODE_TIMEOUT_MS = 150
 QUARANTINE_MS = 2000          # = the largest TTL any client here asks for
 TTL_CHOICES = (500, 800, 1000, 1500, 2000)
@@ -445,7 +446,8 @@ class World:
 
     def scan_prefix(self):
         """{node k: [(key, pttl)]} of every key under the prefix but the
-        fence counter; a node that cannot be asked maps to an error."""
+        fence counter and the data-set mark; a node that cannot be asked
+        maps to an error."""
         out = {}
         for nd in self.nodes:
             try:
@@ -460,7 +462,8 @@ class World:
                             break
                     left = []
                     for k in sorted(set(keys)):
-                        if k.decode(errors="replace") == FENCE_KEY:
+                        if k.decode(errors="replace") in (FENCE_KEY,
+                                                          DATASET_KEY):
                             continue
                         left.append((k.decode(errors="replace"),
                                      r.cmd("PTTL", k)))

@@ -31,11 +31,12 @@ def _acl_rules(password):
     return [">" + password if w == ">PASSWORD" else w for w in words]
 
 
-def _lock_down(cluster, password):
+def _lock_down(cluster, password, without=()):
     """Adds the ACL user to every node and gives the default user a
-    password the daemon does not know (the tests use it to inspect)."""
+    password the daemon does not know (the tests use it to inspect);
+    without: rules of the documented line to leave out."""
     admin = "admin-%s" % os.urandom(8).hex()
-    rules = _acl_rules(password)
+    rules = [r for r in _acl_rules(password) if r not in without]
     for nd in cluster.nodes:
         assert nd.cmd("ACL", "SETUSER", USER, *rules) == "OK"
         assert nd.cmd("ACL", "SETUSER", "default", "resetpass",
@@ -151,7 +152,8 @@ def _exercise(d, cluster):
         assert_ok(a.call("release", lock=p["lock"], resource=res2))
     keys = cluster.keys_all("*")[:-1]
     for k, ks in enumerate(keys):
-        assert all(x.startswith(b"redlock:lock:") or x == b"redlock:fence"
+        assert all(x.startswith(b"redlock:lock:") or
+                   x in (b"redlock:fence", b"redlock:dataset")
                    for x in ks), "node %d: %r" % (k + 1, ks)
 
 
@@ -181,6 +183,35 @@ def test_acl_user_password_in_uri(cluster, xdaemons):
     xdaemons.teardown()
     texts["log"] = d.stderr_text()
     _no_secret(d, pw, texts)
+
+
+def test_acl_without_the_dataset_key_works_and_warns_once(cluster,
+                                                          xdaemons):
+    """An ACL from before the data-set mark (no ~redlock:dataset): every
+    lock operation still works, and each node is named once in a warning
+    that a FLUSHALL of it would go unseen, not again after a reconnect."""
+    pw = "aclpw-%s" % os.urandom(8).hex()
+    _lock_down(cluster, pw, without=("~redlock:dataset",))
+    d = xdaemons.start(cluster, name="acldk",
+                       node_args=_node_args(cluster, "%s:%s" % (USER, pw)))
+    st, h, _ = _health(d)
+    assert st == 200 and h["ok"] is True, h
+    _exercise(d, cluster)
+    cluster.nodes[0].cmd("CLIENT", "KILL", "USER", USER)
+    d.wait_all_up(10.0 * SLOW)
+    with d.client() as c:
+        r = c.call("acquire", resource=rname("acldk"), ttl_ms=5000)
+        assert_ok(r)
+        assert_ok(c.call("release", lock=r["lock"]))
+    log = d.stderr_text()
+    for k in range(1, 6):
+        assert log.count("node %d: " % k) >= 1
+    warned = [ln for ln in log.splitlines()
+              if "the data-set key redlock:dataset was refused (NOPERM" in ln]
+    assert len(warned) == 5, warned
+    assert sorted({ln.split("node ")[1][0] for ln in warned}) == \
+        ["1", "2", "3", "4", "5"], warned
+    xdaemons.teardown()
 
 
 def _start_pw_elsewhere(cluster, xdaemons, how, pw, name, **kw):

@@ -194,8 +194,8 @@ def test_only_contract_keys_written(cluster, daemon):
         assert_ok(c.call("complete", lock=a["lock"]))
         assert_ok(c.call("release", lock=b["lock"]))
         c.call("health")
-    allowed = re.compile(("^%slock:.+$|^%sfence$" % (PREFIX, PREFIX))
-                         .encode())
+    allowed = re.compile(("^%slock:.+$|^%sfence$|^%sdataset$" %
+                          (PREFIX, PREFIX, PREFIX)).encode())
     for i, keys in enumerate(cluster.keys_all("*")):
         assert isinstance(keys, list), keys
         bad = [k for k in keys if not allowed.match(k)]

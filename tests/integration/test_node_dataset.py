@@ -1,0 +1,110 @@
+"""A node emptied under the same run_id and replication id: FLUSHALL or
+FLUSHDB of the daemon's db, or a fresh server behind the same address.
+Neither a restart nor a sync showed it, so the node counted at once with
+its lock keys gone: of a lock held on exactly three nodes, one flushed, a
+second client got the same lock. Each node now holds a random mark in
+<prefix>dataset, set by the first daemon to meet it and read at each
+handshake and every second; a mark gone or set anew sends the node
+through the quarantine of a restart (and its repair), persistent or
+not."""
+
+from rl import (PREFIX, SLOW, assert_ok, lock_key, poll_until, rname)
+
+DATASET = PREFIX + "dataset"
+
+
+def _health(d, k):
+    return d.health()["nodes"][k]
+
+
+def _quarantined(d, k, timeout=10.0):
+    ok, _ = poll_until(lambda: _health(d, k).get("quarantined") is True,
+                       timeout * SLOW, 0.05)
+    assert ok, (_health(d, k), d.stderr_tail(30))
+
+
+def _held_on_three(cluster, c, res):
+    """A lock whose key stands on nodes 1-3 only (4 and 5 never got it)."""
+    r = c.call("acquire", resource=res, ttl_ms=30000)
+    assert_ok(r)
+    for nd in cluster.nodes[3:]:
+        nd.cmd("DEL", lock_key(res))
+    held = cluster.get_all(lock_key(res))
+    assert [v is not None for v in held] == [True] * 3 + [False] * 2, held
+    return r
+
+
+def test_flushed_node_is_quarantined(cluster, daemon_factory):
+    d = daemon_factory.start(cluster, name="flush")
+    res = rname("flush")
+    with d.client() as c:
+        marks = cluster.get_all(DATASET)
+        assert all(m is not None and len(m) == 32 for m in marks), marks
+        _held_on_three(cluster, c, res)
+        mark = len(d.stderr_text())
+        cluster.nodes[0].cmd("FLUSHALL")
+        _quarantined(d, 0)
+        log = d.stderr_text()[mark:]
+        assert "the data-set key %s is gone" % DATASET in log, log
+        assert "node 1: its keys are gone (its data-set key was emptied" \
+            in log, log
+        # a new mark, not the old one
+        assert cluster.nodes[0].cmd("GET", DATASET) not in (None, marks[0])
+        with d.client() as other:
+            r2 = other.call("acquire", resource=res, ttl_ms=5000)
+            assert r2["ok"] is False, "a second holder: %r" % r2
+            assert r2["error"]["code"] in ("busy", "no_quorum"), r2
+
+
+def test_every_running_daemon_sees_a_flush(cluster, daemon_factory):
+    """Whichever daemon looks first sets a new mark; another finds the
+    mark gone or, if it looks later, set anew: either way it quarantines
+    the node as well."""
+    a = daemon_factory.start(cluster, name="fla")
+    b = daemon_factory.start(cluster, name="flb")
+    ma, mb = len(a.stderr_text()), len(b.stderr_text())
+    cluster.nodes[1].cmd("FLUSHDB")
+    _quarantined(a, 1)
+    _quarantined(b, 1)
+    for log in (a.stderr_text()[ma:], b.stderr_text()[mb:]):
+        assert "is gone (" in log or "is set anew (" in log, log
+        assert log.count("node 2: its keys are gone") == 1, log
+
+
+def test_persistent_node_flushed_is_quarantined_and_repaired(
+        cluster, daemon_factory):
+    """?persistent=1 skips the quarantine of a restart, since the AOF
+    keeps the keys; a flush loses them anyway. After the quarantine the
+    repair copies the done marks back."""
+    n5 = cluster.nodes[4]
+    n5.turn_aof_on()  # its URI says ?persistent=1
+    d = daemon_factory.start(cluster, name="flushp",
+                             extra=["--quarantine-ms", "1000"])
+    assert n5.uri.endswith("?persistent=1") and n5.uri in d.argv
+    res = rname("flushp")
+    with d.client() as c:
+        r = c.call("acquire", resource=res, ttl_ms=5000)
+        assert_ok(r)
+        assert_ok(c.call("complete", lock=r["lock"], keep_ms=60000))
+        n5.cmd("FLUSHALL")
+        _quarantined(d, 4)
+        ok, _ = poll_until(
+            lambda: _health(d, 4).get("quarantined") is False and
+            _health(d, 4).get("up") is True, 15.0 * SLOW, 0.1)
+        assert ok, (_health(d, 4), d.stderr_tail(30))
+        assert n5.cmd("GET", lock_key(res)) == ("done:" + r["lock"]).encode()
+
+
+def test_a_persistent_restart_that_kept_its_keys_counts_at_once(
+        cluster, daemon_factory):
+    """The mark comes back with the AOF: no quarantine, as before."""
+    n5 = cluster.nodes[4]
+    n5.turn_aof_on()
+    d = daemon_factory.start(cluster, name="keptp")
+    before = n5.cmd("GET", DATASET)
+    assert before is not None
+    n5.restart()
+    d.wait_all_up(10.0 * SLOW)
+    assert n5.cmd("GET", DATASET) == before
+    assert _health(d, 4).get("quarantined") is False, _health(d, 4)
+    assert "its keys are gone" not in d.stderr_text()
