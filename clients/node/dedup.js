@@ -8,7 +8,7 @@
 // with its connection) and a retry acquires it.
 
 import { BusyError, DoneError } from './lib/errors.js';
-import { optionsOf } from './lib/client.js';
+import { optionsOf } from './lib/options.js';
 import { untilLost } from './lib/leader.js';
 
 const DEDUP_OPTIONS = ['ttlMs', 'keepMs', 'key', 'renew', 'onDuplicate', 'onCompleteError', 'property'];

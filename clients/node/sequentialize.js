@@ -7,7 +7,7 @@
 // ctx.lock, and releases. Updates of one chat wait for each other, in
 // arrival order within one daemon; other chats run in parallel.
 
-import { optionsOf } from './lib/client.js';
+import { optionsOf } from './lib/options.js';
 import { untilLost } from './lib/leader.js';
 
 const SEQUENTIALIZE_OPTIONS = ['key', 'ttlMs', 'waitMs', 'fence', 'property'];

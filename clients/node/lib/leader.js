@@ -18,7 +18,7 @@ import {
   RequestTimeoutError,
   ShuttingDownError,
 } from './errors.js';
-import { optionsOf } from './client.js';
+import { optionsOf } from './options.js';
 
 export const DEFAULT_LEADER_TTL_MS = 5000;
 const CAMPAIGN_OPTIONS = ['ttlMs', 'roundMs', 'signal', 'timeoutMs'];
