@@ -503,18 +503,44 @@ static void quarantine_timer_cb(evutil_socket_t fd, short what, void *arg)
     repair_start(q, i);
 }
 
-/* why: what the log says the node went through (node_lost_why). */
-static void quarantine_begin(struct quarantine *q, int i, const char *why)
+/* How a node lost its keys, for the log. */
+enum key_loss {
+    LOSS_RESTART,  /* a new run_id, no persistence */
+    LOSS_REPLACED, /* a sync from a master (node_replaced) */
+    LOSS_EMPTIED,  /* its data-set mark gone or set anew (node_emptied) */
+};
+
+static void quarantine_begin(struct quarantine *q, int i, enum key_loss how)
 {
     uint32_t period = quarantine_period_ms(q);
     q->quarantined[i] = true;
     q->repair_generation[i]++;
     q->repair_attempt[i] = 0;
     q->repair_waiting[i] = false;
-    log_warn(NULL,
-             "node %d: %s: quarantined for %u ms, then its done marks and "
-             "fence counter are repaired",
-             i + 1, why, period);
+    switch (how) {
+    case LOSS_REPLACED:
+        log_warn(NULL,
+                 "node %d: its keys were replaced by a master's (new "
+                 "replication id): quarantined for %u ms, then its done "
+                 "marks and fence counter are repaired",
+                 i + 1, period);
+        break;
+    case LOSS_EMPTIED:
+        log_warn(NULL,
+                 "node %d: its keys are gone (its data-set key was emptied: "
+                 "FLUSHALL, FLUSHDB, a restart that kept no keys, or another "
+                 "server behind its address): quarantined for %u ms, then "
+                 "its done marks and fence counter are repaired",
+                 i + 1, period);
+        break;
+    case LOSS_RESTART:
+        log_warn(NULL,
+                 "node %d: restarted (new run_id) without persistence: "
+                 "quarantined for %u ms, then its done marks and fence "
+                 "counter are repaired",
+                 i + 1, period);
+        break;
+    }
     timer_arm_ms(q, i, period);
 }
 
@@ -642,13 +668,10 @@ void quarantine_node_cb(struct node *node, enum node_state state, void *priv)
     bool replaced = node_replaced(node);
     bool emptied = node_emptied(node);
     bool restarted = node_restarted(node);
-    const char *why =
-        replaced ? "its keys were replaced by a master's (new replication id)"
-        : emptied && !(restarted && !node_is_persistent(node))
-            ? "its keys are gone (its data-set key was emptied: FLUSHALL, "
-              "FLUSHDB, a restart that kept no keys, or another server "
-              "behind its address)"
-            : "restarted (new run_id) without persistence";
+    enum key_loss how = replaced ? LOSS_REPLACED
+                        : emptied && !(restarted && !node_is_persistent(node))
+                            ? LOSS_EMPTIED
+                            : LOSS_RESTART;
     switch (restart_action(restarted || replaced || emptied,
                            node_is_persistent(node) && !replaced && !emptied,
                            q->cfg->unsafe_no_quarantine,
@@ -656,14 +679,17 @@ void quarantine_node_cb(struct node *node, enum node_state state, void *priv)
     case RESTART_NONE:
         break;
     case RESTART_QUARANTINE:
-        quarantine_begin(q, i, why);
+        quarantine_begin(q, i, how);
         break;
     case RESTART_REPAIR_NOW:
     case RESTART_COUNT_NOW:
         log_warn(NULL,
                  "node %d: %s; counted at once "
                  "(--unsafe-no-quarantine)",
-                 i + 1, why);
+                 i + 1,
+                 how == LOSS_REPLACED  ? "keys replaced by a master's"
+                 : how == LOSS_EMPTIED ? "keys emptied"
+                                       : "restarted");
         if (!q->cfg->unsafe_no_fence_repair) {
             q->quarantined[i] = true; /* only until the repair */
             repair_start(q, i);
