@@ -66,6 +66,7 @@
 #define HANDSHAKE_INFO_REPLICATION (-5) /* ... INFO replication */
 #define HANDSHAKE_DATASET_SET (-6)      /* ... SET dataset_key mark NX */
 #define HANDSHAKE_DATASET_GET (-7)      /* ... GET dataset_key */
+#define HANDSHAKE_DATASET_PTTL (-8)     /* ... PTTL dataset_key */
 #define DATASET_MARK_LEN 32
 #define SHA_LEN 40
 
@@ -182,6 +183,9 @@ struct node {
     char prev_up_dataset[DATASET_MARK_LEN + 1];
     bool dataset_refused;
     bool dataset_warned;
+    /* When the mark was set, monotonic, from its PTTL at the last
+     * handshake (restart_dataset_born_us); 0 not known. */
+    uint64_t dataset_born_us;
     /* "host:port" of its master while INFO replication says role:slave,
      * else ""; warned_master is what the last warning named. */
     char master[80];
@@ -1682,8 +1686,9 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
     if (node->state != NODE_CONNECTING) {
         return;
     }
-    bool dataset_tag =
-        script == HANDSHAKE_DATASET_SET || script == HANDSHAKE_DATASET_GET;
+    bool dataset_tag = script == HANDSHAKE_DATASET_SET ||
+                       script == HANDSHAKE_DATASET_GET ||
+                       script == HANDSHAKE_DATASET_PTTL;
     if (dataset_tag && status == NODE_REPLY &&
         reply->type == REDIS_REPLY_ERROR) {
         /* The mark is a check, not a condition of service. */
@@ -1726,6 +1731,11 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
     } else if (script == HANDSHAKE_DATASET_GET) {
         if (reply->type != REDIS_REPLY_ERROR) {
             dataset_read(reply, node->dataset);
+        }
+    } else if (script == HANDSHAKE_DATASET_PTTL) {
+        if (reply->type == REDIS_REPLY_INTEGER) {
+            node->dataset_born_us =
+                restart_dataset_born_us(util_now_us(), reply->integer);
         }
     } else if (script >= 0 && script < SCRIPT__COUNT) {
         if (reply->type != REDIS_REPLY_STRING || reply->len != SHA_LEN) {
@@ -1823,16 +1833,28 @@ static void handshake_start(struct node *node)
     }
     node->dataset[0] = '\0';
     node->dataset_refused = false;
+    node->dataset_born_us = 0;
     if (node->opts.dataset_key != NULL) {
+        /* The TTL never runs out: what is left of it dates the mark. */
         char mark[DATASET_MARK_LEN + 1];
+        char ttl[24];
+        const char *set[6];
+        size_t set_lens[6];
         node->opts.dataset_mark(mark);
-        argv[0] = "SET";
-        argv[1] = node->opts.dataset_key;
-        argv[2] = mark;
-        argv[3] = "NX";
-        handshake_send(node, 4, argv, lens, HANDSHAKE_DATASET_SET);
+        snprintf(ttl, sizeof(ttl), "%llu",
+                 (unsigned long long)RESTART_DATASET_TTL_MS);
+        set[0] = "SET";
+        set[1] = node->opts.dataset_key;
+        set[2] = mark;
+        set[3] = "NX";
+        set[4] = "PX";
+        set[5] = ttl;
+        handshake_send(node, 6, set, set_lens, HANDSHAKE_DATASET_SET);
         argv[0] = "GET";
+        argv[1] = node->opts.dataset_key;
         handshake_send(node, 2, argv, lens, HANDSHAKE_DATASET_GET);
+        argv[0] = "PTTL";
+        handshake_send(node, 2, argv, lens, HANDSHAKE_DATASET_PTTL);
     }
     node->evict_checked_us = util_now_us();
     for (int s = 0; s < SCRIPT__COUNT; s++) {
@@ -2293,6 +2315,11 @@ bool node_first_connection(const struct node *node)
 uint64_t node_started_us(const struct node *node)
 {
     return node->started_us;
+}
+
+uint64_t node_dataset_born_us(const struct node *node)
+{
+    return node->dataset_born_us;
 }
 
 bool node_is_persistent(const struct node *node)

@@ -192,6 +192,12 @@ bool node_is_persistent(const struct node *node);
  * estimated from INFO uptime_in_seconds at the last handshake; 0 unknown. */
 uint64_t node_started_us(const struct node *node);
 
+/* node_dataset_born_us: when the node's data-set mark was set, on the
+ * monotonic clock, from its PTTL at the last handshake (a flush empties
+ * the node and a new mark follows); 0 not known (a mark without the TTL,
+ * or refused). */
+uint64_t node_dataset_born_us(const struct node *node);
+
 /* node_first_attempt_pending: the first connection attempt since
  * node_create has neither come up nor failed yet. */
 bool node_first_attempt_pending(const struct node *node);

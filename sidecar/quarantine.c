@@ -100,16 +100,30 @@ void quarantine_note_grant(struct quarantine *q, uint32_t ttl_ms,
     redlock_grants_add(&q->grants, ttl_ms, sent_us, now_us);
 }
 
+/* The two dates of a node's keys that the start-up check compares, each
+ * with the same date of the other nodes (0: not compared): its start,
+ * unless it persists, and its data-set mark's birth (node_dataset_born_us:
+ * a flush empties a running node, persistent or not). A cluster whose
+ * marks this daemon set itself has marks of one age, and its starts still
+ * tell a restart. */
+static uint64_t start_date_us(const struct node *nd)
+{
+    return node_is_persistent(nd) ? 0 : node_started_us(nd);
+}
+
 /* A node young enough that a node still on its first handshake could
  * show it restarted (restart_start_unsettled): it waits for that answer,
  * or that attempt's failure, rather than let young nodes form a quorum in
  * the milliseconds before an older node is seen. */
 static bool start_unsettled(const struct quarantine *q, const struct node *nd)
 {
-    return !q->cfg->unsafe_no_quarantine && nd != NULL && node_is_up(nd) &&
-           !node_is_persistent(nd) &&
-           restart_start_unsettled(node_started_us(nd), util_now_us(),
-                                   quarantine_period_ms(q));
+    if (q->cfg->unsafe_no_quarantine || nd == NULL || !node_is_up(nd)) {
+        return false;
+    }
+    uint64_t now = util_now_us();
+    uint32_t period = quarantine_period_ms(q);
+    return restart_start_unsettled(start_date_us(nd), now, period) ||
+           restart_start_unsettled(node_dataset_born_us(nd), now, period);
 }
 
 bool quarantine_active(const struct quarantine *q, int i)
@@ -545,39 +559,67 @@ static void quarantine_begin(struct quarantine *q, int i, enum key_loss how)
 }
 
 /* The start-up check (restart.h, RESTART_START_SKEW_US): a node seen first
- * after its restart is quarantined for the rest of the period. Re-checked
- * whenever a node comes up, since the older node may connect second. */
+ * after its restart, or after it was emptied (its data-set mark younger
+ * than the others'), is quarantined for the rest of the period.
+ * Re-checked whenever a node comes up, since the older node may connect
+ * second. */
 static void check_fresh_starts(struct quarantine *q)
 {
     if (q->cfg->unsafe_no_quarantine) {
         return;
     }
     uint64_t started[REDLOCK_MAX_NODES];
+    uint64_t born[REDLOCK_MAX_NODES];
     for (int j = 0; j < q->n; j++) {
-        started[j] = node_is_up(q->nodes[j]) ? node_started_us(q->nodes[j]) : 0;
+        bool up = node_is_up(q->nodes[j]);
+        started[j] = up ? start_date_us(q->nodes[j]) : 0;
+        born[j] = up ? node_dataset_born_us(q->nodes[j]) : 0;
     }
-    uint64_t oldest = restart_oldest_us(started, q->n);
+    uint64_t oldest_start = restart_oldest_us(started, q->n);
+    uint64_t oldest_born = restart_oldest_us(born, q->n);
     uint64_t now = util_now_us();
     uint32_t period = quarantine_period_ms(q);
     for (int i = 0; i < q->n; i++) {
         struct node *nd = q->nodes[i];
-        uint64_t st = node_started_us(nd);
-        uint64_t left_ms;
-        if (q->first_seen_checked[i] || !node_is_up(nd) || st == 0 ||
-            !node_first_connection(nd) || node_is_persistent(nd) ||
-            q->quarantined[i] ||
-            !restart_fresh_start(st, oldest, now, period, &left_ms)) {
+        uint64_t start_left_ms = 0;
+        uint64_t born_left_ms = 0;
+        if (q->first_seen_checked[i] || !node_is_up(nd) ||
+            !node_first_connection(nd) || q->quarantined[i]) {
+            continue;
+        }
+        bool late_start =
+            started[i] != 0 && restart_fresh_start(started[i], oldest_start,
+                                                   now, period, &start_left_ms);
+        bool late_born =
+            born[i] != 0 && restart_fresh_start(born[i], oldest_born, now,
+                                                period, &born_left_ms);
+        if (!late_start && !late_born) {
             continue;
         }
         q->first_seen_checked[i] = true;
         q->quarantined[i] = true;
         q->repair_generation[i]++;
-        log_warn(NULL,
-                 "node %d: started %llu s after another node and "
-                 "has no persistence: it may have lost locks; "
-                 "quarantined for %llu ms",
-                 i + 1, (unsigned long long)((st - oldest) / 1000000u),
-                 (unsigned long long)left_ms);
+        uint64_t left_ms =
+            start_left_ms > born_left_ms ? start_left_ms : born_left_ms;
+        if (late_start) {
+            log_warn(
+                NULL,
+                "node %d: started %llu s after another node and "
+                "has no persistence: it may have lost locks; "
+                "quarantined for %llu ms",
+                i + 1,
+                (unsigned long long)((started[i] - oldest_start) / 1000000u),
+                (unsigned long long)left_ms);
+        } else {
+            log_warn(NULL,
+                     "node %d: its data-set key was set %llu s after "
+                     "another node's (it was emptied, or is new to the "
+                     "cluster): it may have lost locks; quarantined for "
+                     "%llu ms",
+                     i + 1,
+                     (unsigned long long)((born[i] - oldest_born) / 1000000u),
+                     (unsigned long long)left_ms);
+        }
         timer_arm_ms(q, i, left_ms);
     }
 }
@@ -605,8 +647,9 @@ static void start_gate_settle(struct quarantine *q)
     if (yl > 0 && sl > 0) {
         log_warn(NULL,
                  "node(s) %s did not answer their first connection: "
-                 "node(s) %s, started recently without persistence, count "
-                 "without being compared with them",
+                 "node(s) %s, whose keys are recent (a start without "
+                 "persistence, or a new data-set key), count without being "
+                 "compared with them",
                  silent, young);
     } else {
         log_debug(NULL, "every node answered or failed its first "
@@ -634,12 +677,10 @@ static void start_gate_update(struct quarantine *q, struct node *node)
         start_gate_settle(q);
     } else if (!q->quarantined[node_index(node)] && start_unsettled(q, node)) {
         log_debug(NULL,
-                  "node %d: started %llu s ago without persistence: it "
-                  "counts once %d node(s) still connecting answer or fail",
-                  node_index(node) + 1,
-                  (unsigned long long)((util_now_us() - node_started_us(node)) /
-                                       1000000u),
-                  pending);
+                  "node %d: started, or its data-set key set, within the "
+                  "quarantine period: it counts once %d node(s) still "
+                  "connecting answer or fail",
+                  node_index(node) + 1, pending);
     }
 }
 

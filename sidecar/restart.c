@@ -25,6 +25,20 @@ uint64_t restart_started_us(uint64_t now_us, uint64_t uptime_s)
     return now_us - back_s * 1000000u;
 }
 
+uint64_t restart_dataset_born_us(uint64_t now_us, long long pttl_ms)
+{
+    if (pttl_ms < 0) {
+        return 0;
+    }
+    uint64_t left = (uint64_t)pttl_ms;
+    uint64_t age_ms =
+        left < RESTART_DATASET_TTL_MS ? RESTART_DATASET_TTL_MS - left : 0;
+    if (age_ms >= now_us / 1000u) {
+        return 1; /* before the daemon's clock began: long ago */
+    }
+    return now_us - age_ms * 1000u;
+}
+
 uint64_t restart_oldest_us(const uint64_t *started_us, int n)
 {
     uint64_t oldest = 0;

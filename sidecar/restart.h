@@ -38,6 +38,17 @@ enum restart_action restart_action(bool restarted, bool persistent,
  * is "not known") and never after now_us. */
 uint64_t restart_started_us(uint64_t now_us, uint64_t uptime_s);
 
+/* The data-set mark's TTL (node.c sets it with the mark): so long that
+ * it never runs out, so that what is left of it tells, on the node's own
+ * clock, how long ago the mark was set. */
+#define RESTART_DATASET_TTL_MS 3153600000000ull /* 100 years */
+
+/* restart_dataset_born_us: when a node's data-set mark was set, on the
+ * daemon's clock at now_us, from its PTTL (pttl_ms < 0: no TTL, a mark of
+ * an older daemon, or no key: 0, not known). A TTL above the mark's own
+ * (set by hand) dates it now. Never 0 when known, never after now_us. */
+uint64_t restart_dataset_born_us(uint64_t now_us, long long pttl_ms);
+
 /* restart_oldest_us: the earliest of n server start times (µs on the
  * daemon's clock; 0 for a node down or not known), 0 when none. */
 uint64_t restart_oldest_us(const uint64_t *started_us, int n);

@@ -61,7 +61,7 @@ import rl  # noqa: E402  (nodes, daemons, RESP/NDJSON clients, child registry)
 
 PREFIX = "rlf:"
 FENCE_KEY = PREFIX + "fence"
-DATASET_KEY = PREFIX + "dataset"  # each node's data-set mark, no TTL
+DATASET_KEY = PREFIX + "dataset"  # each node's data-set mark (100-year TTL)
 NODE_TIMEOUT_MS = 150
 QUARANTINE_MS = 2000          # = the largest TTL any client here asks for
 TTL_CHOICES = (500, 800, 1000, 1500, 2000)

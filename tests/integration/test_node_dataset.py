@@ -6,7 +6,11 @@ second client got the same lock. Each node now holds a random mark in
 <prefix>dataset, set by the first daemon to meet it and read at each
 handshake and every second; a mark gone or set anew sends the node
 through the quarantine of a restart (and its repair), persistent or
-not."""
+not. The mark's TTL (100 years) dates it, so a daemon started after the
+flush, with no earlier mark to compare, sees the node's mark younger than
+the others' and quarantines it as it would a node that started late."""
+
+import re
 
 from rl import (PREFIX, SLOW, assert_ok, lock_key, poll_until, rname)
 
@@ -108,3 +112,107 @@ def test_a_persistent_restart_that_kept_its_keys_counts_at_once(
     assert n5.cmd("GET", DATASET) == before
     assert _health(d, 4).get("quarantined") is False, _health(d, 4)
     assert "its keys are gone" not in d.stderr_text()
+
+
+# The mark's TTL (sidecar/restart.h, RESTART_DATASET_TTL_MS): what is left
+# of it dates the mark on the node's own clock.
+DATASET_TTL_MS = 3153600000000
+
+
+def _age_marks(cluster, seconds):
+    """Dates every node's mark `seconds` back, as if the cluster had been
+    in use that long (PEXPIRE keeps the mark itself)."""
+    for nd in cluster.nodes:
+        assert nd.cmd("PEXPIRE", DATASET, DATASET_TTL_MS - seconds * 1000) \
+            == 1
+
+
+def _kill(daemon_factory, d):
+    """SIGKILL: the daemon's locks stay on the nodes until their ttl."""
+    d.kill()
+    daemon_factory.daemons.remove(d)
+
+
+def test_marks_carry_their_age(cluster, daemon_factory):
+    daemon_factory.start(cluster, name="age")
+    for nd in cluster.nodes:
+        left = nd.cmd("PTTL", DATASET)
+        assert DATASET_TTL_MS - 60000 < left <= DATASET_TTL_MS, left
+
+
+def test_fresh_daemon_after_a_flush_quarantines_the_node(
+        cluster, daemon_factory):
+    """A daemon started after a node was emptied has no earlier mark to
+    compare; the mark's age tells it: node 1's data set is younger than
+    the others', so it sits out the quarantine, and a lock that stood on
+    nodes 1-3 before the flush is not granted again through 1, 4, 5.
+    Before the mark had an age, the fresh daemon granted it."""
+    a = daemon_factory.start(cluster, name="flfa")
+    res = rname("flfresh")
+    with a.client() as c:
+        _held_on_three(cluster, c, res)
+        _age_marks(cluster, 60)
+        _kill(daemon_factory, a)  # the lock stays on nodes 1-3
+    cluster.nodes[0].cmd("FLUSHALL")
+    b = daemon_factory.start(cluster, name="flfb")
+    _quarantined(b, 0)
+    assert [_health(b, k).get("quarantined") for k in range(5)] == \
+        [True, False, False, False, False], b.health()
+    log = b.stderr_text()
+    assert re.search(r"node 1: its data-set key was set \d+ s after another "
+                     r"node's \(it was emptied, or is new to the cluster\)",
+                     log), log
+    with b.client() as c:
+        r = c.call("acquire", resource=res, ttl_ms=5000)
+        assert r["ok"] is False, "a second holder: %r" % r
+        assert r["error"]["code"] in ("busy", "no_quorum"), r
+
+
+def test_fresh_daemon_after_a_mark_set_anew_quarantines_the_node(
+        cluster, daemon_factory):
+    """The same when a running daemon saw the flush first and set a new
+    mark: the new mark is young, and a daemon started now sees it."""
+    a = daemon_factory.start(cluster, name="flna",
+                             extra=["--quarantine-ms", "60000"])
+    _age_marks(cluster, 60)
+    cluster.nodes[2].cmd("FLUSHDB")
+    _quarantined(a, 2)
+    left = cluster.nodes[2].cmd("PTTL", DATASET)
+    assert left > DATASET_TTL_MS - 30000, left  # a young mark
+    b = daemon_factory.start(cluster, name="flnb",
+                             extra=["--quarantine-ms", "60000"])
+    _quarantined(b, 2)
+    assert "node 3: its data-set key was set" in b.stderr_text()
+
+
+def test_fresh_daemon_persistent_node_flushed_is_quarantined(
+        cluster, daemon_factory):
+    """A persistent node's start says nothing of its keys, its mark does:
+    flushed before a daemon started, it is quarantined all the same."""
+    n5 = cluster.nodes[4]
+    n5.turn_aof_on()
+    a = daemon_factory.start(cluster, name="flpa")
+    _age_marks(cluster, 60)
+    _kill(daemon_factory, a)
+    n5.cmd("FLUSHALL")
+    b = daemon_factory.start(cluster, name="flpb")
+    assert n5.uri in b.argv and n5.uri.endswith("?persistent=1")
+    _quarantined(b, 4)
+    assert "node 5: its data-set key was set" in b.stderr_text()
+
+
+def test_fresh_daemon_counts_nodes_with_old_marks(cluster, daemon_factory):
+    """Marks of one age, or marks an older daemon set without a TTL, hold
+    no node back."""
+    a = daemon_factory.start(cluster, name="olda")
+    _age_marks(cluster, 60)
+    for nd in cluster.nodes[:2]:
+        assert nd.cmd("PERSIST", DATASET) == 1
+    _kill(daemon_factory, a)
+    b = daemon_factory.start(cluster, name="oldb")
+    b.wait_all_up(10.0 * SLOW)
+    with b.client() as c:
+        assert_ok(c.call("acquire", resource=rname("old"), ttl_ms=5000))
+    assert [_health(b, k).get("quarantined") for k in range(5)] == \
+        [False] * 5, b.health()
+    assert "its data-set key was set" not in b.stderr_text()

@@ -464,8 +464,9 @@ def test_fresh_daemon_young_nodes_count_when_the_older_never_answers(
             assert [cluster.nodes[k].cmd("GET", lock_key(res))
                     for k in range(3)] == [r["lock"].encode()] * 3
         _wait_log(d, r"node\(s\) 4, 5 did not answer their first "
-                  r"connection: node\(s\) 1, 2, 3, started recently without "
-                  r"persistence, count without being compared with them",
+                  r"connection: node\(s\) 1, 2, 3, whose keys are recent \(a "
+                  r"start without persistence, or a new data-set key\), count "
+                  r"without being compared with them",
                   5.0 * SLOW)
     finally:
         cluster.nodes[3].resume()

@@ -92,6 +92,24 @@ static void test_started_latest(void **state)
     assert_int_equal(restart_started_us(1000 * S, 1000), 1 * S);
 }
 
+/* The mark's PTTL dates the data set on the node's own clock. */
+static void test_dataset_born(void **state)
+{
+    (void)state;
+    uint64_t now = 1000 * S;
+    const long long ttl = (long long)RESTART_DATASET_TTL_MS;
+    assert_int_equal(restart_dataset_born_us(now, ttl), now);
+    assert_int_equal(restart_dataset_born_us(now, ttl - 2500), now - 2500000);
+    /* no TTL (an older daemon's mark) or no key: not known */
+    assert_int_equal(restart_dataset_born_us(now, -1), 0);
+    assert_int_equal(restart_dataset_born_us(now, -2), 0);
+    /* a longer TTL set by hand dates it now, not in the future */
+    assert_int_equal(restart_dataset_born_us(now, ttl + 5000), now);
+    /* older than the daemon's clock: long ago, never 0 */
+    assert_int_equal(restart_dataset_born_us(now, ttl - 1000 * 1000), 1);
+    assert_int_equal(restart_dataset_born_us(now, 0), 1);
+}
+
 static void test_start_unsettled(void **state)
 {
     (void)state;
@@ -218,6 +236,7 @@ int main(void)
         cmocka_unit_test(test_fresh_start),
         cmocka_unit_test(test_start_unsettled),
         cmocka_unit_test(test_started_latest),
+        cmocka_unit_test(test_dataset_born),
         cmocka_unit_test(test_reads_all_needed),
         cmocka_unit_test(test_reads_spare),
         cmocka_unit_test(test_reads_start),
