@@ -67,6 +67,7 @@
 #define HANDSHAKE_DATASET_SET (-6)      /* ... SET dataset_key mark NX */
 #define HANDSHAKE_DATASET_GET (-7)      /* ... GET dataset_key */
 #define HANDSHAKE_DATASET_PTTL (-8)     /* ... PTTL dataset_key */
+#define HANDSHAKE_DATASET_DATE (-9)     /* ... PEXPIRE dataset_key */
 #define DATASET_MARK_LEN 32
 #define SHA_LEN 40
 
@@ -1678,6 +1679,23 @@ static void dataset_check_cb(struct node *node, struct redisReply *reply,
     node_drop(node, "data-set key changed");
 }
 
+static void handshake_send(struct node *node, int argc, const char **argv,
+                           size_t *lens, int script);
+
+/* A mark without a TTL (set by a daemon before marks were dated) gets
+ * one now, so that daemons started later can date it: dated later than it
+ * was set, it can only look younger, and a young mark only quarantines.
+ * This daemon leaves it undated. */
+static void dataset_date(struct node *node)
+{
+    char ttl[24];
+    const char *argv[3] = {"PEXPIRE", node->opts.dataset_key, ttl};
+    size_t lens[3];
+    snprintf(ttl, sizeof(ttl), "%llu",
+             (unsigned long long)RESTART_DATASET_TTL_MS);
+    handshake_send(node, 3, argv, lens, HANDSHAKE_DATASET_DATE);
+}
+
 /* Handshake replies: any error fails the connection. */
 static void handshake_cb(struct node *node, struct redisReply *reply,
                          enum node_status status, void *privdata)
@@ -1686,13 +1704,16 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
     if (node->state != NODE_CONNECTING) {
         return;
     }
-    bool dataset_tag = script == HANDSHAKE_DATASET_SET ||
-                       script == HANDSHAKE_DATASET_GET ||
-                       script == HANDSHAKE_DATASET_PTTL;
+    bool dataset_tag =
+        script == HANDSHAKE_DATASET_SET || script == HANDSHAKE_DATASET_GET ||
+        script == HANDSHAKE_DATASET_PTTL || script == HANDSHAKE_DATASET_DATE;
     if (dataset_tag && status == NODE_REPLY &&
         reply->type == REDIS_REPLY_ERROR) {
-        /* The mark is a check, not a condition of service. */
-        dataset_refused(node, reply->str);
+        /* The mark is a check, not a condition of service; dating an
+         * older mark is a courtesy to later daemons. */
+        if (script != HANDSHAKE_DATASET_DATE) {
+            dataset_refused(node, reply->str);
+        }
     } else if (status != NODE_REPLY || reply->type == REDIS_REPLY_ERROR) {
         if (!node->handshake_failed) {
             char msg[sizeof(node->last_error)];
@@ -1736,6 +1757,9 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         if (reply->type == REDIS_REPLY_INTEGER) {
             node->dataset_born_us =
                 restart_dataset_born_us(util_now_us(), reply->integer);
+        }
+        if (reply->type == REDIS_REPLY_INTEGER && reply->integer == -1) {
+            dataset_date(node);
         }
     } else if (script >= 0 && script < SCRIPT__COUNT) {
         if (reply->type != REDIS_REPLY_STRING || reply->len != SHA_LEN) {

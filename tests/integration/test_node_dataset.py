@@ -216,3 +216,7 @@ def test_fresh_daemon_counts_nodes_with_old_marks(cluster, daemon_factory):
     assert [_health(b, k).get("quarantined") for k in range(5)] == \
         [False] * 5, b.health()
     assert "its data-set key was set" not in b.stderr_text()
+    # the undated marks got their TTL, for the daemons that come later
+    for nd in cluster.nodes[:2]:
+        left = nd.cmd("PTTL", DATASET)
+        assert DATASET_TTL_MS - 60000 < left <= DATASET_TTL_MS, left
