@@ -1155,6 +1155,7 @@ static const struct node_prep *acquire_prep(struct cluster_op *op, int i)
                 0) {
                 return NULL;
             }
+            op->prep_main.guarded = true; /* a win on an emptied node */
         }
         return &op->prep_main;
     }
@@ -1182,6 +1183,7 @@ static const struct node_prep *acquire_prep(struct cluster_op *op, int i)
         if (rc != 0) {
             return NULL;
         }
+        op->prep_native.guarded = true;
     }
     return &op->prep_native;
 }

@@ -83,6 +83,8 @@ struct node_cmd {
     bool done;                    /* the user callback already ran (timeout) */
     bool prefix; /* a plain sequence's command before its last (MULTI,
                     a queued command): its reply is dropped */
+    bool guarded; /* an acquire: handled only with a later guard's reply */
+    bool guard;   /* a GET of the data-set key that clears those before it */
     int script;  /* enum node_script, or -1 */
     const struct node_prep *prep; /* borrowed: the script command, kept
                                      for an EVAL retry on NOSCRIPT */
@@ -187,6 +189,19 @@ struct node {
     /* When the mark was set, monotonic, from its PTTL at the last
      * handshake (restart_dataset_born_us); 0 not known. */
     uint64_t dataset_born_us;
+    /* The data-set guard (see guard_close): guard_due, a guarded command
+     * was queued after the last guard (guard_due_held: behind a NOSCRIPT
+     * recovery, in hbuf); guard_buf (owned), the guard's
+     * GET, formatted once; ahead (owned, with the replies in it), the
+     * replies read toward a guard's, handled from ahead_next on once
+     * the guard's is in. */
+    bool guard_due;
+    bool guard_due_held;
+    char *guard_buf;
+    size_t guard_len;
+    struct redisReply **ahead;
+    int ahead_n, ahead_next, ahead_cap;
+    bool ahead_ready; /* ahead runs through a guard whose mark stood */
     /* "host:port" of its master while INFO replication says role:slave,
      * else ""; warned_master is what the last warning named. */
     char master[80];
@@ -216,6 +231,9 @@ static void node_connect(struct node *node);
 static void node_drop(struct node *node, const char *why);
 static void node_resolve_failed(struct node *node, const char *why);
 static void node_flush(struct node *node);
+static int guard_close(struct node *node);
+static int guard_read(struct node *node, size_t *off);
+static void ahead_discard(struct node *node);
 
 const char *node_state_name(enum node_state state)
 {
@@ -364,6 +382,8 @@ static struct node_cmd *cmd_get(struct node *node)
     cmd->privdata = NULL;
     cmd->done = false;
     cmd->prefix = false;
+    cmd->guarded = false;
+    cmd->guard = false;
     cmd->script = -1;
     cmd->prep = NULL;
     cmd->owned_prep = NULL;
@@ -744,6 +764,9 @@ static void node_flush(struct node *node)
     if (node->fd < 0 || !node->connected || node->tls_handshaking) {
         return; /* sent once the connect (and TLS handshake) completes */
     }
+    if (guard_close(node) != 0) {
+        return;
+    }
     while (node->ooff < node->olen) {
         ssize_t n =
             node_send(node, node->obuf + node->ooff, node->olen - node->ooff);
@@ -892,6 +915,9 @@ static int rec_close(struct node *node, uint64_t now)
         /* The FIFO takes it first: node_drop fails it if a write fails. */
         fifo_insert_before(node, cmd, node->held);
         cmd->sent_us = now;
+        if (cmd->guarded) {
+            node->guard_due = true; /* its guard answered before it */
+        }
         if (out_append(node, head, hl) != 0 ||
             out_append(node, src, src_len) != 0 ||
             out_append(node, "\r\n", 2) != 0 ||
@@ -914,6 +940,11 @@ static int rec_close(struct node *node, uint64_t now)
     }
     node->hlen = 0;
     node->held = NULL;
+    if (node->guard_due_held) {
+        /* The held guarded commands went out: their guard goes next. */
+        node->guard_due_held = false;
+        node->guard_due = true;
+    }
     fifo_find_live(node);
     if (node->hcap > 1024 * 1024) {
         free(node->hbuf);
@@ -1032,6 +1063,16 @@ static bool node_push(struct node *node, const redisReply *r)
     return true;
 }
 
+/* Input that is not RESP, or too much of it: the stream is lost. */
+static void node_protocol_error(struct node *node, enum resp_status rc,
+                                const char *why)
+{
+    node_set_error(node, "protocol error: %s",
+                   rc == RESP_NOMEM ? "out of memory" : why);
+    log_warn(node->subject, "%s: %s", node->addr->display, node->last_error);
+    node_drop(node, "protocol error");
+}
+
 /* Reads what the socket has and runs a callback per complete reply. */
 static void read_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -1073,37 +1114,56 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
     /* One clock reading serves the whole batch of replies. */
     uint64_t now = util_now_us();
     size_t off = 0;
-    while (off < node->ilen) {
+    for (;;) {
         redisReply *r = NULL;
-        size_t used = 0;
-        char why[64];
-        enum resp_status rc = resp_parse(node->ibuf + off, node->ilen - off,
-                                         &used, &r, why, sizeof(why));
-        if (rc == RESP_INCOMPLETE) {
-            break;
-        }
-        if (rc == RESP_OK && node->opts.push_cb != NULL && node_push(node, r)) {
-            off += used;
-            resp_reply_free(r);
-            if (node->conn_gen != gen) {
+        if (node->ahead_ready && node->ahead_next < node->ahead_n) {
+            r = node->ahead[node->ahead_next++]; /* read through a guard */
+        } else {
+            if (node->ahead_ready) {
+                ahead_discard(node); /* all handled: resets */
+            }
+            if (off >= node->ilen) {
+                break;
+            }
+            if (node->ahead_n > 0 ||
+                (node->head != NULL && node->head->guarded &&
+                 !node->head->done)) {
+                int rc = guard_read(node, &off);
+                if (rc < 0) {
+                    return; /* dropped, and the input with it */
+                }
+                if (rc == 0) {
+                    break;
+                }
+                continue;
+            }
+            size_t used = 0;
+            char why[64];
+            enum resp_status rc = resp_parse(node->ibuf + off, node->ilen - off,
+                                             &used, &r, why, sizeof(why));
+            if (rc == RESP_INCOMPLETE) {
+                break;
+            }
+            if (rc == RESP_OK && node->opts.push_cb != NULL &&
+                node_push(node, r)) {
+                off += used;
+                resp_reply_free(r);
+                if (node->conn_gen != gen) {
+                    return;
+                }
+                continue;
+            }
+            if (rc == RESP_OK && node->head == NULL) {
+                resp_reply_free(r);
+                snprintf(why, sizeof(why), "a reply nobody asked for");
+                rc = RESP_PROTOCOL;
+            }
+            if (rc != RESP_OK) {
+                node_protocol_error(node, rc, why);
                 return;
             }
-            continue;
+            off += used;
         }
-        if (rc == RESP_OK && node->head == NULL) {
-            resp_reply_free(r);
-            snprintf(why, sizeof(why), "a reply nobody asked for");
-            rc = RESP_PROTOCOL;
-        }
-        if (rc != RESP_OK) {
-            node_set_error(node, "protocol error: %s",
-                           rc == RESP_NOMEM ? "out of memory" : why);
-            log_warn(node->subject, "%s: %s", node->addr->display,
-                     node->last_error);
-            node_drop(node, "protocol error");
-            return;
-        }
-        off += used;
         node_handle_reply(node, r, now);
         resp_reply_free(r);
         if (node->conn_gen != gen) {
@@ -1176,6 +1236,7 @@ int node_prepare_keys(struct node_prep *p, enum node_script script, int numkeys,
 {
     p->script = script;
     p->plain = false;
+    p->guarded = false;
     p->n_cmds = 1;
     p->argc = argc;
     p->buf = NULL;
@@ -1207,6 +1268,7 @@ int node_prepare_commands(struct node_prep *p, int n_cmds, const int *argcs,
 {
     p->script = SCRIPT_ACQUIRE; /* unused: plain */
     p->plain = true;
+    p->guarded = false;
     p->n_cmds = n_cmds;
     p->argc = 0;
     p->buf = NULL;
@@ -1242,7 +1304,8 @@ void node_prep_free(struct node_prep *p)
 
 /* Plain prepared commands: every command of p or none. */
 static int node_send_plain(struct node *node, const struct node_prep *p,
-                           uint64_t now, node_reply_fn *cb, void *privdata)
+                           uint64_t now, node_reply_fn *cb, void *privdata,
+                           bool guarded)
 {
     struct node_cmd *cmds[8];
     if (p->n_cmds < 1 || p->n_cmds > 8 ||
@@ -1265,6 +1328,7 @@ static int node_send_plain(struct node *node, const struct node_prep *p,
     }
     cmds[p->n_cmds - 1]->cb = cb;
     cmds[p->n_cmds - 1]->privdata = privdata;
+    cmds[p->n_cmds - 1]->guarded = guarded;
     return node_enqueue(node, cmds, p->n_cmds, p->buf, p->len,
                         node->opts.timeout_ms, now);
 }
@@ -1275,22 +1339,36 @@ int node_send_prepared(struct node *node, const struct node_prep *p,
     if (!node_accepts(node) || p->buf == NULL) {
         return -1;
     }
+    /* Guarded where there is a mark to compare (see guard_close). */
+    bool guarded = p->guarded && node->guard_buf != NULL &&
+                   node->up_dataset[0] != '\0' && !node->dataset_refused;
+    int rc;
     if (p->plain) {
-        return node_send_plain(node, p, now, cb, privdata);
-    }
-    if (!node->sha_ok[p->script]) {
+        rc = node_send_plain(node, p, now, cb, privdata, guarded);
+    } else if (!node->sha_ok[p->script]) {
         return -1;
+    } else {
+        struct node_cmd *cmd = cmd_get(node);
+        if (cmd == NULL) {
+            return -1;
+        }
+        cmd->cb = cb;
+        cmd->privdata = privdata;
+        cmd->script = (int)p->script;
+        cmd->prep = p;
+        cmd->guarded = guarded;
+        rc = node_enqueue(node, &cmd, 1, p->buf, p->len, node->opts.timeout_ms,
+                          now);
     }
-    struct node_cmd *cmd = cmd_get(node);
-    if (cmd == NULL) {
-        return -1;
+    if (rc == 0 && guarded) {
+        /* Held behind a NOSCRIPT recovery, or going out now. */
+        if (node->rec_active) {
+            node->guard_due_held = true;
+        } else {
+            node->guard_due = true;
+        }
     }
-    cmd->cb = cb;
-    cmd->privdata = privdata;
-    cmd->script = (int)p->script;
-    cmd->prep = p;
-    return node_enqueue(node, &cmd, 1, p->buf, p->len, node->opts.timeout_ms,
-                        now);
+    return rc;
 }
 
 int node_script(struct node *node, enum node_script script, int argc,
@@ -1649,9 +1727,39 @@ static void dataset_read(const struct redisReply *reply,
     out[n] = '\0';
 }
 
-/* While up: the mark gone or changed since the handshake means the node
- * was emptied. As for a new replication id, the connection is dropped, so
+/* The mark in a GET's reply is the one the connection came up with (or
+ * cannot be checked: no mark known, or an error, which the check's
+ * callback reads). *gone: the reply had no mark at all. */
+static bool dataset_same(const struct node *node, const redisReply *reply,
+                         bool *gone)
+{
+    char mark[DATASET_MARK_LEN + 1];
+    *gone = false;
+    if (reply->type == REDIS_REPLY_ERROR || node->up_dataset[0] == '\0') {
+        return true;
+    }
+    dataset_read(reply, mark);
+    *gone = mark[0] == '\0';
+    return strcmp(mark, node->up_dataset) == 0;
+}
+
+/* The mark gone or changed since the handshake means the node was
+ * emptied. As for a new replication id, the connection is dropped, so
  * that the reconnect's handshake (which sets a new mark) quarantines it. */
+static void dataset_lost(struct node *node, bool gone)
+{
+    node_set_error(node, "data-set key %s: the node was emptied",
+                   gone ? "gone" : "changed");
+    log_warn(node->subject,
+             "%s: the data-set key %s is %s (FLUSHALL, FLUSHDB, eviction, "
+             "or another server behind the address), so its lock keys are "
+             "gone too; reconnecting, to quarantine it as after a restart",
+             node->addr->display, node->opts.dataset_key,
+             gone ? "gone" : "set anew");
+    node_drop(node, "data-set key changed");
+}
+
+/* The check every second, and each guard's reply (guard_close). */
 static void dataset_check_cb(struct node *node, struct redisReply *reply,
                              enum node_status status, void *privdata)
 {
@@ -1663,20 +1771,174 @@ static void dataset_check_cb(struct node *node, struct redisReply *reply,
         dataset_refused(node, reply->str);
         return;
     }
-    char mark[DATASET_MARK_LEN + 1];
-    dataset_read(reply, mark);
-    if (node->up_dataset[0] == '\0' || strcmp(mark, node->up_dataset) == 0) {
-        return;
+    bool gone;
+    if (!dataset_same(node, reply, &gone)) {
+        dataset_lost(node, gone);
     }
-    node_set_error(node, "data-set key %s: the node was emptied",
-                   mark[0] == '\0' ? "gone" : "changed");
-    log_warn(node->subject,
-             "%s: the data-set key %s is %s (FLUSHALL, FLUSHDB, eviction, "
-             "or another server behind the address), so its lock keys are "
-             "gone too; reconnecting, to quarantine it as after a restart",
-             node->addr->display, node->opts.dataset_key,
-             mark[0] == '\0' ? "gone" : "set anew");
-    node_drop(node, "data-set key changed");
+}
+
+/* ---- the data-set guard -------------------------------------------------
+ * An emptied node grants every acquire, whatever is held elsewhere, and
+ * the check every second left it up to a second to vote so. So a turn's
+ * write to a node that carries an acquire ends with a GET of the data-set
+ * key (the guard), and an acquire's reply is handled only once the reply
+ * of the first guard after it is read too and shows the mark this
+ * connection came up with. Redis runs a connection's commands in order:
+ * the mark still there after the acquire ran means no flush came before
+ * it. A mark gone or changed drops the connection before any of those
+ * replies is handled, so their acquires count as failed on this node,
+ * and the reconnect quarantines it. Redis answers the commands of one
+ * read together, so the guard costs the node a GET per turn, not a round
+ * trip. Nodes whose mark is not known (refused by the ACL) are not
+ * guarded: the 1 s check cannot read it either. */
+
+/* Queues one guard: right after the guarded commands that go out now
+ * (before any held by a NOSCRIPT recovery, which wait for a reply that
+ * must not wait for this guard), or after the held ones. Returns 0 or -1
+ * (no memory). */
+static int guard_queue(struct node *node, bool held)
+{
+    struct node_cmd *cmd = cmd_get(node);
+    if (cmd == NULL) {
+        return -1;
+    }
+    cmd->cb = dataset_check_cb;
+    cmd->guard = true;
+    /* This write is under way: queuing must not ask for another. */
+    bool pending = node->flush_pending;
+    node->flush_pending = true;
+    int rc = held ? hold_append(node, node->guard_buf, node->guard_len)
+                  : out_append(node, node->guard_buf, node->guard_len);
+    node->flush_pending = pending;
+    if (rc != 0) {
+        cmd_put(node, cmd);
+        return -1;
+    }
+    /* The turn's last send time: an earlier clock reading only makes the
+     * deadline stricter, and saves one. */
+    cmd->sent_us = node->last_send_us;
+    cmd->deadline_us =
+        node->last_send_us + (uint64_t)node->opts.timeout_ms * 1000u;
+    if (held) {
+        fifo_push(node, cmd);
+    } else {
+        if (node->held != NULL && node->held->deadline_us < cmd->deadline_us) {
+            cmd->deadline_us = node->held->deadline_us;
+        }
+        fifo_insert_before(node, cmd, node->held);
+        fifo_find_live(node);
+    }
+    cmd_timer_arm(node);
+    return 0;
+}
+
+/* Queues the guards this turn owes, as its write goes out. Returns 0, or
+ * -1 when it dropped the connection (no memory: guarded commands must not
+ * go out unguarded). */
+static int guard_close(struct node *node)
+{
+    int rc = 0;
+    if (node->guard_due) {
+        node->guard_due = false;
+        rc = guard_queue(node, false);
+    }
+    if (rc == 0 && node->guard_due_held && node->rec_active) {
+        node->guard_due_held = false;
+        rc = guard_queue(node, true);
+    }
+    if (rc != 0) {
+        node_set_error(node, "out of memory%s", "");
+        node_drop(node, "out of memory");
+    }
+    return rc;
+}
+
+/* Formats the guard's GET once per node (a lock connection with a data-set
+ * key). Returns 0 or -1 (no memory). */
+static int guard_format(struct node *node)
+{
+    if (node->opts.dataset_key == NULL || node->opts.push_cb != NULL) {
+        return 0;
+    }
+    const char *argv[2] = {"GET", node->opts.dataset_key};
+    size_t lens[2] = {3, strlen(node->opts.dataset_key)};
+    node->guard_buf = malloc(resp_command_len(2, lens));
+    if (node->guard_buf == NULL) {
+        return -1;
+    }
+    node->guard_len =
+        (size_t)(resp_put_command(node->guard_buf, 2, argv, lens) -
+                 node->guard_buf);
+    return 0;
+}
+
+/* Frees the replies read ahead and not handled (a dropped connection). */
+static void ahead_discard(struct node *node)
+{
+    while (node->ahead_next < node->ahead_n) {
+        resp_reply_free(node->ahead[node->ahead_next++]);
+    }
+    node->ahead_n = node->ahead_next = 0;
+    node->ahead_ready = false;
+}
+
+static void node_protocol_error(struct node *node, enum resp_status rc,
+                                const char *why);
+
+/* The FIFO's head is a guarded command: reads its reply and those after
+ * it through the first guard's into node->ahead, consuming their bytes
+ * (*off). Replies already read ahead are kept: a large turn's replies may
+ * take several reads. Returns 1 when they are all there and the mark
+ * stood (node->ahead_ready), 0 when more must be read, -1 when the
+ * connection was dropped (the mark gone or changed, bad input). */
+static int guard_read(struct node *node, size_t *off)
+{
+    int k = 1;
+    const struct node_cmd *g = node->head;
+    while (g != NULL && !g->guard) {
+        g = g->next;
+        k++;
+    }
+    if (g == NULL) {
+        k = 1; /* no guard queued: guard_close never lets this happen */
+    }
+    if (k > node->ahead_cap) {
+        int cap = node->ahead_cap ? node->ahead_cap : 64;
+        while (cap < k) {
+            cap *= 2;
+        }
+        redisReply **na = realloc(node->ahead, (size_t)cap * sizeof(*na));
+        if (na == NULL) {
+            node_set_error(node, "out of memory%s", "");
+            node_drop(node, "out of memory");
+            return -1;
+        }
+        node->ahead = na;
+        node->ahead_cap = cap;
+    }
+    while (node->ahead_n < k) {
+        size_t used = 0;
+        char why[64];
+        redisReply *r = NULL;
+        enum resp_status rc = resp_parse(node->ibuf + *off, node->ilen - *off,
+                                         &used, &r, why, sizeof(why));
+        if (rc == RESP_INCOMPLETE) {
+            return 0;
+        }
+        if (rc != RESP_OK) {
+            node_protocol_error(node, rc, why);
+            return -1;
+        }
+        node->ahead[node->ahead_n++] = r;
+        *off += used;
+    }
+    bool gone;
+    if (g != NULL && !dataset_same(node, node->ahead[k - 1], &gone)) {
+        dataset_lost(node, gone);
+        return -1;
+    }
+    node->ahead_ready = true;
+    return 1;
 }
 
 static void handshake_send(struct node *node, int argc, const char **argv,
@@ -1959,6 +2221,8 @@ static void node_drop(struct node *node, const char *why)
     node->held = NULL;
     node->rec_active = false;
     node->rec_last = NULL;
+    node->guard_due = node->guard_due_held = false;
+    ahead_discard(node);
     /* The commands waiting to be re-sent after NOSCRIPT were written
      * before any still in the FIFO: they fail first. */
     while (node->rec_head != NULL) {
@@ -2221,7 +2485,8 @@ struct node *node_create(struct event_base *base, int index,
     node->flush_ev = event_new(base, -1, 0, flush_cb, node);
     if (node->conn_timer == NULL || node->cmd_timer == NULL ||
         node->ping_timer == NULL || node->read_ev == NULL ||
-        node->write_ev == NULL || node->flush_ev == NULL) {
+        node->write_ev == NULL || node->flush_ev == NULL ||
+        guard_format(node) != 0) {
         node_destroy(node);
         return NULL;
     }
@@ -2254,6 +2519,8 @@ void node_destroy(struct node *node)
     free(node->obuf);
     free(node->ibuf);
     free(node->hbuf);
+    free(node->guard_buf);
+    free(node->ahead);
     while (node->free_cmds != NULL) {
         struct node_cmd *c = node->free_cmds;
         node->free_cmds = c->next;

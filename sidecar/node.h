@@ -98,6 +98,10 @@ int node_script(struct node *node, enum node_script script, int argc,
 struct node_prep {
     enum node_script script; /* unless plain */
     bool plain;              /* plain commands, no script (no EVAL retry) */
+    /* An acquire, whose win rests on the node's keys: its reply is handled
+     * only after a later check of the node's data-set key (node.c, the
+     * data-set guard). The prepare functions clear it; the caller sets it. */
+    bool guarded;
     int n_cmds;              /* commands in buf (plain: a transaction may
                                 take several; a script: 1) */
     int argc;

@@ -764,6 +764,27 @@ def nem_restart(w, rnd, until, ctx):
     _restart_nodes(w, rnd, until, ctx, 2)
 
 
+def nem_flush(w, rnd, until, ctx):
+    """FLUSHALL of one or two nodes at a time under contention: each node
+    loses its lock keys (and fence counter) under the same run_id, and
+    must not vote before the daemons see its data-set mark gone (each
+    write of acquires ends with a GET of it). The second holder that the
+    check every second alone allowed is shown deterministically in
+    tests/integration/test_node_dataset.py; this schedule checks flushes
+    under contention: no overlap, no fence inversion."""
+    for _ in range(1000):
+        if time.monotonic() + 1.0 > until:
+            break
+        ks = rnd.sample(w.nodes, rnd.randint(1, 2))
+        for nd in ks:
+            try:
+                nd.cmd("FLUSHALL")
+            except OSError:
+                pass
+        w.event("FLUSHALL n%s" % ",".join(str(n.k) for n in ks))
+        time.sleep(rnd.uniform(0.8, 2.0))
+
+
 def nem_daemon_kill(w, rnd, until, ctx):
     for _ in range(1000):
         if time.monotonic() + 1.5 > until:
@@ -923,6 +944,7 @@ NEMESES = collections.OrderedDict([
     ("pause-majority", (nem_pause_majority, {})),
     ("restart", (nem_restart, {})),
     ("restart-aof", (nem_restart, {"aof": True})),
+    ("flush", (nem_flush, {})),
     ("daemon-kill", (nem_daemon_kill, {})),
     ("client-kill", (nem_client_kill, {})),
     ("proxy-delay", (nem_proxy_delay, {})),

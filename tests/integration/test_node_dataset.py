@@ -12,6 +12,8 @@ the others' and quarantines it as it would a node that started late."""
 
 import re
 
+import pytest
+
 from rl import (PREFIX, SLOW, assert_ok, lock_key, poll_until, rname)
 
 DATASET = PREFIX + "dataset"
@@ -58,6 +60,50 @@ def test_flushed_node_is_quarantined(cluster, daemon_factory):
             r2 = other.call("acquire", resource=res, ttl_ms=5000)
             assert r2["ok"] is False, "a second holder: %r" % r2
             assert r2["error"]["code"] in ("busy", "no_quorum"), r2
+
+
+@pytest.mark.parametrize("form", ["set_get", "fenced", "script"])
+def test_flushed_node_does_not_vote_before_the_check(
+        cluster, daemon_factory, form):
+    """The check every second left a flushed node up to a second to vote
+    with its keys gone: an acquire right after the flush won on it. Each
+    write of acquires now ends with a GET of the mark, and the acquires'
+    replies count only if the mark stood after them: the node is dropped
+    (and quarantined) before it can grant the lock a second time. Every
+    form of acquire: SET NX GET, MULTI with INCR (fenced), the script."""
+    extra = ["--acquire-script"] if form == "script" else []
+    d = daemon_factory.start(cluster, name="flv" + form, extra=extra)
+    fence = form == "fenced"
+    res = rname("flvote")
+    with d.client() as c, d.client() as other:
+        r = c.call("acquire", resource=res, ttl_ms=30000, fence=fence)
+        assert_ok(r)
+        for nd in cluster.nodes[3:]:
+            nd.cmd("DEL", lock_key(res))
+        mark = len(d.stderr_text())
+        cluster.nodes[0].cmd("FLUSHALL")
+        r2 = other.call("acquire", resource=res, ttl_ms=5000, fence=fence)
+        assert r2["ok"] is False, "a second holder: %r" % r2
+        assert r2["error"]["code"] in ("busy", "no_quorum"), r2
+        _quarantined(d, 0)
+        log = d.stderr_text()[mark:]
+        assert "the data-set key %s is gone" % DATASET in log, log
+
+
+def test_another_daemon_does_not_count_a_flushed_node(
+        cluster, daemon_factory):
+    """The same through a second running daemon, which did not take the
+    lock: whichever sets the new mark first, it finds the mark gone or
+    set anew before it counts the node's vote."""
+    a = daemon_factory.start(cluster, name="flva")
+    b = daemon_factory.start(cluster, name="flvb")
+    res = rname("flvab")
+    with a.client() as c, b.client() as other:
+        _held_on_three(cluster, c, res)
+        cluster.nodes[0].cmd("FLUSHALL")
+        r2 = other.call("acquire", resource=res, ttl_ms=5000)
+        assert r2["ok"] is False, "a second holder: %r" % r2
+        _quarantined(b, 0)
 
 
 def test_every_running_daemon_sees_a_flush(cluster, daemon_factory):

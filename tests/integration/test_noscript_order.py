@@ -16,6 +16,8 @@ import socket
 import threading
 import time
 
+import pytest
+
 from rl import (assert_ok, err_code, lock_key, poll_until,
                 rname, resp_cmd, SLOW)
 
@@ -319,13 +321,20 @@ def test_acquire_not_resent_after_a_later_command_ran(cluster,
         g5.close()
 
 
-def test_flushes_under_load_leave_no_keys(cluster, daemon_factory):
+@pytest.mark.parametrize("extra", [(), ("--acquire-script",)],
+                         ids=["native", "script"])
+def test_flushes_under_load_leave_no_keys(cluster, daemon_factory, extra):
     """Two daemons, contending clients, and SCRIPT FLUSH on random nodes
     every few ms, for a bounded time: exclusion holds, and once every
     client has released, no lock key is left on any node (a failed
     acquire's rollback or a release that ran before the acquire it undoes
-    would leave one for the whole 30 s TTL)."""
-    daemons = [daemon_factory.start(cluster, name="f%d" % i)
+    would leave one for the whole 30 s TTL). Each write of acquires ends
+    with a GET of the data-set mark whose reply the acquires wait for:
+    that wait must neither block the recovery (the mark's GET goes out
+    ahead of the commands it holds back) nor be lost for an acquire sent
+    again as EVAL."""
+    daemons = [daemon_factory.start(cluster, name="f%d" % i,
+                                    extra=list(extra))
                for i in range(2)]
     resources = [rname("flush") for _ in range(3)]
     holders = {r: None for r in resources}
