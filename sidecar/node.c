@@ -1727,6 +1727,17 @@ static void dataset_read(const struct redisReply *reply,
     out[n] = '\0';
 }
 
+/* The mark's TTL (RESTART_DATASET_TTL_MS) as a command argument. */
+static const char *dataset_ttl_arg(void)
+{
+    static char ttl[24];
+    if (ttl[0] == '\0') {
+        snprintf(ttl, sizeof(ttl), "%llu",
+                 (unsigned long long)RESTART_DATASET_TTL_MS);
+    }
+    return ttl;
+}
+
 /* The mark in a GET's reply is the one the connection came up with (or
  * cannot be checked: no mark known, or an error, which the check's
  * callback reads). *gone: the reply had no mark at all. */
@@ -1950,11 +1961,9 @@ static void handshake_send(struct node *node, int argc, const char **argv,
  * This daemon leaves it undated. */
 static void dataset_date(struct node *node)
 {
-    char ttl[24];
-    const char *argv[3] = {"PEXPIRE", node->opts.dataset_key, ttl};
+    const char *argv[3] = {"PEXPIRE", node->opts.dataset_key,
+                           dataset_ttl_arg()};
     size_t lens[3];
-    snprintf(ttl, sizeof(ttl), "%llu",
-             (unsigned long long)RESTART_DATASET_TTL_MS);
     handshake_send(node, 3, argv, lens, HANDSHAKE_DATASET_DATE);
 }
 
@@ -2019,9 +2028,9 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         if (reply->type == REDIS_REPLY_INTEGER) {
             node->dataset_born_us =
                 restart_dataset_born_us(util_now_us(), reply->integer);
-        }
-        if (reply->type == REDIS_REPLY_INTEGER && reply->integer == -1) {
-            dataset_date(node);
+            if (reply->integer == -1) {
+                dataset_date(node);
+            }
         }
     } else if (script >= 0 && script < SCRIPT__COUNT) {
         if (reply->type != REDIS_REPLY_STRING || reply->len != SHA_LEN) {
@@ -2080,8 +2089,8 @@ static void handshake_send(struct node *node, int argc, const char **argv,
 /* Queues the handshake; it goes out as soon as the socket connects. */
 static void handshake_start(struct node *node)
 {
-    const char *argv[4];
-    size_t lens[4];
+    const char *argv[6];
+    size_t lens[6];
     node->handshake_left = 0;
     node->handshake_failed = false;
     memset(node->sha_ok, 0, sizeof(node->sha_ok));
@@ -2123,21 +2132,15 @@ static void handshake_start(struct node *node)
     if (node->opts.dataset_key != NULL) {
         /* The TTL never runs out: what is left of it dates the mark. */
         char mark[DATASET_MARK_LEN + 1];
-        char ttl[24];
-        const char *set[6];
-        size_t set_lens[6];
         node->opts.dataset_mark(mark);
-        snprintf(ttl, sizeof(ttl), "%llu",
-                 (unsigned long long)RESTART_DATASET_TTL_MS);
-        set[0] = "SET";
-        set[1] = node->opts.dataset_key;
-        set[2] = mark;
-        set[3] = "NX";
-        set[4] = "PX";
-        set[5] = ttl;
-        handshake_send(node, 6, set, set_lens, HANDSHAKE_DATASET_SET);
-        argv[0] = "GET";
+        argv[0] = "SET";
         argv[1] = node->opts.dataset_key;
+        argv[2] = mark;
+        argv[3] = "NX";
+        argv[4] = "PX";
+        argv[5] = dataset_ttl_arg();
+        handshake_send(node, 6, argv, lens, HANDSHAKE_DATASET_SET);
+        argv[0] = "GET";
         handshake_send(node, 2, argv, lens, HANDSHAKE_DATASET_GET);
         argv[0] = "PTTL";
         handshake_send(node, 2, argv, lens, HANDSHAKE_DATASET_PTTL);
