@@ -50,6 +50,7 @@
 #include <hiredis/hiredis.h>
 
 #include "config.h"
+#include "info.h"
 #include "log.h"
 #include "metrics.h"
 #include "redlock.h"
@@ -1541,52 +1542,6 @@ static void node_schedule_reconnect(struct node *node)
     evtimer_add(node->conn_timer, &tv);
 }
 
-/* INFO's "redis_version:7.0.15" as 70015; 0 when absent or malformed. */
-static uint32_t node_parse_version(const char *info)
-{
-    const char *p = strstr(info, "redis_version:");
-    if (p == NULL) {
-        return 0;
-    }
-    p += 14;
-    unsigned long part[3] = {0, 0, 0};
-    for (int i = 0; i < 3; i++) {
-        char *end;
-        part[i] = strtoul(p, &end, 10);
-        if (end == p || part[i] > 99) {
-            return i == 0 ? 0 : (uint32_t)(part[0] * 10000 + part[1] * 100);
-        }
-        p = end;
-        if (*p != '.') {
-            break;
-        }
-        p++;
-    }
-    return (uint32_t)(part[0] * 10000 + part[1] * 100 + part[2]);
-}
-
-/* The value of INFO's "name:value" line into out ("" when absent). */
-static void node_info_field(const char *info, const char *name, char *out,
-                            size_t cap)
-{
-    size_t nlen = strlen(name);
-    out[0] = '\0';
-    for (const char *p = info; p != NULL && *p != '\0';) {
-        if (strncmp(p, name, nlen) == 0 && p[nlen] == ':') {
-            p += nlen + 1;
-            size_t n = strcspn(p, "\r\n");
-            if (n >= cap) {
-                n = cap - 1;
-            }
-            memcpy(out, p, n);
-            out[n] = '\0';
-            return;
-        }
-        p = strchr(p, '\n');
-        p = p != NULL ? p + 1 : NULL;
-    }
-}
-
 /* An evicting node can drop a lock key under memory pressure before its
  * ttl: for Redlock that is the node losing the lock, as in a restart
  * without persistence, and a second client may then take it. Every lock
@@ -1596,11 +1551,9 @@ static void node_info_field(const char *info, const char *name, char *out,
 static void node_check_eviction(struct node *node, const char *info)
 {
     char maxmemory[32], policy[sizeof(node->evict_policy)];
-    node_info_field(info, "maxmemory", maxmemory, sizeof(maxmemory));
-    node_info_field(info, "maxmemory_policy", policy, sizeof(policy));
-    bool evicts = strtoull(maxmemory, NULL, 10) > 0 && policy[0] != '\0' &&
-                  strcmp(policy, "noeviction") != 0;
-    if (!evicts) {
+    info_field(info, "maxmemory", maxmemory, sizeof(maxmemory));
+    info_field(info, "maxmemory_policy", policy, sizeof(policy));
+    if (!info_evicts(maxmemory, policy)) {
         node->evict_policy[0] = '\0';
         node->warned_policy[0] = '\0';
         return;
@@ -1624,7 +1577,7 @@ static void node_check_eviction(struct node *node, const char *info)
 static void node_check_persistence(struct node *node, const char *info)
 {
     char aof[8];
-    node_info_field(info, "aof_enabled", aof, sizeof(aof));
+    info_field(info, "aof_enabled", aof, sizeof(aof));
     bool off = strcmp(aof, "0") == 0;
     if (off && !node->aof_off) {
         log_warn(node->subject,
@@ -1644,13 +1597,13 @@ static void node_check_persistence(struct node *node, const char *info)
 static void node_check_role(struct node *node, const char *info)
 {
     char role[16], host[48], port[16];
-    node_info_field(info, "role", role, sizeof(role));
+    info_field(info, "role", role, sizeof(role));
     if (strcmp(role, "slave") != 0) {
         node->master[0] = node->warned_master[0] = '\0';
         return;
     }
-    node_info_field(info, "master_host", host, sizeof(host));
-    node_info_field(info, "master_port", port, sizeof(port));
+    info_field(info, "master_host", host, sizeof(host));
+    info_field(info, "master_port", port, sizeof(port));
     snprintf(node->master, sizeof(node->master), "%s:%s", host, port);
     if (strcmp(node->warned_master, node->master) != 0) {
         memcpy(node->warned_master, node->master, sizeof(node->master));
@@ -1672,7 +1625,7 @@ static void node_check_role(struct node *node, const char *info)
 static void node_check_replid(struct node *node, const char *info)
 {
     char replid[sizeof(node->replid)];
-    node_info_field(info, "master_replid", replid, sizeof(replid));
+    info_field(info, "master_replid", replid, sizeof(replid));
     if (node->state != NODE_UP || replid[0] == '\0' ||
         node->up_replid[0] == '\0' || strcmp(replid, node->up_replid) == 0) {
         return;
@@ -1770,7 +1723,10 @@ static void dataset_lost(struct node *node, bool gone)
     node_drop(node, "data-set key changed");
 }
 
-/* The check every second, and each guard's reply (guard_close). */
+/* The check every second, and each guard's reply (guard_close). A guard
+ * read by guard_read was compared there already; comparing again costs
+ * one strcmp per turn and covers the guards whose acquires all timed out,
+ * which are read as plain replies. */
 static void dataset_check_cb(struct node *node, struct redisReply *reply,
                              enum node_status status, void *privdata)
 {
@@ -2004,10 +1960,10 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
     if (script == HANDSHAKE_INFO) {
         /* The server's run_id: a new one means the node restarted and may
          * have lost every key (restart quarantine, in cluster.c). */
-        node_info_field(info, "run_id", node->run_id, sizeof(node->run_id));
-        node->version = node_parse_version(info);
+        info_field(info, "run_id", node->run_id, sizeof(node->run_id));
+        node->version = info_version(info);
         char up[24];
-        node_info_field(info, "uptime_in_seconds", up, sizeof(up));
+        info_field(info, "uptime_in_seconds", up, sizeof(up));
         node->started_us =
             up[0] != '\0'
                 ? restart_started_us(util_now_us(), strtoull(up, NULL, 10))
@@ -2017,8 +1973,7 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
     } else if (script == HANDSHAKE_INFO_MEMORY) {
         node_check_eviction(node, info);
     } else if (script == HANDSHAKE_INFO_REPLICATION) {
-        node_info_field(info, "master_replid", node->replid,
-                        sizeof(node->replid));
+        info_field(info, "master_replid", node->replid, sizeof(node->replid));
         node_check_role(node, info);
     } else if (script == HANDSHAKE_DATASET_GET) {
         if (reply->type != REDIS_REPLY_ERROR) {
