@@ -88,6 +88,8 @@ struct cluster_op {
                                        that cannot win any more ends early */
     bool dispatched;                /* counted in c->acquires_sent */
     uint32_t refused;               /* nodes that answered an error reply */
+    uint32_t quarantined;           /* nodes not asked: quarantined */
+    uint32_t unreachable;           /* nodes not asked: down, or closing */
     struct cluster_op *next_queued; /* the admission queue */
     struct cluster_op *next_free;
 };
@@ -237,6 +239,7 @@ static struct cluster_op *op_new(struct cluster *c, enum redlock_op kind,
     op->busy_deferred = false;
     op->dispatched = false;
     op->refused = 0;
+    op->quarantined = op->unreachable = 0;
     op->next_queued = NULL;
     c->ops_inflight++;
     return op;
@@ -822,6 +825,11 @@ static void result_from(struct cluster_result *res, const struct cluster_op *op,
         res->refused_node = i + 1;
         res->refusal = op->c->refusal[i].text;
     }
+    if (res->err == ERR_NO_QUORUM) {
+        res->n_nodes = op->round.n_nodes;
+        res->n_unreachable = __builtin_popcount(op->unreachable);
+        res->n_quarantined = __builtin_popcount(op->quarantined);
+    }
 }
 
 static void op_finish_acquire(struct cluster_op *op)
@@ -1204,10 +1212,9 @@ static void op_dispatch(struct cluster_op *op)
     op->outstanding++;
     for (int i = 0; i < c->n; i++) {
         const struct node_prep *prep = NULL;
-        bool asked =
-            redlock_round_asks(op->kind, &op->round,
-                               quarantine_active(c->quar, i)) &&
-            send_node(c, i) != NULL;
+        bool quarantined = quarantine_active(c->quar, i);
+        bool asks = redlock_round_asks(op->kind, &op->round, quarantined);
+        bool asked = asks && send_node(c, i) != NULL;
         if (asked && op->kind != RL_OP_ACQUIRE) {
             /* Release, extend, complete: one script per node per loop
              * turn over every such key (the round's clock started above,
@@ -1224,6 +1231,13 @@ static void op_dispatch(struct cluster_op *op)
             }
         }
         if (!asked) {
+            /* Why, for a no_quorum's message (a node left out only because
+             * the round was already lost is neither). */
+            if (quarantined && op->kind == RL_OP_ACQUIRE) {
+                op->quarantined |= 1u << i;
+            } else if (asks || !node_is_up(c->nodes[i])) {
+                op->unreachable |= 1u << i; /* down, or too far behind */
+            }
             redlock_round_answer(&op->round, i, RL_SKIPPED, 0, -1,
                                  util_now_us);
         }

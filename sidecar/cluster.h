@@ -39,6 +39,9 @@ struct cluster_result {
     int refused_node;        /* the first of them, 1-based; 0 none */
     const char *refusal;     /* borrowed until the callback returns: that
                                 node's error text, NULL when none */
+    int n_nodes;             /* ERR_NO_QUORUM: the nodes of the round, */
+    int n_unreachable;       /* those not asked for being down, */
+    int n_quarantined;       /* and those not asked for their quarantine */
 };
 
 /* Runs exactly once per accepted operation; may run before the starting

@@ -142,6 +142,24 @@ static const char *result_message(const struct cluster_result *res)
                  res->n_refused, res->refused_node, res->refusal);
         return refused;
     }
+    if (res->err == ERR_NO_QUORUM &&
+        res->n_unreachable + res->n_quarantined > 0) {
+        /* Nodes that were never asked: say which kind, so that "answered
+         * in time" is not taken for slowness. */
+        char down[32] = "", quar[64] = "";
+        if (res->n_unreachable > 0) {
+            snprintf(down, sizeof(down), "%d down%s", res->n_unreachable,
+                     res->n_quarantined > 0 ? ", " : "");
+        }
+        if (res->n_quarantined > 0) {
+            snprintf(quar, sizeof(quar),
+                     "%d quarantined (restarted or emptied)",
+                     res->n_quarantined);
+        }
+        snprintf(refused, sizeof(refused), "%s: of %d nodes, %s%s; see health",
+                 err_message(res->err), res->n_nodes, down, quar);
+        return refused;
+    }
     return err_message(res->err);
 }
 

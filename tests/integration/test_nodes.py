@@ -6,6 +6,8 @@ import time
 from rl import (SLOW, assert_error, assert_ok, err_code, lock_key,
                 poll_until, pytest, rname)
 
+NO_QUORUM_SLOW = "fewer than a quorum of nodes answered in time"
+
 
 def test_two_paused_still_acquires(cluster, daemon):
     cluster.nodes[0].pause()
@@ -56,6 +58,8 @@ def test_three_paused_no_quorum_then_rolled_back(cluster, daemon, pause_s):
             print("no_quorum after %.1f ms" % ((time.monotonic() - t0)
                                                * 1000))
             assert_error(r, "no_quorum")
+            # Asked and silent: slowness, with no node counted as down.
+            assert r["error"]["message"] == NO_QUORUM_SLOW, r
         time.sleep(pause_s)
     finally:
         cluster.resume_all()
@@ -188,6 +192,9 @@ def test_all_killed_health_not_ok(cluster, daemon_factory):
     with daemon.client() as c:
         r = c.call("acquire", resource=rname("dead"))
         assert err_code(r) == "no_quorum", r
+        # Not asked at all: the message says so, not that they were slow.
+        assert r["error"]["message"] == (
+            NO_QUORUM_SLOW + ": of 5 nodes, 3 down; see health"), r
     for nd in cluster.nodes[:3]:
         nd.restart()
     daemon.wait_all_up(10.0 * SLOW)
