@@ -186,9 +186,10 @@ static const struct option_def options[] = {
      "--allow-uid, either match suffices"},
     {"quarantine-ms", 0, "quarantine_ms", NULL, OPT_INT,
      FIELD(quarantine_ms, int), "0", 0, 86400000, NULL, NULL, "N",
-     "a node seen to restart (new run_id) without persistence (no "
-     "?persistent=1, or its AOF off) counts toward no quorum for N ms; 0 means "
-     "the largest TTL granted whose "
+     "a node that lost its keys counts toward no quorum for N ms: one seen "
+     "to restart (new run_id) without persistence (no ?persistent=1, or its "
+     "AOF off), emptied (its data-set mark gone or new) or synced from a "
+     "master (new replication id); 0 means the largest TTL granted whose "
      "lock may still stand, at least 30000"},
     {"unsafe-no-quarantine", 0, "unsafe_no_quarantine", NULL, OPT_BOOL,
      FIELD(unsafe_no_quarantine, bool), NULL, 0, 0, NULL, NULL, NULL,
