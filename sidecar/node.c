@@ -1899,8 +1899,26 @@ static int guard_read(struct node *node, size_t *off)
         node->ahead[node->ahead_n++] = r;
         *off += used;
     }
+    if (g == NULL) {
+        node->ahead_ready = true;
+        return 1;
+    }
+    const redisReply *gr = node->ahead[k - 1];
+    if (gr->type == REDIS_REPLY_ERROR) {
+        /* The mark could not be read, so nothing shows that no flush came
+         * before these acquires: they do not count. A NOPERM is told once
+         * (dataset_refused), and the reconnect goes on unguarded. */
+        dataset_refused(node, gr->str);
+        node_set_error(node, "data-set key: GET refused (%.100s)", gr->str);
+        log_warn(node->subject,
+                 "%s: the data-set guard was refused (%.100s): this turn's "
+                 "acquires do not count on it; reconnecting",
+                 node->addr->display, gr->str);
+        node_drop(node, "data-set guard refused");
+        return -1;
+    }
     bool gone;
-    if (g != NULL && !dataset_same(node, node->ahead[k - 1], &gone)) {
+    if (!dataset_same(node, gr, &gone)) {
         dataset_lost(node, gone);
         return -1;
     }

@@ -304,3 +304,47 @@ def test_acl_user_without_password_is_refused():
     assert p.returncode == 2, (p.returncode, err)
     assert "a user without a password" in err, err
     assert len(err.strip().splitlines()) == 1, err
+
+
+def test_acl_dataset_key_revoked_while_up_costs_that_turns_votes(cluster,
+                                                                 xdaemons):
+    """The mark's key taken from the user on a live connection: the GET
+    after an acquire (the data-set guard) is refused, so nothing shows
+    that no flush came before the acquire, and its vote must not count.
+    The node is dropped, warned once, and comes back unguarded; the lock
+    itself is won on the other four nodes."""
+    pw = "aclpw-%s" % os.urandom(8).hex()
+    _lock_down(cluster, pw)
+    d = xdaemons.start(cluster, name="aclrv",
+                       node_args=_node_args(cluster, "%s:%s" % (USER, pw)))
+    st, h, _ = _health(d)
+    assert st == 200 and h["ok"] is True, h
+    nd = cluster.nodes[0]
+    rules = [r for r in _acl_rules(pw) if r != "~redlock:dataset"]
+    assert nd.cmd("ACL", "SETUSER", USER, "resetkeys", *rules) == "OK"
+    res = rname("aclrv")
+    with d.client() as c:
+        r = c.call("acquire", resource=res, ttl_ms=20000)
+        assert_ok(r, "won on the four other nodes")
+        # The SET ran on node 1 (the guard comes after it), but its vote
+        # was dropped with the connection.
+        assert nd.cmd("GET", lock_key(res)) == r["lock"].encode()
+        log, _ = poll_until(
+            lambda: (lambda t: t if "data-set guard was refused" in t
+                     else None)(d.stderr_text()), 5.0 * SLOW)
+        assert log, d.stderr_tail(30)
+        assert "node 1: " in [ln for ln in log.splitlines()
+                              if "data-set guard was refused" in ln][0]
+        assert_ok(c.call("release", lock=r["lock"]))
+    d.wait_all_up(10.0 * SLOW)
+    with d.client() as c:
+        for _ in range(3):
+            r = c.call("acquire", resource=rname("aclrv2"), ttl_ms=5000)
+            assert_ok(r)
+            assert_ok(c.call("release", lock=r["lock"]))
+    log = d.stderr_text()
+    assert log.count("data-set guard was refused") == 1, log
+    warned = [ln for ln in log.splitlines()
+              if "the data-set key redlock:dataset was refused (NOPERM" in ln]
+    assert len(warned) == 1 and "node 1: " in warned[0], warned
+    xdaemons.teardown()
