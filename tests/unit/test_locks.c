@@ -108,7 +108,7 @@ static void test_deadline_heap(void **state)
 {
     (void)state;
     struct lock_table *t = locks_create();
-    enum { N = 300 };
+    enum { N = 3000 }; /* six levels of the 4-ary heap */
     struct lock *l[N];
     srand(7);
     for (int i = 0; i < N; i++) {
@@ -117,9 +117,18 @@ static void test_deadline_heap(void **state)
         l[i] = locks_add(t, tok, "r", 1, NULL, 100, 0, NULL);
         locks_set_deadline(t, l[i], (uint64_t)(rand() % 100000));
     }
-    /* move some, remove some */
+    /* move some (up, down, to the same time, as a renewal moves its lock
+     * from due now to its give-up), remove some */
     for (int i = 0; i < N; i += 3) {
         locks_set_deadline(t, l[i], (uint64_t)(rand() % 100000));
+    }
+    for (int k = 0; k < N; k++) {
+        uint64_t d;
+        struct lock *top = locks_peek_due(t, &d);
+        locks_set_deadline(t, top, d + (uint64_t)(rand() % 50000));
+    }
+    for (int i = 0; i < N; i += 11) {
+        locks_set_deadline(t, l[i], (uint64_t)(rand() % 3));
     }
     for (int i = 1; i < N; i += 7) {
         locks_remove(t, l[i]);
