@@ -63,7 +63,7 @@ static void lock_renew_ended(struct renew *r, struct lock *l, uint64_t now);
 #define RENEW_HOLD_BACK_US 5000
 /* The farthest ahead the lock timer looks for renewals that may go out
  * early (redlock_renew_early_us never exceeds it). */
-#define RENEW_EARLY_MAX_US 5000u
+#define RENEW_EARLY_MAX_US 20000u
 
 /* Whether l's renew_max_ms has passed: it renews no more. */
 static bool renew_cap_passed(const struct lock *l, uint64_t now)

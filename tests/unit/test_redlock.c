@@ -715,13 +715,14 @@ static void test_renew_schedule(void **state)
 }
 
 /* Renewals may go out a little early to share a wake-up: never more than a
- * 64th of the ttl, nor 5 ms. */
+ * 64th of the ttl, nor 20 ms. */
 static void test_renew_early(void **state)
 {
     (void)state;
     assert_int_equal(redlock_renew_early_us(10), 156);
     assert_int_equal(redlock_renew_early_us(320), 5000);
-    assert_int_equal(redlock_renew_early_us(30000), 5000);
+    assert_int_equal(redlock_renew_early_us(1280), 20000);
+    assert_int_equal(redlock_renew_early_us(30000), 20000);
     assert_int_equal(redlock_renew_early_us(0), 0);
 }
 
