@@ -593,7 +593,8 @@ redlock_renew_decide(const struct redlock_renew_state *s, uint64_t now_us,
 uint64_t redlock_renew_early_us(uint32_t ttl_ms)
 {
     uint64_t early = (uint64_t)ttl_ms * 1000u / 64u;
-    return early < 20000u ? early : 20000u;
+    return early < REDLOCK_RENEW_EARLY_MAX_US ? early
+                                              : REDLOCK_RENEW_EARLY_MAX_US;
 }
 
 /* ---- verdicts ----------------------------------------------------------- */

@@ -322,8 +322,10 @@ redlock_renew_decide(const struct redlock_renew_state *s, uint64_t now_us,
 
 /* redlock_renew_early_us: how long before its due time a renewal may go out
  * with others that are due (one timer wake-up and one batch per node for
- * many locks, instead of one each): a 64th of ttl_ms, at most 20 ms.
- * Early is always safe; the give-up is never moved. */
+ * many locks, instead of one each): a 64th of ttl_ms, at most
+ * REDLOCK_RENEW_EARLY_MAX_US. Early is always safe; the give-up is never
+ * moved. */
+#define REDLOCK_RENEW_EARLY_MAX_US 20000u
 uint64_t redlock_renew_early_us(uint32_t ttl_ms);
 
 /* ---- what a round's caller hears, and what cluster.c does next ---------

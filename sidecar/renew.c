@@ -61,9 +61,6 @@ static void lock_renew_ended(struct renew *r, struct lock *l, uint64_t now);
 
 /* A renewal held back for want of a slot looks again this much later. */
 #define RENEW_HOLD_BACK_US 5000
-/* The farthest ahead the lock timer looks for renewals that may go out
- * early (redlock_renew_early_us never exceeds it). */
-#define RENEW_EARLY_MAX_US 20000u
 
 /* Whether l's renew_max_ms has passed: it renews no more. */
 static bool renew_cap_passed(const struct lock *l, uint64_t now)
@@ -379,7 +376,7 @@ static void lock_timer_cb(evutil_socket_t fd, short what, void *arg)
     for (int budget = 4096; budget > 0; budget--) {
         uint64_t due;
         struct lock *l = locks_peek_due(r->locks, &due);
-        if (l == NULL || due > now + RENEW_EARLY_MAX_US) {
+        if (l == NULL || due > now + REDLOCK_RENEW_EARLY_MAX_US) {
             break;
         }
         if (due > now) {
