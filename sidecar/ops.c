@@ -129,18 +129,18 @@ static const char *err_message(enum proto_err err)
 /* Valid until the next call: answers are encoded before that. */
 static const char *result_message(const struct cluster_result *res)
 {
-    static char refused[PROTO_MSG_MAX + 1];
+    static char msg[PROTO_MSG_MAX + 1];
     if (res->err == ERR_NO_QUORUM && res->too_late) {
         return TOO_LATE_MESSAGE;
     }
     if (res->err == ERR_NO_QUORUM && res->n_refused > 0 &&
         res->refusal != NULL) {
         /* Nodes that answered "no" are not slow: say what they said. */
-        snprintf(refused, sizeof(refused),
+        snprintf(msg, sizeof(msg),
                  "fewer than a quorum of nodes accepted it: %d refused "
                  "(node %d: %s)",
                  res->n_refused, res->refused_node, res->refusal);
-        return refused;
+        return msg;
     }
     if (res->err == ERR_NO_QUORUM &&
         res->n_unreachable + res->n_quarantined > 0) {
@@ -156,9 +156,9 @@ static const char *result_message(const struct cluster_result *res)
                      "%d quarantined (restarted or emptied)",
                      res->n_quarantined);
         }
-        snprintf(refused, sizeof(refused), "%s: of %d nodes, %s%s; see health",
+        snprintf(msg, sizeof(msg), "%s: of %d nodes, %s%s; see health",
                  err_message(res->err), res->n_nodes, down, quar);
-        return refused;
+        return msg;
     }
     return err_message(res->err);
 }
