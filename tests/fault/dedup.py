@@ -27,6 +27,8 @@ apart, as nemesis.py does (Redlock assumes bounded clock drift).
 The scripted pair dedup-safe / dedup-unsafe shows the checker failing:
 a complete that reached three nodes, two of them restarted empty; with
 --unsafe-no-quarantine --unsafe-no-fence-repair the update is handled again.
+dedup-rolling is a known gap (reported, not failed on): a rolling restart
+of every node within one quarantine period loses the marks.
 """
 
 import argparse
@@ -373,30 +375,39 @@ def run_dedup(name, long=False, seed=None, keep_ms=KEEP_MS):
     return result
 
 
-def run_scripted(unsafe, cycles=2):
+def run_scripted(unsafe, cycles=2, rolling=False):
     """A complete that reached exactly three nodes (d1's proxies partition
     the other two), then two of those three killed -9 and restarted empty,
-    then a second worker asks d2 for the same update. With the defaults d2
-    quarantines the two and copies the mark back from the third: `done`.
-    With --unsafe-no-quarantine --unsafe-no-fence-repair one mark is left
-    against four free nodes and the update is handled again."""
+    then a second worker asks d2 for the same update until the quarantine
+    is over and the nodes are repaired. With the defaults d2 quarantines
+    the two and copies the mark back from the third: `done`. With
+    --unsafe-no-quarantine --unsafe-no-fence-repair one mark is left
+    against four free nodes and the update is handled again.
+
+    rolling: the defaults, no partition (the mark is on all five), and a
+    rolling restart: each node in turn killed -9 and restarted empty,
+    0.4 s apart, so that four are always up: the known gap of the
+    README (every node restarted within one quarantine period)."""
     extra = ["--quarantine-ms", str(nemesis.QUARANTINE_MS)]
     if unsafe:
         extra += ["--unsafe-no-quarantine", "--unsafe-no-fence-repair"]
     w = nemesis.World(n_daemons=2, daemon_extra=extra)
     rec = DedupRecorder()
-    result = {"name": "dedup-unsafe" if unsafe else "dedup-safe",
-              "seed": None}
+    result = {"name": "dedup-rolling" if rolling else
+              "dedup-unsafe" if unsafe else "dedup-safe", "seed": None}
+    waves = tuple((j,) for j in range(5)) if rolling else ((0, 1),)
     with nemesis.scenario(w, result):
         for cyc in range(cycles):
             ks = [(cyc * 2 + j) % 5 for j in range(5)]
-            _scripted_cycle(w, rec, cyc, ks[:3], ks[3:])
+            cut = 5 if rolling else 3
+            _scripted_cycle(w, rec, cyc, ks[:cut], ks[cut:], waves)
         result.update(judge(w, rec))
     return result
 
 
-def _scripted_cycle(w, rec, cyc, marked, apart):
-    """marked: the three node indexes d1 reaches; apart: the other two."""
+def _scripted_cycle(w, rec, cyc, marked, apart, waves):
+    """marked: the node indexes d1 reaches; apart: the others; waves: the
+    positions in marked restarted together, 0.4 s apart."""
     for k in apart:
         w.proxies[k].cmd("partition")
     w.event("d1 reaches n%s only" % ",".join(str(k + 1) for k in marked))
@@ -411,32 +422,39 @@ def _scripted_cycle(w, rec, cyc, marked, apart):
             if rec.handlings and rec.handlings[-1]["id"] == uid and \
                     rec.handlings[-1]["complete"] == "ok":
                 break
-        for k in marked[:2]:
-            w.nodes[k].kill9()
-            w.nodes[k].start()
-        w.last_node_restart = time.monotonic()
+        for i, wave in enumerate(waves):
+            time.sleep(0.4 if i else 0.0)
+            for k in (marked[j] for j in wave):
+                w.nodes[k].kill9()
+                w.nodes[k].start()
+            w.last_node_restart = time.monotonic()
+            w.event("restarted n%s empty" % ",".join(
+                str(marked[j] + 1) for j in wave))
         w.heal()
-        w.event("restarted n%s empty; healed" % ",".join(
-            str(k + 1) for k in marked[:2]))
-        for _ in range(30):
+        # B asks until the last quarantine is over and the repair done.
+        until = time.monotonic() + nemesis.QUARANTINE_MS / 1000.0 + 1.5
+        for _ in range(400):
+            if time.monotonic() > until:
+                break
             worker._one(rnd, b, uid, "d2")
             time.sleep(0.03)
     finally:
         a.close()
         b.close()
-    time.sleep(nemesis.QUARANTINE_MS / 1000.0 + 0.5)
 
 
 SCRIPTED = collections.OrderedDict([
-    ("dedup-safe", lambda long: run_scripted(False)),
-    ("dedup-unsafe", lambda long: run_scripted(True)),
+    ("dedup-safe", lambda cycles=3: run_scripted(False, cycles)),
+    ("dedup-unsafe", lambda cycles=3: run_scripted(True, cycles)),
+    ("dedup-rolling", lambda cycles=3: run_scripted(False, cycles, True)),
 ])
 EXPECT_VIOLATIONS = {"dedup-unsafe"}
+KNOWN_GAPS = {"dedup-rolling"}    # reported, not failed on (README)
 
 
 def run(name, long=False, seed=None):
     if name in SCRIPTED:
-        return SCRIPTED[name](long)
+        return SCRIPTED[name](6 if long else 3)
     return run_dedup(name, long=long, seed=seed)
 
 
@@ -483,6 +501,11 @@ def main(argv=None):
         results.append(r)
         print_row(r)
         bad = dedup_verdict(r, expect_violations=n in EXPECT_VIOLATIONS)
+        if n in KNOWN_GAPS:
+            print("    known gap %s (see README)" % (
+                "reproduced" if r.get("again") else "not seen this time"))
+            bad = [b for b in bad if "handlings after" not in b and
+                   "after done" not in b]
         if bad:
             failed.append(n)
             print("    FAIL: %s" % "; ".join(bad))
