@@ -211,6 +211,7 @@ class Node(rl.RedisNode):
         self.shim = shim
         self.clock = world.dir / ("n%d.clock" % k)
         self.clock_ms = 0
+        self.max_shift_ms = 0   # the furthest this node's clock ran ahead
         if shim:
             self.env = dict(os.environ, LD_PRELOAD=str(tool("clockshift")),
                             CLOCKSHIFT_FILE=str(self.clock))
@@ -223,6 +224,7 @@ class Node(rl.RedisNode):
         tmp.write_text("%d\n" % ms)
         os.replace(tmp, self.clock)
         self.clock_ms = ms
+        self.max_shift_ms = max(self.max_shift_ms, ms)
 
 
 class Proxy:
@@ -614,10 +616,11 @@ class Workers:
     Every loop is bounded by count and by the stop time.
 
     With permits (the semaphore workload) each acquire takes one of that
-    many permits, and a hold ends in one of three ways: released through
+    many permits, and a hold ends in one of four ways: released through
     the daemon that took it (by token), released through the next daemon
-    (token, resource and permit: proto/README.md, "semaphores"), or left to
-    expire, recorded as held for its whole validity."""
+    (token, resource and permit: proto/README.md, "semaphores"), left to
+    expire, recorded as held for its whole validity, or completed, held
+    until the done mark expires (_complete)."""
 
     def __init__(self, world, rec, n_threads, resources, seed,
                  daemons=None, max_iter=100000, permits=None):
@@ -716,6 +719,9 @@ class Workers:
                     self.rec.release("expire")
                     continue
                 try:
+                    if how == "complete":
+                        self._complete(c, r, h, rnd)
+                        continue
                     rr = c.call("release", timeout=5.0 * SLOW,
                                 lock=r["lock"])
                     self.rec.release(rl.err_code(rr) or "ok")
@@ -734,15 +740,36 @@ class Workers:
     def _ending(self, rnd):
         """How a hold ends: "self" (released through its daemon) for locks
         (no random draw, so lock runs keep their seeds' sequences); for
-        permits also "other" (through the next daemon) or "expire"."""
+        permits also "other" (through the next daemon), "expire" or
+        "complete"."""
         if not self.permits:
             return "self"
         x = rnd.random()
         if x < 0.06:
             return "expire"
-        if x < 0.3 and len(self.daemons) > 1:
+        if x < 0.12:
+            return "complete"
+        if x < 0.34 and len(self.daemons) > 1:
             return "other"
         return "self"
+
+    def _complete(self, c, r, h, rnd):
+        """Completes permit r, held as h, for a short keep_ms. Answered ok,
+        a quorum holds the done mark and the slot counts as taken until it
+        expires (proto/README.md, "complete" and "semaphores"): h then
+        lasts until the mark's earliest expiry, at least keep_ms after the
+        complete was sent less the drift margin a TTL gets."""
+        keep = rnd.choice(SEM_KEEP_CHOICES)
+        t_sent = time.monotonic()
+        rr = c.call("complete", timeout=5.0 * SLOW, lock=r["lock"],
+                    keep_ms=keep)
+        code = rl.err_code(rr)
+        self.rec.release("complete:" + (code or "ok"))
+        if code is None:
+            until = t_sent + (keep - keep * 0.01 - 2) / 1000.0
+            h.update(end=max(h["end"], until), kind="done %dms" % keep,
+                     validity_ms=max(h["validity_ms"],
+                                     (until - h["start"]) * 1000.0))
 
     def _release_other(self, i, r):
         """Releases permit r through the daemon after thread i's own, on a
@@ -1091,6 +1118,9 @@ NEMESES = collections.OrderedDict([
 # (pause-minority), clocks (clock-jump), and all of them (mixed).
 SEM_PERMITS = 2
 SEM_PERMITS_LONG = 3
+# complete's keep_ms: the longest outlasts QUARANTINE_MS, so that a mark
+# on a restarted node must be copied back by the repair to stand.
+SEM_KEEP_CHOICES = (300, 1000, 4000)
 SEMAPHORES = collections.OrderedDict(
     ("sem-" + n, n) for n in ("baseline", "pause-minority", "restart",
                               "flush", "daemon-kill", "proxy-partition",
@@ -1213,11 +1243,12 @@ def finish(w, rec, wait_ttl=True):
     out["releases"] = dict(rec.releases)
     out["notes"] = list(rec.notes)
     # (c) leftovers, after the TTLs (and any clock shift or delay) ran out.
+    longest = max(MAX_TTL, max(SEM_KEEP_CHOICES) if rec.permits else 0)
     if wait_ttl:
-        time.sleep((MAX_TTL + w.max_clock_ms + w.max_delay_ms) / 1000.0 +
+        time.sleep((longest + w.max_clock_ms + w.max_delay_ms) / 1000.0 +
                    1.0)
-    left = w.scan_prefix()
-    out["leftovers"] = {k: v for k, v in left.items() if v}
+    out["leftovers"], out["leftovers_clock"] = split_leftovers(
+        w, w.scan_prefix(), longest)
     # (d) RSS, then a clean SIGTERM.
     rss = {}
     for d in w.daemons:
@@ -1254,6 +1285,28 @@ def finish_permits(w, rec):
                                 for g in over[:5]],
             "bad_permits": [fmt_hold(h, w.t0) for h in bad[:5]],
             "most_at_once": most}
+
+
+def split_leftovers(w, left, longest):
+    """(leftovers, explained), each {node k: [(key, pttl)]}. Redis keeps a
+    key's expiry as an absolute time: a key a node set while its clock ran
+    ahead (the 60 s jump is not waited out) and that nobody deleted (a
+    permit left to expire) outlives the jump back by the shift. Such a
+    key, on a node whose clock ran ahead, with a PTTL within that shift
+    plus the longest TTL or keep_ms, is explained by the clock, not left
+    by the daemon."""
+    bad, clock = {}, {}
+    for k, keys in left.items():
+        if not keys:
+            continue
+        shift = w.nodes[k - 1].max_shift_ms
+        if not shift or not isinstance(keys, list):  # or an error
+            bad[k] = keys
+            continue
+        for key, pttl in keys:
+            late = isinstance(pttl, int) and 0 < pttl <= shift + longest
+            (clock if late else bad).setdefault(k, []).append((key, pttl))
+    return bad, clock
 
 
 def verdict(r, expect_violations=False):
@@ -2065,6 +2118,10 @@ def print_details(r, out=sys.stdout):
         print("    OVER N   %s" % "\n          & ".join(g), file=out)
     if r.get("leftovers"):
         print("    LEFT     %r" % r["leftovers"], file=out)
+    if r.get("leftovers_clock"):
+        print("    LEFT     %r (set while the node's clock ran ahead: "
+              "they expire that much later)" % r["leftovers_clock"],
+              file=out)
     for st in r.get("stale", []):
         print("    STALE    %s" % st, file=out)
     if "b_won_during_a" in r:
