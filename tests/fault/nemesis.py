@@ -704,12 +704,12 @@ class Workers:
                 time.sleep(hold)
                 t_end = time.monotonic()
                 how = self._ending(rnd)
-                h = self.rec.hold(resource=res, start=t_recv,
-                              end=t_recv + v if how == "expire" else t_end,
-                              sent=t_send, fence=r.get("fence"),
-                              validity_ms=r["validity_ms"], daemon=dname,
-                              ttl=ttl, client="t%d" % i,
-                              permit=r.get("permit"))
+                h = self.rec.hold(
+                    resource=res, start=t_recv,
+                    end=t_recv + v if how == "expire" else t_end,
+                    sent=t_send, fence=r.get("fence"),
+                    validity_ms=r["validity_ms"], daemon=dname, ttl=ttl,
+                    client="t%d" % i, permit=r.get("permit"))
                 if how == "other":
                     self._release_other(i, r)
                     c.events.clear()  # the owner's "lost" events
@@ -754,11 +754,12 @@ class Workers:
         return "self"
 
     def _complete(self, c, r, h, rnd):
-        """Completes permit r, held as h, for a short keep_ms. Answered ok,
-        a quorum holds the done mark and the slot counts as taken until it
-        expires (proto/README.md, "complete" and "semaphores"): h then
-        lasts until the mark's earliest expiry, at least keep_ms after the
-        complete was sent less the drift margin a TTL gets."""
+        """Completes permit r, held as h, keep_ms one of SEM_KEEP_CHOICES.
+        Answered ok, a quorum holds the done mark and the slot counts as
+        taken until it expires (proto/README.md, "complete" and
+        "semaphores"): h then lasts until the mark's earliest expiry,
+        keep_ms after the complete was sent less the drift margin a TTL
+        gets."""
         keep = rnd.choice(SEM_KEEP_CHOICES)
         t_sent = time.monotonic()
         rr = c.call("complete", timeout=5.0 * SLOW, lock=r["lock"],
@@ -1112,10 +1113,10 @@ NEMESES = collections.OrderedDict([
 # The semaphore workload: sem-NAME runs nemesis NAME with every client
 # acquiring one of SEM_PERMITS permits (--long: SEM_PERMITS_LONG) of a
 # couple of semaphores, fenced, released through its daemon or the next
-# one, or left to expire. The nemeses that touch what a permit rests on:
-# slot keys lost (restart, flush), daemons that disagree about nodes
-# (proxy-partition), a holding daemon gone (daemon-kill), slow nodes
-# (pause-minority), clocks (clock-jump), and all of them (mixed).
+# one, left to expire or completed. The nemeses that touch what a permit
+# rests on: slot keys lost (restart, flush), daemons that disagree about
+# nodes (proxy-partition), a holding daemon gone (daemon-kill), slow
+# nodes (pause-minority), clocks (clock-jump), and all of them (mixed).
 SEM_PERMITS = 2
 SEM_PERMITS_LONG = 3
 # complete's keep_ms: the longest outlasts QUARANTINE_MS, so that a mark
