@@ -231,7 +231,7 @@ def test_nemesis(name):
 
 
 # The semaphore workload under the nemeses that touch what a permit rests
-# on (~50 s with the demonstration below); nemesis.py runs every sem-*.
+# on (~60 s with the demonstration below); nemesis.py runs every sem-*.
 SEM_IN_CI = ("sem-restart", "sem-flush", "sem-proxy-partition", "sem-mixed")
 
 
