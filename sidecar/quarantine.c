@@ -79,7 +79,7 @@ struct quarantine {
                                                    (logged) */
     char fence_key[80];
     size_t fence_key_len;
-    char scan_match[2 * 64 + 8];  /* SCAN MATCH for <prefix>lock:* */
+    char scan_match[RESTART_SCAN_MATCH_SIZE]; /* lock and slot keys */
     struct redlock_grants grants; /* live TTLs granted: the period */
 };
 

@@ -120,11 +120,13 @@ long restart_scan_marks(size_t elements)
 void restart_scan_match(const char *prefix, char *buf, size_t size)
 {
     size_t m = 0;
-    for (const char *p = prefix; *p != '\0' && m + 8 < size; p++) {
+    /* An escaped character takes two bytes, and the suffix must fit. */
+    for (const char *p = prefix;
+         *p != '\0' && m + 1 + sizeof(RESTART_SCAN_SUFFIX) < size; p++) {
         if (strchr("*?[]\\", *p) != NULL) {
             buf[m++] = '\\';
         }
         buf[m++] = *p;
     }
-    memcpy(buf + m, "lock:*", 7);
+    memcpy(buf + m, RESTART_SCAN_SUFFIX, sizeof(RESTART_SCAN_SUFFIX));
 }

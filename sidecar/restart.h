@@ -113,9 +113,17 @@ const char *restart_scan_cursor(const char *cursor);
  * shape. */
 long restart_scan_marks(size_t elements);
 
-/* restart_scan_match: the SCAN MATCH pattern <prefix>lock:* into buf of
- * size bytes, the prefix's glob characters escaped; the prefix is cut
- * short rather than overflow (size >= 8). */
+/* What restart_scan_match puts after the prefix: done marks stand on lock
+ * keys (<prefix>lock:<resource>) and on semaphores' slot keys
+ * (<prefix>sem:<k>:<resource>, a completed permit); one glob matches both
+ * and neither <prefix>fence nor <prefix>dataset. */
+#define RESTART_SCAN_SUFFIX "[ls][oe][cm]*"
+/* A buffer for any prefix of up to 64 bytes, every one escaped. */
+#define RESTART_SCAN_MATCH_SIZE (2 * 64 + sizeof(RESTART_SCAN_SUFFIX))
+
+/* restart_scan_match: the SCAN MATCH pattern <prefix>RESTART_SCAN_SUFFIX
+ * into buf of size bytes, the prefix's glob characters escaped; the prefix
+ * is cut short rather than overflow (size > sizeof(RESTART_SCAN_SUFFIX)). */
 void restart_scan_match(const char *prefix, char *buf, size_t size);
 
 #endif

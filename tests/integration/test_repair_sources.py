@@ -34,7 +34,7 @@ def test_source_restarted_mid_scan_is_not_a_full_read(cluster,
                                        _health_nodes(d)), 40.0 * SLOW, 0.1)
     assert ok, _health_nodes(d)
     res = rname("s14")
-    mark = _complete_on_first_three(cluster, d, res, 600000)
+    _, mark = _complete_on_first_three(cluster, d, res, 600000)
     fill = ("for i = 1, 20000 do redis.call('SET', ARGV[1] .. i, "
             "'done:' .. string.rep('f', 26) .. i, 'PX', 600000) end "
             "return 1")

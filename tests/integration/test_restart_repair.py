@@ -14,7 +14,8 @@ import re
 import socket
 import time
 
-from rl import (PREFIX, SLOW, assert_error, assert_ok, err_code, lock_key,
+import pytest
+from rl import (PREFIX, SLOW, assert_error, assert_ok, lock_key,
                 poll_until, rname)
 
 QUARANTINE = ["--quarantine-ms", "300"]
@@ -137,56 +138,86 @@ def test_fence_not_backwards_when_sound_nodes_are_only_down(cluster,
 # -- item 2 -------------------------------------------------------------
 
 
-def _complete_on_first_three(cluster, daemon, res, keep_ms):
-    """acquire + complete with nodes 4 and 5 holding a stale key, so the
-    done mark lands on exactly a quorum, nodes 1-3. Returns the mark."""
+def _slot_key(res, permit):
+    return "%ssem:%d:%s" % (PREFIX, permit, res)
+
+
+def _complete_on_first_three(cluster, daemon, res, keep_ms, permits=None):
+    """acquire + complete (of one of `permits` permits, if given) with nodes
+    4 and 5 holding a stale key (every slot's), so the done mark lands on
+    exactly a quorum, nodes 1-3. Returns the marked key and the mark."""
+    keys = [lock_key(res)] if permits is None else \
+        [_slot_key(res, k) for k in range(permits)]
     for nd in cluster.nodes[3:]:
-        assert nd.cmd("SET", lock_key(res), "stale", "PX", "60000") == "OK"
+        for key in keys:
+            assert nd.cmd("SET", key, "stale", "PX", "60000") == "OK"
+    sem = {} if permits is None else {"permits": permits}
     with daemon.client() as c:
-        r = c.call("acquire", resource=res, ttl_ms=20000)
+        r = c.call("acquire", resource=res, ttl_ms=20000, **sem)
         assert_ok(r, "acquire")
         assert_ok(c.call("complete", lock=r["lock"], keep_ms=keep_ms),
                   "complete")
     for nd in cluster.nodes[3:]:
-        nd.cmd("DEL", lock_key(res))
+        nd.cmd("DEL", *keys)
+    key = lock_key(res) if permits is None else _slot_key(res, r["permit"])
     mark = b"done:" + r["lock"].encode()
-    assert cluster.get_all(lock_key(res)) == [mark] * 3 + [None] * 2
-    return mark
+    assert cluster.get_all(key) == [mark] * 3 + [None] * 2
+    return key, mark
 
 
-def test_done_marks_survive_minority_restarts(cluster, daemon_factory):
+def _assert_completed(daemon, res, key, permits):
+    """A completed lock answers done; a semaphore with one permit completed
+    admits one holder fewer: the others are granted, then busy."""
+    with daemon.client() as c:
+        if permits is None:
+            r = c.call("acquire", resource=res, ttl_ms=5000)
+            print("acquire of the completed resource: %r" % r)
+            assert_error(r, "done")
+            return
+        got = [c.call("acquire", resource=res, ttl_ms=5000, permits=permits)
+               for _ in range(permits)]
+        print("acquires of the semaphore with a completed permit: %r" % got)
+        for r in got[:-1]:
+            assert_ok(r, "a permit not completed")
+            assert _slot_key(res, r["permit"]) != key, r
+        assert_error(got[-1], "busy")
+        for r in got[:-1]:
+            assert_ok(c.call("release", lock=r["lock"]))
+
+
+@pytest.mark.parametrize("permits", [None, 2], ids=["lock", "permit"])
+def test_done_marks_survive_minority_restarts(cluster, daemon_factory,
+                                              permits):
     """A mark on exactly a quorum (nodes 1-3). Node 1 restarts empty: after
     its quarantine it has the mark again, with the PTTL it had elsewhere,
     and the resource answers done. Then nodes 2 and 3 restart together
-    (a minority of two, both marked): both get it back, and done it stays."""
+    (a minority of two, both marked): both get it back, and done it stays.
+    The same for a completed permit of a semaphore, whose mark is on its
+    slot key (proto/README.md: complete works on a permit as on a lock):
+    the semaphore keeps admitting one holder fewer."""
     d = daemon_factory.start(cluster, name="dm", extra=QUARANTINE)
     res = rname("d14")
     keep = 600000
-    mark = _complete_on_first_three(cluster, d, res, keep)
+    key, mark = _complete_on_first_three(cluster, d, res, keep, permits)
 
     _restart_seen(cluster, d, [0])
     _wait_quarantine_over(d, 0, 15.0 * SLOW)
-    vals = cluster.get_all(lock_key(res))
+    vals = cluster.get_all(key)
     print("after node 1's repair: %r, pttl %r" % (
-        vals, cluster.pttl_all(lock_key(res))))
+        vals, cluster.pttl_all(key)))
     assert vals[0] == mark, vals
-    pttl = cluster.nodes[0].cmd("PTTL", lock_key(res))
+    pttl = cluster.nodes[0].cmd("PTTL", key)
     assert 0 < pttl <= keep, pttl
-    with d.client() as c:
-        assert err_code(c.call("acquire", resource=res,
-                               ttl_ms=5000)) == "done"
+    _assert_completed(d, res, key, permits)
 
     _restart_seen(cluster, d, [1, 2])
     _wait_quarantine_over(d, 1, 15.0 * SLOW)
     _wait_quarantine_over(d, 2, 15.0 * SLOW)
-    vals = cluster.get_all(lock_key(res))
+    vals = cluster.get_all(key)
     print("after nodes 2 and 3's repair: %r" % vals)
     assert vals == [mark] * 3 + [None] * 2, vals
-    with d.client() as c:
-        r = c.call("acquire", resource=res, ttl_ms=5000)
-        print("acquire of the completed resource: %r" % r)
-        assert_error(r, "done")
-    assert cluster.get_all(lock_key(res)) == [mark] * 3 + [None] * 2
+    _assert_completed(d, res, key, permits)
+    assert cluster.get_all(key) == [mark] * 3 + [None] * 2
 
 
 def test_mark_seen_holds_the_grant_until_answers_are_in(cluster,
@@ -317,7 +348,7 @@ def test_done_mark_repair_as_the_documented_acl_user(cluster,
     d = daemon_factory.start(cluster, name="dacl", extra=QUARANTINE,
                              node_args=args)
     res = rname("a14")
-    mark = _complete_on_first_three(cluster, d, res, 600000)
+    key, mark = _complete_on_first_three(cluster, d, res, 600000)
     mark_seen = len(d.stderr_text())
     n1 = cluster.nodes[0]
     n1.restart()
@@ -325,7 +356,7 @@ def test_done_mark_repair_as_the_documented_acl_user(cluster,
     _wait_log(d, r"node 1: restarted \(new run_id\)", 15.0 * SLOW,
               mark_seen)
     _wait_quarantine_over(d, 0, 15.0 * SLOW)
-    assert n1.cmd("GET", lock_key(res)) == mark
+    assert n1.cmd("GET", key) == mark
     # A reconnect may beat the user back to node 1: that AUTH failure is
     # the test's doing; a refused command would be the documented line's.
     refused = [e for e in _acl_refusals(cluster) if e[1] != b"auth"]
