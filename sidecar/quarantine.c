@@ -3,7 +3,9 @@
  *
  *   node up, new run_id, not persistent     (or, at start-up, started
  *     |                                       clearly after the others)
- *   quarantined: skipped by acquisitions, timer armed for the period
+ *   quarantined: skipped by acquisitions, timer armed for the period;
+ *     |  at once, the repair's reads and copies from the nodes up (early:
+ *     |  ends nothing, keeps the marks of a rolling restart)
  *     |  timer; node down: back-off and again
  *   repair: GET the fence counter and SCAN the done marks of enough nodes
  *     |  that kept their data (redlock_repair_plan), copying each step's
@@ -52,6 +54,7 @@ struct repair {
     int64_t max;
     uint64_t marks; /* done marks set on the target */
     bool over;      /* raising, failed or done: send no further step */
+    bool early;     /* the copy at the quarantine's start: ends nothing */
     struct repair_src src[REDLOCK_MAX_NODES];
 };
 
@@ -141,11 +144,20 @@ static void timer_arm_ms(struct quarantine *q, int i, uint64_t ms)
 
 /* ---- the repair ------------------------------------------------------- */
 
-static void repair_start(struct quarantine *q, int target);
+static void repair_start(struct quarantine *q, int target, bool early);
 
 static void repair_finish(struct repair *r, int64_t value)
 {
     struct quarantine *q = r->q;
+    if (r->early) {
+        log_info(NULL,
+                 "node %d: copied at once from %d node(s): %llu done "
+                 "mark(s), fence counter >= %lld; repaired again when its "
+                 "quarantine ends",
+                 r->target + 1, r->reads.complete, (unsigned long long)r->marks,
+                 (long long)value);
+        return;
+    }
     q->quarantined[r->target] = false;
     q->repair_attempt[r->target] = 0;
     log_info(NULL,
@@ -182,11 +194,29 @@ static bool repair_live(const struct repair *r)
            r->generation == r->q->repair_generation[r->target];
 }
 
+/* A failed step of r: the repair is tried again, but a failed early copy
+ * is only logged: it must not rearm the quarantine's timer, which would end
+ * the period sooner, and the repair at the end reads afresh anyway. */
+static void repair_failed(struct repair *r)
+{
+    if (r->early) {
+        return;
+    }
+    repair_retry_later(r->q, r->target);
+}
+
 static void repair_fail(struct repair *r, const char *why)
 {
     r->over = true;
-    log_warn(NULL, "node %d: repair: %s; retrying", r->target + 1, why);
-    repair_retry_later(r->q, r->target);
+    if (r->early) {
+        log_info(NULL,
+                 "node %d: the copy at once failed (%s); left to the "
+                 "repair at the end of its quarantine",
+                 r->target + 1, why);
+    } else {
+        log_warn(NULL, "node %d: repair: %s; retrying", r->target + 1, why);
+    }
+    repair_failed(r);
 }
 
 static void repair_raise_cb(struct node *node, struct redisReply *reply,
@@ -200,6 +230,11 @@ static void repair_raise_cb(struct node *node, struct redisReply *reply,
         if (status == NODE_REPLY && reply->type == REDIS_REPLY_INTEGER &&
             restart_raised(reply->integer, r->max)) {
             repair_finish(r, reply->integer);
+        } else if (r->early) {
+            log_info(NULL,
+                     "node %d: the fence raise at once failed; left "
+                     "to the repair at the end of its quarantine",
+                     r->target + 1);
         } else {
             log_warn(NULL, "node %d: fence repair failed; retrying",
                      r->target + 1);
@@ -222,9 +257,9 @@ static void repair_raise(struct repair *r)
                     repair_raise_cb, r) == 0) {
         r->outstanding++;
     } else {
-        log_warn(NULL, "node %d: fence repair not sent; retrying",
-                 r->target + 1);
-        repair_retry_later(q, r->target);
+        log_warn(NULL, "node %d: fence repair not sent%s", r->target + 1,
+                 r->early ? "" : "; retrying");
+        repair_failed(r);
     }
 }
 
@@ -402,8 +437,18 @@ static void repair_counter_cb(struct node *node, struct redisReply *reply,
     repair_release(r);
 }
 
-static void repair_start(struct quarantine *q, int target)
+/* The repair of target: at the end of its quarantine, what makes it count
+ * again; early, the same reads and copies at the quarantine's start, which
+ * end nothing. The early copy is why a rolling restart keeps its marks:
+ * each node restarted in turn holds them again long before the next goes
+ * down, so the best-effort repair a later restart forces still finds them.
+ * Copies only add marks that stood on a node, with their PTTL, and the
+ * counter only rises, so an early copy from any node up is safe. */
+static void repair_start(struct quarantine *q, int target, bool early)
 {
+    if (early && q->cfg->unsafe_no_fence_repair) {
+        return;
+    }
     if (q->cfg->unsafe_no_fence_repair) {
         q->quarantined[target] = false;
         log_warn(NULL,
@@ -421,6 +466,9 @@ static void repair_start(struct quarantine *q, int target)
     int need;
     enum redlock_repair_plan plan =
         redlock_repair_plan(q->n, target, lost, up, &read, &need);
+    if (early && plan == RL_REPAIR_WAIT) {
+        return; /* repair_waiting would end the period at a node's return */
+    }
     if (plan == RL_REPAIR_WAIT) {
         if (!q->repair_waiting[target]) {
             q->repair_waiting[target] = true;
@@ -434,8 +482,10 @@ static void repair_start(struct quarantine *q, int target)
         repair_retry_later(q, target);
         return;
     }
-    q->repair_waiting[target] = false;
-    if (plan == RL_REPAIR_BEST_EFFORT) {
+    if (!early) {
+        q->repair_waiting[target] = false;
+    }
+    if (plan == RL_REPAIR_BEST_EFFORT && !early) {
         log_error(NULL,
                   "node %d: more nodes restarted without persistence "
                   "than a quorum can spare: no sound read exists; "
@@ -445,13 +495,16 @@ static void repair_start(struct quarantine *q, int target)
     }
     struct repair *r = calloc(1, sizeof(*r));
     if (r == NULL) {
-        log_error(NULL, "node %d: repair: out of memory; tried again later",
-                  target + 1);
-        repair_retry_later(q, target);
+        log_error(NULL, "node %d: repair: out of memory%s", target + 1,
+                  early ? "" : "; tried again later");
+        if (!early) {
+            repair_retry_later(q, target);
+        }
         return;
     }
     r->q = q;
     r->target = target;
+    r->early = early;
     r->generation = ++q->repair_generation[target];
     r->outstanding = 1;       /* held while sending */
     r->max = *q->fence_floor; /* a floor we know of ourselves */
@@ -514,7 +567,7 @@ static void quarantine_timer_cb(evutil_socket_t fd, short what, void *arg)
         repair_retry_later(q, i);
         return;
     }
-    repair_start(q, i);
+    repair_start(q, i, false);
 }
 
 /* How a node lost its keys, for the log. */
@@ -556,6 +609,9 @@ static void quarantine_begin(struct quarantine *q, int i, enum key_loss how)
         break;
     }
     timer_arm_ms(q, i, period);
+    if (node_is_up(q->nodes[i])) {
+        repair_start(q, i, true);
+    }
 }
 
 /* The start-up check (restart.h, RESTART_START_SKEW_US): a node seen first
@@ -733,7 +789,7 @@ void quarantine_node_cb(struct node *node, enum node_state state, void *priv)
                                        : "restarted");
         if (!q->cfg->unsafe_no_fence_repair) {
             q->quarantined[i] = true; /* only until the repair */
-            repair_start(q, i);
+            repair_start(q, i, false);
         }
         break;
     }
