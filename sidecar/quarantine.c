@@ -194,17 +194,10 @@ static bool repair_live(const struct repair *r)
            r->generation == r->q->repair_generation[r->target];
 }
 
-/* A failed step of r: the repair is tried again, but a failed early copy
- * is only logged: it must not rearm the quarantine's timer, which would end
- * the period sooner, and the repair at the end reads afresh anyway. */
-static void repair_failed(struct repair *r)
-{
-    if (r->early) {
-        return;
-    }
-    repair_retry_later(r->q, r->target);
-}
-
+/* Every failure of r ends here. The repair is tried again, but a failed
+ * early copy is only logged: it must not rearm the quarantine's timer,
+ * which would end the period sooner, and the repair at the end reads
+ * afresh anyway. */
 static void repair_fail(struct repair *r, const char *why)
 {
     r->over = true;
@@ -213,10 +206,10 @@ static void repair_fail(struct repair *r, const char *why)
                  "node %d: the copy at once failed (%s); left to the "
                  "repair at the end of its quarantine",
                  r->target + 1, why);
-    } else {
-        log_warn(NULL, "node %d: repair: %s; retrying", r->target + 1, why);
+        return;
     }
-    repair_failed(r);
+    log_warn(NULL, "node %d: repair: %s; retrying", r->target + 1, why);
+    repair_retry_later(r->q, r->target);
 }
 
 static void repair_raise_cb(struct node *node, struct redisReply *reply,
@@ -230,15 +223,8 @@ static void repair_raise_cb(struct node *node, struct redisReply *reply,
         if (status == NODE_REPLY && reply->type == REDIS_REPLY_INTEGER &&
             restart_raised(reply->integer, r->max)) {
             repair_finish(r, reply->integer);
-        } else if (r->early) {
-            log_info(NULL,
-                     "node %d: the fence raise at once failed; left "
-                     "to the repair at the end of its quarantine",
-                     r->target + 1);
         } else {
-            log_warn(NULL, "node %d: fence repair failed; retrying",
-                     r->target + 1);
-            repair_retry_later(q, r->target);
+            repair_fail(r, "the fence counter was not raised");
         }
     }
     repair_release(r);
@@ -257,9 +243,7 @@ static void repair_raise(struct repair *r)
                     repair_raise_cb, r) == 0) {
         r->outstanding++;
     } else {
-        log_warn(NULL, "node %d: fence repair not sent%s", r->target + 1,
-                 r->early ? "" : "; retrying");
-        repair_failed(r);
+        repair_fail(r, "raising the fence counter not sent");
     }
 }
 
