@@ -4,7 +4,7 @@
 Used by run.sh; standard library only.
 
   report.py --out-dir DIR --md BENCHMARKS.md --png tests/bench/x.png --root .
-  report.py ... --pin "Issue 15 baseline"
+  report.py ... --pin "before the change"
 
 BENCHMARKS.md is regenerated whole except the hand-written part between
 <!-- analysis:begin --> and <!-- analysis:end --> and the pinned sections
@@ -603,7 +603,7 @@ def renew_table(rows):
 
 
 def targets_table(summary, renew, g=None):
-    """The targets of issue 15 (and the renew ones before it), reported
+    """The cost targets (the lock cycle's and the renewals'), reported
     against the minimal limit; nothing here is asserted."""
     rows = []  # [target, measured, met?]
     g = g or {}
@@ -928,7 +928,7 @@ def pin_block(args, rows, unix_rows, renew, tls_rows=()):
     doc.append(work_section(out_dir, rows, unix_rows))
     _, summary = comparison_tables(rows)
     if summary:
-        doc.append("#### Targets of issue 15, nodes over %s (reported, not "
+        doc.append("#### Cost targets, nodes over %s (reported, not "
                    "asserted)\n" % ("TCP" if rows else "unix sockets"))
         doc.append(targets_table(summary, renew, group(rows)))
     if renew:

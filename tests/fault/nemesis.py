@@ -1362,7 +1362,7 @@ def verdict(r, expect_violations=False):
 
 
 # --------------------------------------------------------------------------
-# the restart-quarantine demonstration (issue 6, item 2)
+# the restart-quarantine demonstration
 
 def _wait_states(d, want, timeout):
     """Polls d's health until want(states) is true; returns the states."""

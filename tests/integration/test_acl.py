@@ -1,4 +1,4 @@
-"""Issue 6: Redis ACL users, live. The five nodes get the least-privilege
+"""Redis ACL users, live. The five nodes get the least-privilege
 user that docs/operations.md recommends (its `ACL SETUSER redlockd ...` line
 is read from there, so the documented line is the tested one) and a default
 user with a password of its own, so only the ACL user gets in. The daemon

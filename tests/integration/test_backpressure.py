@@ -1,4 +1,4 @@
-"""Issue 2, item 10.11: a client that pipelines without reading cannot grow
+"""A client that pipelines without reading cannot grow
 the daemon's memory, and other clients keep being served."""
 
 import socket

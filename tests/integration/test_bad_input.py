@@ -1,4 +1,4 @@
-"""Issue 2, item 10.9: bad input never crashes the daemon and never drops
+"""Bad input never crashes the daemon and never drops
 another client's lock."""
 
 import random

@@ -1,4 +1,4 @@
-"""Issue 15, item 2: release, extend and complete from many clients in one
+"""Release, extend and complete from many clients in one
 loop turn go to each node as one script over their keys, and every key is
 still compare-and-act on its own token: right tokens act, wrong ones are
 not_held, and one key that meets an error fails alone."""

@@ -1,4 +1,4 @@
-"""Issue 15, item 4: the bench counts the Redis work of a lock cycle right.
+"""The bench counts the Redis work of a lock cycle right.
 
 Not a speed test: nothing here looks at cycles/s. rlbench (built with the
 daemon, build/tests/bench/rlbench) runs short, bounded loads against real

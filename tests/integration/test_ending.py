@@ -1,4 +1,4 @@
-"""Issue 14 items 7 and 9: a release or complete that could not be proved
+"""A release or complete that could not be proved
 keeps the lock (a retry asks the nodes again), and while one is in flight
 the lost event still comes before the validity ends."""
 

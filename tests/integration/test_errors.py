@@ -1,4 +1,4 @@
-"""Issue 2, item 10.2: every error code reachable over NDJSON."""
+"""Every error code reachable over NDJSON."""
 
 import json
 import socket

@@ -1,4 +1,4 @@
-"""Beyond issue 2's list, from the contract: fencing tokens, wait_ms with
+"""From the contract: fencing tokens, wait_ms with
 FIFO wake-up, renew."""
 
 import time

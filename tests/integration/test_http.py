@@ -1,4 +1,4 @@
-"""Issue 4: the HTTP/1.1 framing, driven with curl --unix-socket (and raw
+"""The HTTP/1.1 framing, driven with curl --unix-socket (and raw
 sockets where curl cannot show it): every route, every HTTP-level error
 status, keep-alive, pipelining, Expect: 100-continue, HTTP locks not tied
 to the connection."""

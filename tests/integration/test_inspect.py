@@ -1,4 +1,4 @@
-"""Issue 18: who holds what. The locks listing (NDJSON and HTTP: fields,
+"""Who holds what. The locks listing (NDJSON and HTTP: fields,
 owner, waiters, prefix, limit and cursor, never a token, bounded under 100k
 held locks), inspect of one resource by the quorum rules of release (free,
 held, done, mine, fence; a paused minority still answers, a paused majority

@@ -1,4 +1,4 @@
-"""Issue 3 item 4: leader election with renewing locks (the Telegram
+"""Leader election with renewing locks (the Telegram
 getUpdates poller). Each contender loops
 
     acquire(resource="tg:poller", ttl_ms=1000, renew=true, wait_ms=20000)

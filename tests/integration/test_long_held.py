@@ -1,4 +1,4 @@
-"""Issue 3: long-held locks. renew (and renew_max_ms), the lost event,
+"""Long-held locks. renew (and renew_max_ms), the lost event,
 FIFO waiters, the cross-daemon pub/sub wake, wait_ms bounds, done ends
 waiting, --max-waiters, waiters of closed connections, fences across node
 subsets, renew refused over HTTP."""

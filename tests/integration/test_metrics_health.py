@@ -1,4 +1,4 @@
-"""Issue 4: /metrics and /v1/health. Counters move by exactly what was
+"""/metrics and /v1/health. Counters move by exactly what was
 done, the exposition parses, health flips with the quorum and never shows
 a password, --metrics-listen serves only the read-only routes over TCP,
 JSON logs, and no lock token ever appears in the log."""

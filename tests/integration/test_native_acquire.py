@@ -1,4 +1,4 @@
-"""Issue 15, item 1: acquire as one `SET key token NX PX ttl GET` per node
+"""Acquire as one `SET key token NX PX ttl GET` per node
 on Redis >= 7.0 (MULTI with INCR when fenced), the acquire script on older
 servers. Every test runs both paths: "native" (the default on the Redis
 7 the suite starts) and "script" (--acquire-script, the older-server

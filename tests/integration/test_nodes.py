@@ -1,4 +1,4 @@
-"""Issue 2, items 10.4-10.6: nodes paused with SIGSTOP, and a node killed
+"""Nodes paused with SIGSTOP, and a node killed
 with kill -9 and restarted on the same socket path."""
 
 import time
@@ -133,8 +133,9 @@ def _wait_down_then_up(cluster, daemon, k):
 
 
 def test_killed_node_down_then_up(cluster, daemon_factory):
-    """Issue 2 item 6, with the restart quarantine shortened to 1 s so that
-    'a subsequent acquire sets the key on that node too' is observable
+    """A node killed and restarted is down, then up again, with the restart
+    quarantine shortened to 1 s so that 'a subsequent acquire sets the key
+    on that node too' is observable
     within the ~10 s window."""
     daemon = daemon_factory.start(cluster, name="dq",
                                   extra=["--quarantine-ms", "1000"])

@@ -1,5 +1,5 @@
 """test_noscript_order.py: a NOSCRIPT recovery keeps the order of a node's
-connection (issue 14 item 5).
+connection.
 
 After SCRIPT FLUSH on a node, every EVALSHA there answers NOSCRIPT and the
 daemon sends it again as EVAL. An acquire that lost its round is undone by

@@ -1,4 +1,4 @@
-"""Issue 2, item 10.1: every operation over NDJSON, checked on the wire and
+"""Every operation over NDJSON, checked on the wire and
 on every Redis node."""
 
 import json

@@ -1,4 +1,4 @@
-"""Issue 2, item 10.8: 200 pipelined requests in one write, each answered
+"""200 pipelined requests in one write, each answered
 exactly once and matched by id."""
 
 from rl import Client, TOKEN_RE, lock_key, rname

@@ -1,4 +1,4 @@
-"""Issue 14 item 3: renewals are scheduled by the remaining validity and a
+"""Renewals are scheduled by the remaining validity and a
 due renewal is sent while the lock is valid, so a short TTL or a large
 drift factor does not lose renewing locks with no renewal ever sent; one
 connection's renewals cannot take every slot from another's."""

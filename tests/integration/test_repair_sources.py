@@ -1,5 +1,5 @@
-"""Review of the restart repair (issue 14 item 2): a source node that itself
-restarts while the repair is reading it, against real redis-servers.
+"""The restart repair when a source node itself restarts while the repair
+is reading it, against real redis-servers.
 
 A repair reads a source's done marks one SCAN step at a time. If the source
 restarts between two steps, the next step reaches the fresh, empty server

@@ -1,5 +1,4 @@
-"""test_resolve.py: node host names are looked up off the event loop
-(issue 14 item 10).
+"""test_resolve.py: node host names are looked up off the event loop.
 
 A node given by name is resolved on a thread of its own, under the node
 connect deadline; numeric addresses and unix sockets connect at once. A

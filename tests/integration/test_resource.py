@@ -1,4 +1,4 @@
-"""Issue 2, item 10.3: release/extend with an explicit "resource" act on a
+"""Release/extend with an explicit "resource" act on a
 lock taken through ANOTHER daemon process; a wrong token does nothing."""
 
 from rl import TOKEN_RE, assert_error, assert_ok, lock_key, rname

@@ -1,13 +1,13 @@
-"""Issue 14 items 1, 2 and 6: what a node restart without persistence may
-cost, against real redis-servers.
+"""What a node restart without persistence may cost, against real
+redis-servers.
 
-- item 1: a node that is down but never seen to restart kept its fence
+- a node that is down but never seen to restart kept its fence
   counter; the repair of a restarted node waits for it rather than reading
   the nodes that happen to be up, so a fence never goes backwards;
-- item 2: done marks on a quorum survive the restart of any minority of
+- done marks on a quorum survive the restart of any minority of
   nodes (they are copied back before a restarted node counts again), and
   marks on quorum - 1 nodes answer done even when a quorum is free;
-- item 6: the restart quarantine counts only TTLs that were granted.
+- the restart quarantine counts only TTLs that were granted.
 """
 
 import re

@@ -1,4 +1,4 @@
-"""Issue 6: security and resource limits. Socket mode regardless of umask,
+"""Security and resource limits. Socket mode regardless of umask,
 --allow-uid/--allow-gid, per-connection and daemon-wide caps, only keys
 under the prefix, --redis-password-file, 10,000 idle connections, a stuck
 client does not stall others."""

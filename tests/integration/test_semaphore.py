@@ -1,4 +1,4 @@
-"""Issue 18: semaphores. "permits": N on acquire takes one of N slot locks
+"""Semaphores. "permits": N on acquire takes one of N slot locks
 under <prefix>sem:; release, extend, renew, complete and wait work on a
 permit; bad permits are bad_request (NDJSON and HTTP); and N = 3 with 12
 contending clients over two daemons, under pauses and a node restart,

@@ -1,4 +1,4 @@
-"""Issue 2, item 10.7: locks taken on an NDJSON connection die with it."""
+"""Locks taken on an NDJSON connection die with it."""
 
 import time
 

@@ -1,4 +1,4 @@
-"""Issue 2, item 10.10: SIGTERM releases every lock and exits 0."""
+"""SIGTERM releases every lock and exits 0."""
 
 import glob
 import json
@@ -156,7 +156,7 @@ def test_sigterm_during_fence_repair(cluster, daemon_factory):
         cluster.resume_all()
 
 
-# -- issue 14 item 4: a waiter's acquire in flight at exit ------------------
+# -- a waiter's acquire in flight at exit -----------------------------------
 
 SANITIZER_MARKS = ("AddressSanitizer", "LeakSanitizer", "runtime error:")
 
@@ -313,7 +313,7 @@ def test_dev_exit_with_a_waiters_acquire_in_flight():
         shutil.rmtree(work, ignore_errors=True)
 
 
-# -- issue 14 item 8: what SIGTERM does with each kind of lock --------------
+# -- what SIGTERM does with each kind of lock -------------------------------
 
 
 def test_sigterm_leaves_http_locks_to_their_ttl(cluster, daemon,

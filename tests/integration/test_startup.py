@@ -1,4 +1,4 @@
-"""Issue 2, item 10.12: start-up errors exit 2 with exactly one line on
+"""Start-up errors exit 2 with exactly one line on
 stderr naming the problem; --help and --version exit 0."""
 
 import os

@@ -1,4 +1,4 @@
-"""Issue 17: rediss:// nodes. Five real redis-servers speak TLS only on
+"""Rediss:// nodes. Five real redis-servers speak TLS only on
 127.0.0.1 (plain TCP off; their unix sockets stay plain for the tests'
 own inspection), with certificates the openssl CLI makes in a temp dir
 (tlsutil.Certs). The daemon verifies by default: a certificate from an

@@ -1,4 +1,4 @@
-"""Issue 16 item 2: a renewing lock that is lost (its renewal answered not
+"""A renewing lock that is lost (its renewal answered not
 held, or no renewal answered before the give-up) leaves the table from
 inside the renewal's callback or the lock timer; the next waiter's attempt
 is then scheduled, not run there, and the waiter still gets the lock."""

@@ -174,7 +174,7 @@ static void test_done_needs_marks_beyond_a_minority(void **state)
     assert_int_equal(answer_at(&r, 4, RL_OK, 0, -1, 1), RL_WON);
 }
 
-/* Issue 14 item 2: marks on exactly a quorum, one node restarted and lost
+/* Marks on exactly a quorum, one node restarted and lost
  * its mark. Its ok, with two others, must not win on the third ok while
  * the nodes still due may hold the marks. */
 static void test_done_mark_blocks_early_grant(void **state)
@@ -237,7 +237,7 @@ static void test_free_quorum_verdict(void **state)
     assert_int_equal(redlock_free_quorum(3, 0, 1), RL_FREE_GRANT);
 }
 
-/* Issue 14 item 1: 5 nodes, node 0 restarted; nodes 1 and 2 are down but
+/* 5 nodes, node 0 restarted; nodes 1 and 2 are down but
  * never restarted. A read of nodes 3 and 4 alone may miss every fence
  * written back to {0, 1, 2}: wait, do not fall back. */
 static void test_repair_plan(void **state)
@@ -286,7 +286,7 @@ static void test_repair_plan(void **state)
     assert_int_equal(need, 16);
 }
 
-/* Issue 14 item 6: only grants count, and they age out. */
+/* The restart quarantine: only grants count, and they age out. */
 static void test_grants_age_out(void **state)
 {
     (void)state;
@@ -683,7 +683,7 @@ static void test_holder_pttl(void **state)
     assert_int_equal(r.pttl_min, 0);
 }
 
-/* Issue 14 item 3: a short ttl or a large drift factor leaves less validity
+/* A short ttl or a large drift factor leaves less validity
  * than ttl / 3; the next renewal must still come before the give-up. */
 static void test_renew_schedule(void **state)
 {
@@ -777,7 +777,7 @@ static void test_renew_decide(void **state)
     assert_int_equal(redlock_renew_decide(&l, 19930 * MS, &wake),
                      RL_RENEW_WAIT);
     assert_int_equal(wake, 19980 * MS);
-    /* Issue 14 item 9: a complete in flight pauses renewal, never the
+    /* A complete in flight pauses renewal, never the
      * give-up */
     s.sent_us = 0;
     s.paused = true;
@@ -786,7 +786,7 @@ static void test_renew_decide(void **state)
     assert_int_equal(redlock_renew_decide(&s, 4500, &wake), RL_RENEW_GIVE_UP);
 }
 
-/* ---- verdicts (issue 16 item 3) ---------------------------------------- */
+/* ---- verdicts ------------------------------------------------------------ */
 
 /* A round of n nodes sent at 0 (ttl 1000, drift 0.01: validity 988 at
  * once) with node i answering res[i] at 1 ms; RL_PENDING leaves it open. */
