@@ -6,13 +6,17 @@ Used by run.sh; standard library only.
   report.py --out-dir DIR --md BENCHMARKS.md --png tests/bench/x.png --root .
   report.py ... --pin "before the change"
 
-BENCHMARKS.md is regenerated whole except the hand-written part between
-<!-- analysis:begin --> and <!-- analysis:end --> and the pinned sections
-(<!-- pinned:begin --> ... <!-- pinned:end -->, right below the title),
-which are kept as they are. --pin TITLE leaves the rest of BENCHMARKS.md
-alone and adds this run's Redis-work tables as a new pinned section above
-the others: a before/after record that later runs do not overwrite.
-results-tls.txt (run.sh --tls) becomes the table "TLS cost per cycle".
+BENCHMARKS.md opens with the method ("How it is measured"), then "Current
+measurements": the pinned sections (<!-- pinned:begin --> ...
+<!-- pinned:end -->, newest first), then this run's tables. Then come the
+hand-written part between <!-- analysis:begin --> and <!-- analysis:end -->
+and the earlier measurements (<!-- earlier:begin --> ...
+<!-- earlier:end -->). The file is regenerated whole except the pinned, the
+hand-written and the earlier parts, which are kept as they are. --pin TITLE
+leaves the rest of BENCHMARKS.md alone and adds this run's Redis-work tables
+as a new pinned section at the top of "Current measurements": a record that
+later runs do not overwrite. results-tls.txt (run.sh --tls) becomes the
+table "TLS cost per cycle".
 """
 
 import argparse
@@ -37,43 +41,75 @@ A_BEGIN = "<!-- analysis:begin -->"
 A_END = "<!-- analysis:end -->"
 P_BEGIN = "<!-- pinned:begin -->"
 P_END = "<!-- pinned:end -->"
+E_BEGIN = "<!-- earlier:begin -->"
+E_END = "<!-- earlier:end -->"
 
-# What the columns of the Redis-work tables mean; printed with them.
-WORK_LEGEND = """\
-- **minimal limit**: `rlbench --inproc`, the cheapest correct Redlock cycle \
-written as an expert would, in one process (hiredis async + libevent, one \
-connection per node): `SET key token NX PX ttl` to all five nodes, decided \
-at quorum (3 of 5) with the daemon's own validity rule (validity = ttl − \
-elapsed − (ttl × 0.01 + 2 ms), from `sidecar/redlock.c`, linked in), a lost \
-attempt's key deleted on the nodes that may hold it, then one \
-compare-and-delete `EVALSHA` on all five nodes. No socket, no JSON.
-- **limit, daemon's scripts**: the same round running the daemon's own \
-acquire and release Lua scripts (`sidecar/scripts.c`): the daemon's Redis \
-work without its socket, JSON and bookkeeping.
+TITLE = "# redlockd benchmarks\n"
+CURRENT = "## Current measurements"
+CURRENT_INTRO = (
+    "The newest measurement of each thing: first the kept sections, newest "
+    "first, then the tables of the last full run for what they do not "
+    "cover. Each says the commit and the date it was measured at; the "
+    "method and the columns are those of *How it is measured* above.\n")
+
+# The method, printed first in BENCHMARKS.md: what is measured and how. The
+# machine's description (machine.txt of the run) goes between METHOD and
+# METHOD_END.
+METHOD = """\
+## How it is measured
+
+### The bench
+
+`tests/bench/run.sh` builds an optimized daemon and the load generator \
+`rlbench` (`--buildtype=release`, in `build-bench`), starts five throw-away \
+redis-servers (no persistence), each on a random free TCP port of \
+127.0.0.1 and on a unix socket, runs every measurement against them, stops \
+every process it started, and writes this file with `tests/bench/report.py` \
+from the `RESULT` line each run prints. The daemon, the limits and \
+node-redlock reach the nodes over TCP loopback, as in production, unless a \
+table says unix sockets. Every run is bounded in time.
+
+The **cycle**: each client acquires its own resource (ttl 10 s), releases \
+it and repeats, with one request in flight, at 1, 64 and 256 clients. A \
+client has a connection of its own unless a row says *a connection per 16 \
+clients* (64 clients on 4 connections, 256 on 16; requests pipelined and \
+matched by id, as the client libraries talk). Throughput counts whole \
+cycles; *acquire* latency runs from sending the acquire to its answer, \
+*cycle* latency from sending the acquire to the release's answer.
+
+### What is compared
+
 - **redlockd**: `rlbench` driving the daemon over its unix socket \
-(NDJSON), one connection per client: every request costs the daemon a \
+(NDJSON). With a connection per client, every request costs the daemon a \
 read and a write on its own socket, and the generator as much.
-- **redlockd, a connection per 16 clients**: the same clients sharing \
-connections (64 clients on 4, 256 on 16), requests pipelined and matched \
-by id, as the client libraries talk (one connection per client object, \
-many requests in flight); the limit shares its node connections the same \
-way.
+- **minimal limit**: `rlbench --inproc`, the cheapest correct Redlock \
+cycle written as an expert would, in one process (hiredis async + \
+libevent, one connection per node): `SET key token NX PX ttl` to all five \
+nodes, decided at quorum (3 of 5) with the daemon's own validity rule \
+(validity = ttl − elapsed − (ttl × 0.01 + 2 ms), from `sidecar/redlock.c`, \
+linked in), a lost attempt's key deleted on the nodes that may hold it, \
+then one compare-and-delete `EVALSHA` on all five nodes. No socket, no \
+JSON. On shared connections the limit shares its node connections the same \
+way. This is the bar the targets are set against.
+- **limit, daemon's scripts**: `rlbench --inproc --limit scripts`, the same \
+round running the daemon's own acquire and release Lua scripts \
+(`sidecar/scripts.c`): the daemon's Redis work without its socket, JSON \
+and bookkeeping.
 - **floor sidecar**: `rlbench --serve`, the minimal limit's engine (the \
-very code of the column above) served in its own process over a unix \
-socket, in the daemon's NDJSON, driven by the same generator command as \
-redlockd (one connection per client, and a connection per 16 clients): a \
-lean server (every complete line of a read handled, one write per \
-connection per loop turn, no JSON library) that trusts its input and does \
-not renew, wait, fence or validate. The cheapest correct sidecar, so the \
-bar for what a socket costs per request: **daemon / floor** is the \
-daemon's own overhead, **floor / limit** what any sidecar pays on this \
-machine. Not the product.
-- **node-redlock**: `redlock@5.0.0-beta.2` on `ioredis`, one client per \
-node, retryCount 0.
-- **cycles/s**: acquire + release of a client's own resource (ttl 10 s), \
-one request in flight per client; median over the repetitions, (min–max).
-- **acquire p50 / p99**: µs from sending the acquire to its answer, medians \
-over the repetitions.
+very same code) served in its own process over a unix socket, in the \
+daemon's NDJSON, driven by the same generator command as redlockd: a lean \
+server (every complete line of a read handled, one write per connection \
+per loop turn, no JSON library) that trusts its input and does not renew, \
+wait, fence or validate. The cheapest correct sidecar, so the bar for what \
+a socket costs per request: **daemon / floor** is the daemon's own \
+overhead, **floor / limit** what any sidecar pays on this machine. Not the \
+product.
+- **node-redlock**: `redlock@5.0.0-beta.2` on `ioredis`, \
+`acquire([resource], ttl)` then `lock.release()`, retryCount 0, one client \
+per node (`--node-ap` adds a run with `enableAutoPipelining`).
+
+### Redis work per cycle
+
 - **Redis cmds/cycle**: the nodes' `INFO commandstats` calls, summed over \
 the five nodes, per completed cycle. Each run is counted whole, from idle \
 nodes to idle nodes: `CONFIG RESETSTAT` on every node before the run's \
@@ -82,17 +118,108 @@ counts stopped moving, divided by every cycle the run completed (warmup, \
 measured interval, drain). Reading at the edges of the measured interval \
 would miss the backlog of the slowest nodes, since a round is answered at \
 quorum. Commands a script runs inside count as well as the `EVALSHA`; the \
-bench's own `CONFIG` and `INFO` do not. Failed attempts and their rollbacks \
-count (their work is real).
+bench's own `CONFIG` and `INFO`, and the daemon's `INFO` health checks, do \
+not. Failed attempts and their rollbacks count (their work is real). The \
+count is exact and reproducible.
 - **Redis cmd µs/cycle**: the `usec` of the same commandstats (a script's \
 usec includes the calls inside it, which count again on their own line).
 - **Redis CPU µs/cycle**: the change of `used_cpu_sys + used_cpu_user` \
 (`INFO cpu`, the whole redis-server process) over the same span, summed \
-over the five nodes, per cycle: the fairest price of the Redis work; at 1 \
-client it is dominated by each node's per-wake-up cost.
-- **paired**: a ratio taken within each repetition (the runs compared were \
-adjacent, so a slow drift of the shared machine cancels), listed in \
-repetition order; its median beside the ratio of the medians.
+over the five nodes, per cycle: the fairest price of the Redis work. It \
+falls as Redis's rate rises (more commands per read, fewer wake-ups), and \
+at 1 client it is dominated by each node's per-wake-up cost.
+- **sidecar process CPU µs/cycle** (and *daemon CPU µs/cycle*): the \
+sidecar's CPU time (/proc, user + system) over the measured interval \
+divided by the cycles in it.
+
+### Repetitions, medians, paired ratios
+
+The runs are interleaved: the daemon, the floor sidecar, the minimal \
+limit, the daemon and the floor on shared connections, the scripts limit \
+and node-redlock, then the next concurrency, then the next repetition; the \
+daemon and the limits swap order every repetition, so that a drift of the \
+shared machine hits all alike. By default 5 repetitions of 5 s (after 1 s \
+of warmup). The tables show the median over the repetitions, with (min–max) \
+for cycles/s. A **paired** ratio is taken within each repetition (the runs \
+compared were adjacent), listed in repetition order; its median stands \
+beside the ratio of the medians.
+
+### The other measurements
+
+- **Renewing locks** (`rlbench --mode renew`): 100,000 locks with ttl \
+30 s, which the daemon renews every ttl/3, taken over 10 s on 4 \
+connections so that their renewals spread out, held 45 s, then released \
+pipelined. The daemon's RSS before and while holding, its CPU over each \
+second from /proc, the renewals and the lost locks from its metrics.
+- **Contention** (`rlbench --mode contended`): 64 clients share 4 \
+resources and acquire with `wait_ms` 1000; a release wakes the next waiter \
+of the daemon's FIFO queue at once.
+- **TLS cost per cycle** (`run.sh --tls`): the daemon's cycle with the same \
+five nodes reached over plain TCP (`redis://127.0.0.1:port`) and over TLS \
+(`rediss://127.0.0.1:tls-port`, certificates verified against a throw-away \
+CA with `--tls-ca-file`; one handshake per node connection at start, so the \
+runs measure the steady state: record encryption, and the extra reads and \
+writes of TLS). Each run has a freshly started daemon; the two alternate \
+within every repetition (order swapped every repetition). The Redis CPU \
+is that of the whole redis-server processes, so Redis's TLS work is in it. \
+The **TLS / plain** row is the ratio of the medians, and in brackets the \
+median of the paired per-repetition ratios. The limits and node-redlock \
+are not run (hiredis 0.14 has no TLS).
+- **How cost grows** (`run.sh --scaling`): single runs of 5 s, not \
+medians: the node count (1, 3, 5, 7 at 64 clients), client connections (1 \
+to 10,000, each one client with one request in flight), idle connections \
+beside 16 cycling clients, and locks held (ttl 600 s, not renewed) beside \
+64 cycling clients.
+- **Profiles** (`run.sh --profile`): `perf record` (cpu-clock samples) and \
+callgrind of the daemon under the cycle load at 64 clients, self time by \
+function.
+
+### The machine
+
+Every table here comes from a KVM guest with **2 vCPUs shared with other \
+work**, on which the five redis-servers, the load generator and the daemon \
+all run at once. Every run keeps both cores busy, so throughput is the \
+machine divided by what a cycle costs all the processes together, and the \
+same binary under the same load gives cycles/s that differ by up to \
+1.5 × from one minute to the next. Only interleaved runs and their paired \
+ratios compare; the commands per cycle are exact. With the nodes on \
+machines of their own the same code makes far more cycles/s. Each section \
+below gives the machine's load at its start; the machine as the last full \
+run recorded it:
+"""
+
+METHOD_END = """\
+### Reproducing a table
+
+| table | command |
+|---|---|
+| the lock cycle, Redis work per cycle, targets, renewing locks, \
+contention | `tests/bench/run.sh` (`--no-node` without node-redlock; \
+`--unix` adds the nodes over unix sockets) |
+| renewing locks alone | `tests/bench/run.sh --renew` |
+| TLS cost per cycle | `tests/bench/run.sh --tls` |
+| how cost grows | `tests/bench/run.sh --scaling` |
+| profiles | `tests/bench/run.sh --profile` |
+| all of the above | `tests/bench/run.sh --all` |
+| a section kept under *Current measurements* | the same command with \
+`--pin TITLE` |
+
+`tests/bench/run.sh --quick` is a two-minute smoke run that leaves this \
+file alone; `BENCH_DURATION` and `BENCH_REPS` lengthen the runs \
+(`tests/bench/run.sh --help`, `tests/bench/README.md`).
+
+### What is not asserted
+
+No test asserts a speed: the machines are shared and noisy, and CI does \
+not run the bench. The **targets** in the tables are reported, not \
+checked, all against the minimal limit: cycles/s at least 0.9 × the \
+minimal limit's at 64 and 256 clients (and, as a stretch, above 1.0 × at \
+256); Redis CPU per cycle within 10 % of the minimal limit's; Redis \
+commands per cycle below the minimal limit's; acquire p50 with one client \
+within 30 µs of the minimal limit's; at least 8 × node-redlock's cycles/s \
+at 64 clients; and 100,000 renewing locks in less than 100 MB and 30 % of \
+a core, none lost. The tests only check that `docs/operations.md` quotes \
+the `RESULT` lines of this file.
 """
 
 
@@ -388,25 +515,6 @@ def daemon_us_per_cycle(r):
     return cpu * 1e4 / cps
 
 
-TLS_LEGEND = """\
-The daemon's cycle (each client acquires its own resource, ttl 10 s, and \
-releases it; one request in flight per client) with the same five \
-redis-server nodes reached over plain TCP (`redis://127.0.0.1:port`) and \
-over TLS (`rediss://127.0.0.1:tls-port`, certificates verified against a \
-throw-away CA with `--tls-ca-file`; one handshake per node connection at \
-start, so the runs measure the steady state: record encryption, and the \
-extra reads and writes of TLS). Each run has a freshly started daemon; the \
-two alternate within every repetition (order swapped every repetition). \
-Medians over the repetitions; Redis cmds and CPU µs per cycle as in *Redis \
-work per lock cycle* (INFO commandstats and INFO cpu of the five nodes, \
-whole redis-server processes, so Redis's TLS work is in its CPU); **daemon \
-CPU µs/cycle** is the daemon's CPU time (/proc, user + sys) over the \
-measured interval divided by the cycles in it. The **TLS / plain** row is \
-the ratio of the medians, and in brackets the median of the paired \
-per-repetition ratios.
-"""
-
-
 def tls_table(rows):
     """"TLS cost per cycle": the daemon over plain TCP vs over TLS."""
     for r in rows:
@@ -456,7 +564,7 @@ def comparison_tables(rows):
         return "", {}
     reps = max(len(v) for v in g.values())
     out = []
-    out.append("### Throughput (cycles/s: acquire + release), median of %d "
+    out.append("#### Throughput (cycles/s: acquire + release), median of %d "
                "rep(s), (min–max)\n" % reps)
     hdr = ["clients"] + [n for _, n in impls]
     hdr += ["daemon / limit", "daemon / limit, paired"]
@@ -483,7 +591,7 @@ def comparison_tables(rows):
         table.append(cells)
     out += md_table(hdr, table)
     out.append("")
-    out.append("### Latency (µs, medians over reps of each run's "
+    out.append("#### Latency (µs, medians over reps of each run's "
                "percentile)\n")
     table = []
     for c, i, n, rs in measured(g, concs, impls):
@@ -498,7 +606,7 @@ def comparison_tables(rows):
                      "acquire p99", "acquire p99.9", "cycle p50", "cycle p99",
                      "errors (all reps)"], table)
     out.append("")
-    out.append("### Where the CPU went (median % of one core during the "
+    out.append("#### Where the CPU went (median % of one core during the "
                "measured window)\n")
     out.append("The machine is shared: *machine* is all CPU in use on it "
                "(200 = both cores busy), *other* is what processes outside "
@@ -525,7 +633,7 @@ def comparison_tables(rows):
     uu = sorted({int(num(r, "conc", 0)) for r in rows
                  if r.get("impl") == "limit-uuid"})
     if uu:
-        out.append("### The daemon's token source, priced in the limit\n")
+        out.append("#### The daemon's token source, priced in the limit\n")
         out.append("The limit normally takes its 128-bit tokens from "
                    "`getrandom()` (one call per 256 tokens). With "
                    "`--token uuid` it does what the daemon's "
@@ -844,7 +952,7 @@ def has_cairo():
 
 # ---- the document ----------------------------------------------------------
 
-DEFAULT_ANALYSIS = """## Analysis
+DEFAULT_ANALYSIS = """## What the tables show
 
 (Hand-written; kept by report.py when the tables are regenerated.)
 """
@@ -896,7 +1004,7 @@ def pin_block(args, rows, unix_rows, renew, tls_rows=()):
     t = read(os.path.join(out_dir, "commit-compare.txt")).split() or \
         read(os.path.join(out_dir, "commit-tls.txt")).split()
     machine = read(os.path.join(out_dir, "machine.txt"))
-    doc = [P_BEGIN, "## %s\n" % args.pin]
+    doc = [P_BEGIN, "### %s\n" % args.pin]
     when = t[1] if len(t) > 1 else "?"
     doc.append("- **date**: %s" % when)
     if t:
@@ -911,8 +1019,7 @@ def pin_block(args, rows, unix_rows, renew, tls_rows=()):
         doc.append("- **run**: `tests/bench/run.sh --tls`, %d repetition(s) "
                    "of %s s per run\n" % (reps, fmt(secs, 1) if secs
                                           else "?"))
-        doc.append("### TLS cost per cycle\n")
-        doc.append(TLS_LEGEND)
+        doc.append("#### TLS cost per cycle\n")
         doc.append(tls_table(tls_rows))
         doc.append(P_END)
         return "\n".join(doc)
@@ -924,11 +1031,10 @@ def pin_block(args, rows, unix_rows, renew, tls_rows=()):
                "every repetition)\n" % (
                    " --unix" if unix_rows else "", reps,
                    fmt(secs, 1) if secs else "?"))
-    doc.append(WORK_LEGEND)
     doc.append(work_section(out_dir, rows, unix_rows))
     _, summary = comparison_tables(rows)
     if summary:
-        doc.append("#### Cost targets, nodes over %s (reported, not "
+        doc.append("#### Targets, nodes over %s (reported, not "
                    "asserted)\n" % ("TCP" if rows else "unix sockets"))
         doc.append(targets_table(summary, renew, group(rows)))
     if renew:
@@ -942,22 +1048,35 @@ def pin_block(args, rows, unix_rows, renew, tls_rows=()):
                        fmt(num(renew, "renew_per_s")),
                        fmt(num(renew, "lost_total", num(renew, "lost")))))
     if tls_rows:
-        doc.append("### TLS cost per cycle\n")
-        doc.append(TLS_LEGEND)
+        doc.append("#### TLS cost per cycle\n")
         doc.append(tls_table(tls_rows))
     doc.append(P_END)
     return "\n".join(doc)
 
 
 def insert_pinned(text, blocks):
-    """text with blocks placed right below its title and introduction (above
-    the first "## " heading), newest first."""
+    """text with blocks placed at the top of its "Current measurements"
+    section, below that heading's introduction, newest first. A text
+    without that section gets one above its first "## " heading (or at its
+    end)."""
     if not blocks:
         return text
-    i = text.find("\n## ")
+    body = "\n\n".join(blocks) + "\n\n"
+    i = text.find("\n" + CURRENT + "\n")
     if i < 0:
-        return text.rstrip("\n") + "\n\n" + "\n\n".join(blocks) + "\n"
-    return text[:i + 1] + "\n\n".join(blocks) + "\n\n" + text[i + 1:]
+        body = CURRENT + "\n\n" + CURRENT_INTRO + "\n" + body
+        i = text.find("\n## ")
+        if i < 0:
+            return text.rstrip("\n") + "\n\n" + body.rstrip("\n") + "\n"
+        return text[:i + 1] + body + text[i + 1:]
+    # The introduction ends where the first subsection or section starts.
+    start = i + len(CURRENT) + 2
+    ends = [k for k in (text.find("\n### ", start), text.find("\n## ", start))
+            if k >= 0]
+    if not ends:
+        return text.rstrip("\n") + "\n\n" + body.rstrip("\n") + "\n"
+    k = min(ends)
+    return text[:k + 1] + body + text[k + 1:]
 
 
 def pin(args):
@@ -970,8 +1089,7 @@ def pin(args):
     if not rows and not unix_rows and not tls_rows:
         sys.exit("report.py: no results in %s to pin" % out_dir)
     rows = rows or unix_rows
-    old = read(args.md) if os.path.exists(args.md) else \
-        "# redlockd benchmarks\n"
+    old = read(args.md) if os.path.exists(args.md) else TITLE
     blocks = pinned_blocks(old)
     for b in blocks:
         old = old.replace(b + "\n\n", "", 1).replace(b, "", 1)
@@ -997,12 +1115,16 @@ def build(args):
 
     analysis = DEFAULT_ANALYSIS
     pinned = []
+    earlier = ""
     if os.path.exists(args.md):
         old = read(args.md)
         i, j = old.find(A_BEGIN), old.find(A_END)
         if i >= 0 and j > i:
             analysis = old[i + len(A_BEGIN):j].strip("\n") + "\n"
         pinned = pinned_blocks(old)
+        i, j = old.find(E_BEGIN), old.find(E_END)
+        if i >= 0 and j > i:
+            earlier = old[i:j + len(E_END)]
 
     comp, summary = comparison_tables(rows)
     renew_md, renew = renew_table(renew_rows)
@@ -1020,68 +1142,33 @@ def build(args):
                 r.get("errs"), fmt(num(r, "daemon_cpu"))))
     png_ok = plot(rows, args.png, out_dir) if rows else False
 
-    doc = []
-    doc.append("# redlockd benchmarks\n")
-    doc.append("Generated by `tests/bench/run.sh` (tables) and written by "
-               "hand (the analysis). Reproduce with `tests/bench/run.sh` "
-               "(comparison + renew), `--scaling`, `--profile`, or `--all`; "
-               "`--quick` is a two-minute smoke run. Speed is measured, "
-               "never asserted in tests.\n")
+    doc = [TITLE]
+    doc.append("How fast redlockd takes and releases locks, what it asks of "
+               "Redis for each, and what its locks cost in memory and CPU, "
+               "against the cheapest correct Redlock client and "
+               "node-redlock. First how it is measured, then the newest "
+               "measurement of each thing, then what the changes to the "
+               "lock path bought and what did not help. Generated by "
+               "`tests/bench/run.sh`; the prose between the tables is "
+               "written by hand.\n")
+    doc.append(METHOD)
+    doc.append("```\n%s\n```\n" % (machine or "(not recorded)"))
+    doc.append(METHOD_END)
+    doc.append(CURRENT + "\n")
+    doc.append(CURRENT_INTRO)
     if pinned:
         doc.append("\n\n".join(pinned) + "\n")
-    doc.append("## What is measured\n")
-    doc.append(
-        "- **cycle**: each client acquires its own resource (ttl 10 s), "
-        "releases it, and repeats; one request in flight per client, and "
-        "a connection per client unless the row says *a connection per 16 "
-        "clients* (requests pipelined and matched by id, as the client "
-        "libraries talk). Throughput counts whole cycles; *acquire* "
-        "latency is request to answer, *cycle* latency is acquire sent to "
-        "release answered.\n"
-        "- **redlockd**: `rlbench` over the daemon's unix socket (NDJSON).\n"
-        "- **floor sidecar**: `rlbench --serve`, the minimal limit's engine "
-        "served over its own unix socket in the daemon's NDJSON (a lean "
-        "server that trusts its input; not the product), driven exactly "
-        "like the daemon: the cheapest correct sidecar, the bar for the "
-        "per-connection cost (*daemon / floor*).\n"
-        "- **minimal limit**: `rlbench --inproc`: the cheapest correct "
-        "Redlock cycle inside the generator (hiredis async + libevent, one "
-        "connection per node): `SET key token NX PX ttl` to all nodes at "
-        "once, answered at quorum (3 of 5) with the daemon's own validity "
-        "rule (sidecar/redlock.c, linked into rlbench), then one "
-        "compare-and-delete EVALSHA on all nodes; no socket and no JSON.\n"
-        "- **limit, daemon's scripts**: `rlbench --inproc --limit scripts`: "
-        "the same round running the daemon's own acquire and release "
-        "scripts (sidecar/scripts.c). The gap from the daemon to it is what "
-        "the daemon's socket, JSON and bookkeeping cost; the gap from it to "
-        "the minimal limit is the extra Redis work of the scripts.\n"
-        "- Nodes listen on TCP loopback (127.0.0.1) unless a table says "
-        "unix sockets; every run reads the nodes' INFO commandstats and "
-        "INFO cpu (see *Redis work per lock cycle*).\n"
-        "- **node-redlock**: `redlock@5.0.0-beta.2` over `ioredis`, "
-        "`acquire([resource], ttl)` then `lock.release()`, retryCount 0, "
-        "N async workers, one ioredis client per node (also with "
-        "`enableAutoPipelining`).\n"
-        "- Runs are interleaved (daemon, floor sidecar, minimal limit, "
-        "daemon and floor on shared connections, scripts limit, "
-        "node-redlock, then the next concurrency, then the next "
-        "repetition; the daemon and the limits swap order every "
-        "repetition) so that drifts of a shared machine hit all alike; "
-        "tables show medians.\n")
-    doc.append("## Machine\n")
-    doc.append("```\n%s\n```\n" % (machine or "(not recorded)"))
     if summary:
-        doc.append("## Targets (reported, not asserted)\n")
+        doc.append("### Targets (reported, not asserted)\n")
         doc.append(stamp(out_dir, "compare"))
         doc.append(targets_table(summary, renew, group(rows)))
     work = work_section(out_dir, rows, unix_rows)
     if work:
-        doc.append("## Redis work per lock cycle\n")
+        doc.append("### Redis work per lock cycle\n")
         doc.append(stamp(out_dir, "compare"))
-        doc.append(WORK_LEGEND)
         doc.append(work)
     if comp:
-        doc.append("## Daemon vs in-process limit vs node-redlock\n")
+        doc.append("### The lock cycle: daemon, limits and node-redlock\n")
         doc.append(stamp(out_dir, "compare"))
         doc.append(comp)
         if png_ok:
@@ -1089,29 +1176,26 @@ def build(args):
                 os.path.abspath(args.md)))
             doc.append("![throughput and p99 vs concurrency](%s)\n" % rel)
     if cont_md:
-        doc.append("## Contention (the daemon's FIFO wait queues)\n")
-        doc.append("Clients share a few resources and acquire with "
-                   "`wait_ms`; a release wakes the next waiter at once. "
-                   "Acquire latency includes the wait.\n")
+        doc.append("### Contention (the daemon's FIFO wait queues)\n")
+        doc.append(stamp(out_dir, "compare"))
+        doc.append("Acquire latency includes the wait.\n")
         doc.append(cont_md)
     if renew_md:
-        doc.append("## Renewing locks\n")
+        doc.append("### Renewing locks\n")
         doc.append(stamp(out_dir, "renew"))
         doc.append(renew_md)
         doc.append(renew_timeline(renew_samples))
     tls = tls_table(tls_rows)
     if tls:
-        doc.append("## TLS cost per cycle\n")
+        doc.append("### TLS cost per cycle\n")
         doc.append(stamp(out_dir, "tls"))
-        doc.append(TLS_LEGEND)
         doc.append(tls)
     sc = scaling_tables(sc_rows)
     if sc:
-        doc.append("## How cost grows (measured)\n")
+        doc.append("### How cost grows\n")
         doc.append(stamp(out_dir, "scaling"))
-        doc.append("From `tests/bench/run.sh --scaling` (%s s per run; "
-                   "single runs, not medians).\n" % (
-                       sc_rows[0].get("secs", "?") if sc_rows else "?"))
+        doc.append("Single runs of %s s, not medians.\n" % (
+            sc_rows[0].get("secs", "?") if sc_rows else "?"))
         doc.append(sc)
     prof = os.path.join(out_dir, "profile")
     for name, title in [("perf-self.txt", "perf, cpu-clock samples, self "
@@ -1126,14 +1210,16 @@ def build(args):
             # Paths relative to the repository: no machine's paths in it.
             root = os.path.abspath(args.root) + os.sep
             lines = [ln.replace(root, "") for ln in lines]
-            doc.append("## Profile: %s\n" % title)
+            doc.append("### Profile: %s\n" % title)
             doc.append(stamp(out_dir, "profile"))
             doc.append("```\n%s\n```\n" % "\n".join(lines))
     if notes:
-        doc.append("## Notes from the run\n```\n%s\n```\n" % notes)
+        doc.append("### Notes from the run\n```\n%s\n```\n" % notes)
     doc.append(A_BEGIN)
     doc.append(analysis.rstrip("\n"))
     doc.append(A_END + "\n")
+    if earlier:
+        doc.append(earlier + "\n")
     raw = rows + unix_rows + renew_rows + sc_rows + tls_rows
     if raw:
         doc.append("<details><summary>Raw RESULT lines</summary>\n")
@@ -1156,9 +1242,9 @@ def main():
     ap.add_argument("--md")
     ap.add_argument("--png")
     ap.add_argument("--root", default=".")
-    ap.add_argument("--pin", help="add this run's Redis-work tables to the "
-                    "top of --md as a kept section with this title, and "
-                    "change nothing else")
+    ap.add_argument("--pin", help="add this run's Redis-work tables to "
+                    "--md as a kept section with this title, at the top of "
+                    "its current measurements, and change nothing else")
     args = ap.parse_args()
     if not (args.out_dir and args.md and args.png):
         ap.error("--out-dir, --md and --png are required")

@@ -38,8 +38,9 @@
 #            libuuid tokens), --no-build, --reps N,
 #            --report-only (regenerate BENCHMARKS.md from tests/bench/out),
 #            --pin TITLE (instead of regenerating BENCHMARKS.md, add this
-#            run's Redis-work tables to its top as a section TITLE that
-#            later regenerations keep; the full report goes to the out dir)
+#            run's Redis-work tables at the top of its "Current
+#            measurements" as a section TITLE that later regenerations
+#            keep; the full report goes to the out dir)
 #
 # Environment (defaults in brackets, --quick ones after the slash):
 #   BENCH_DURATION [5/2]  measured seconds per run

@@ -264,8 +264,10 @@ def _out_dir(tmp_path, machine="CPU(s): 2\n"):
 
 
 def test_report_pins_sections_and_keeps_them(tmp_path):
-    """--pin adds the Redis-work tables above the rest and changes nothing
-    else; a later --pin goes on top; a full regeneration keeps both."""
+    """--pin adds the Redis-work tables under the current-measurements
+    heading and changes nothing else; a later --pin goes on top of it; a
+    full regeneration writes the method first and keeps both under that
+    heading."""
     out = _out_dir(tmp_path, machine="CPU(s): 2\nHypervisor vendor: KVM\n")
     res = "".join(_line("daemon", 64, "r%d" % k, 900, 35, 40) +
                   _line("limit", 64, "r%d" % k, 1000, 20, 20)
@@ -275,21 +277,23 @@ def test_report_pins_sections_and_keeps_them(tmp_path):
     md.write_text("# redlockd benchmarks\n\nIntro.\n\n## Older\n\nkept\n")
 
     text = _report(out, md, "--pin", "Before")
-    assert text.index("## Before") < text.index("## Older"), text
+    assert text.index("## Current measurements\n") < \
+        text.index("### Before") < text.index("## Older"), text
     assert text.endswith("## Older\n\nkept\n"), text
     assert "daemon sources (`sidecar/`) as of `98c0982`" in text
     assert "| 64 | 0.90 (paired 0.90: 0.90, 0.90, 0.90) | 1.75 " in text
     assert "/" + "work/" not in text and str(tmp_path) not in text
 
     text = _report(out, md, "--pin", "After")
-    assert text.index("## After") < text.index("## Before") < \
+    assert text.count("## Current measurements\n") == 1, text
+    assert text.index("### After") < text.index("### Before") < \
         text.index("## Older"), text
     assert text.count("<!-- pinned:begin -->") == 2
 
     text = _report(out, md)
     assert text.count("<!-- pinned:begin -->") == 2, text
-    assert re.search(r"## After.*## Before.*## What is measured", text,
-                     re.S), text
+    assert re.search(r"^## How it is measured.*^## Current measurements"
+                     r".*^### After.*^### Before", text, re.S | re.M), text
     assert "## Older" not in text  # regenerated: only pinned parts stay
 
 
