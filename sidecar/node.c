@@ -187,6 +187,21 @@ struct node {
     char prev_up_dataset[DATASET_MARK_LEN + 1];
     bool dataset_refused;
     bool dataset_warned;
+    /* A lock connection up with no mark read and no ACL refusal: nothing
+     * would show a flush of it, so its acquires do not count
+     * (node_unmarked) and the mark is tried again every second. mark_why:
+     * the refusal that left it unknown, for health and the log;
+     * mark_logged: this spell (from the first such connection to one that
+     * reads the mark) was told; mark_retrying: a retry is in flight.
+     * mark_seen: a connection that read the mark came up in this daemon;
+     * first_marked: the one up now is the first (node_first_connection).
+     * date_warned: a refused PTTL or PEXPIRE was told (once per node). */
+    char mark_why[120];
+    bool mark_logged;
+    bool mark_retrying;
+    bool mark_seen;
+    bool first_marked;
+    bool date_warned;
     /* When the mark was set, monotonic, from its PTTL at the last
      * handshake (restart_dataset_born_us); 0 not known. */
     uint64_t dataset_born_us;
@@ -1340,6 +1355,9 @@ int node_send_prepared(struct node *node, const struct node_prep *p,
     if (!node_accepts(node) || p->buf == NULL) {
         return -1;
     }
+    if (p->guarded && node_unmarked(node) != NULL) {
+        return -1; /* a flush of it would go unseen: it does not vote */
+    }
     /* Guarded where there is a mark to compare (see guard_close). */
     bool guarded = p->guarded && node->guard_buf != NULL &&
                    node->up_dataset[0] != '\0' && !node->dataset_refused;
@@ -1449,6 +1467,7 @@ static void node_check_role(struct node *node, const char *info);
 static void node_check_replid(struct node *node, const char *info);
 static void dataset_check_cb(struct node *node, struct redisReply *reply,
                              enum node_status status, void *privdata);
+static void mark_retry(struct node *node);
 
 /* privdata: the INFO section's HANDSHAKE_INFO_* tag. */
 static void config_check_cb(struct node *node, struct redisReply *reply,
@@ -1500,12 +1519,14 @@ static void ping_timer_cb(evutil_socket_t fd, short what, void *arg)
                            (void *)(intptr_t)HANDSHAKE_INFO_REPLICATION);
         /* Likewise for a node emptied under the same run_id and
          * replication id (FLUSHALL, a server swapped behind a proxy). */
-        if (node->up_dataset[0] != '\0' && !node->dataset_refused) {
+        if (node->dataset[0] != '\0' && !node->dataset_refused) {
             argv[0] = "GET";
             lens[0] = 3;
             argv[1] = node->opts.dataset_key;
             lens[1] = strlen(node->opts.dataset_key);
             (void)node_command(node, 2, argv, lens, dataset_check_cb, NULL);
+        } else if (node_unmarked(node) != NULL && !node->mark_retrying) {
+            mark_retry(node); /* its acquires count once it stands */
         }
     } else if (node->state == NODE_UP &&
                now - node->last_send_us >= PING_INTERVAL_MS * 1000u) {
@@ -1650,12 +1671,14 @@ static void node_check_replid(struct node *node, const char *info)
  * id that did not change (node_emptied). */
 
 /* A refusal of the data-set key's commands: NOPERM (an ACL that does not
- * name the key) is told once; the node goes on without a mark. Other
- * errors (READONLY on a replica, LOADING) only leave the mark unknown. */
-static void dataset_refused(struct node *node, const char *text)
+ * name the key) is told once; the node goes on without a mark, unguarded.
+ * Returns true for it. Any other error (OOM at maxmemory, NOREPLICAS,
+ * MISCONF, READONLY, ...) is no reason to go unguarded: it leaves the mark
+ * unknown, and a node up without one does not vote (node_unmarked). */
+static bool dataset_refused(struct node *node, const char *text)
 {
     if (strncmp(text, "NOPERM", 6) != 0) {
-        return;
+        return false;
     }
     if (!node->dataset_warned) {
         node->dataset_warned = true;
@@ -1666,6 +1689,66 @@ static void dataset_refused(struct node *node, const char *text)
                  node->addr->display, node->opts.dataset_key, text);
     }
     node->dataset_refused = true;
+    return true;
+}
+
+/* A lock connection with no mark read and no ACL refusal of the key. */
+static bool mark_unknown(const struct node *node)
+{
+    return node->opts.dataset_key != NULL && node->opts.push_cb == NULL &&
+           !node->dataset_refused && node->dataset[0] == '\0';
+}
+
+/* Why the mark is unknown: the refusal, or a key found empty. */
+static const char *mark_text(const struct node *node)
+{
+    return node->mark_why[0] != '\0' ? node->mark_why
+                                     : "data-set key: no mark read";
+}
+
+/* A SET or GET of the mark (step) refused with text: unless the ACL's
+ * NOPERM, it is the reason the mark is unknown, for health and the log. */
+static void mark_refused(struct node *node, const char *step, const char *text)
+{
+    if (!dataset_refused(node, text)) {
+        snprintf(node->mark_why, sizeof(node->mark_why),
+                 "data-set key: %s refused (%.80s)", step, text);
+    }
+}
+
+/* Tells, once per spell, that a connection coming up has no mark, and
+ * why, and then that one read it again. */
+static void mark_tell(struct node *node)
+{
+    if (mark_unknown(node) && !node->mark_logged) {
+        node->mark_logged = true;
+        log_warn(node->subject,
+                 "%s: no data-set mark (%s): a FLUSHALL of this node would "
+                 "go unseen, so its acquires do not count until the mark is "
+                 "set; trying again every second",
+                 node->addr->display, mark_text(node));
+    } else if (!mark_unknown(node) && node->mark_logged) {
+        node->mark_logged = false;
+        log_info(node->subject,
+                 "%s: the data-set mark is read again: its acquires count",
+                 node->addr->display);
+    }
+}
+
+/* A PTTL or PEXPIRE of the mark (step) refused with text: the mark's age
+ * is not known, which only the start-up check reads; told once until a
+ * PTTL answers again. */
+static void date_refused(struct node *node, const char *step, const char *text)
+{
+    if (node->date_warned || node->dataset_refused) {
+        return; /* the ACL refuses the whole key: told already */
+    }
+    node->date_warned = true;
+    log_warn(node->subject,
+             "%s: %s of the data-set key %s was refused (%.100s): the mark's "
+             "age is not known, so a flush just before this daemon met the "
+             "node may go unseen",
+             node->addr->display, step, node->opts.dataset_key, text);
 }
 
 /* The mark a GET answered into out ("" for none). */
@@ -1723,6 +1806,31 @@ static void dataset_lost(struct node *node, bool gone)
     node_drop(node, "data-set key changed");
 }
 
+/* A GET of the mark on a live connection (a guard's, or the check every
+ * second) answered the error text: nothing shows that no flush came, so
+ * the connection is dropped and the reconnect's handshake reads the mark
+ * again. A NOPERM is told once (dataset_refused), and the reconnect goes
+ * on unguarded; after any other error it finds no mark and does not vote
+ * until it has one (node_unmarked). */
+static void dataset_unreadable(struct node *node, const char *text, bool guard)
+{
+    (void)dataset_refused(node, text);
+    node_set_error(node, "data-set key: GET refused (%.100s)", text);
+    if (guard) {
+        log_warn(node->subject,
+                 "%s: the data-set guard was refused (%.100s): this turn's "
+                 "acquires do not count on it; reconnecting",
+                 node->addr->display, text);
+    } else {
+        log_warn(node->subject,
+                 "%s: the data-set check was refused (%.100s): a flush of "
+                 "the node could not be seen; reconnecting",
+                 node->addr->display, text);
+    }
+    node_drop(node,
+              guard ? "data-set guard refused" : "data-set check refused");
+}
+
 /* The check every second, and each guard's reply (guard_close). A guard
  * read by guard_read was compared there already; comparing again costs
  * one strcmp per turn and covers the guards whose acquires all timed out,
@@ -1735,13 +1843,70 @@ static void dataset_check_cb(struct node *node, struct redisReply *reply,
         return;
     }
     if (reply->type == REDIS_REPLY_ERROR) {
-        dataset_refused(node, reply->str);
+        dataset_unreadable(node, reply->str, false);
         return;
     }
     bool gone;
     if (!dataset_same(node, reply, &gone)) {
         dataset_lost(node, gone);
     }
+}
+
+/* A retry of the mark on a connection up without one: SET's reply
+ * (privdata NULL), then GET's. A mark that stands now is read as a
+ * handshake reads it (its age, a change since the last one, the start-up
+ * check), so the connection is dropped and the reconnect counts the node
+ * again. */
+static void mark_retry_cb(struct node *node, struct redisReply *reply,
+                          enum node_status status, void *privdata)
+{
+    bool get = privdata != NULL;
+    if (get) {
+        node->mark_retrying = false;
+    }
+    if (status != NODE_REPLY || node_unmarked(node) == NULL) {
+        return;
+    }
+    if (reply->type == REDIS_REPLY_ERROR) {
+        mark_refused(node, get ? "GET" : "SET", reply->str);
+        log_debug(node->subject, "%s: %s", node->addr->display,
+                  mark_text(node));
+        return;
+    }
+    char mark[DATASET_MARK_LEN + 1];
+    if (!get) {
+        return;
+    }
+    dataset_read(reply, mark);
+    if (mark[0] == '\0') {
+        return;
+    }
+    log_info(node->subject,
+             "%s: the data-set key %s is set now; reconnecting, to read it "
+             "as a handshake does",
+             node->addr->display, node->opts.dataset_key);
+    node_set_error(node, "data-set key %s: reconnecting to read it", "set");
+    node_drop(node, "data-set key set");
+}
+
+/* Sends the retry: SET NX as at the handshake, then GET. */
+static void mark_retry(struct node *node)
+{
+    char mark[DATASET_MARK_LEN + 1];
+    node->opts.dataset_mark(mark);
+    const char *argv[6] = {"SET", node->opts.dataset_key, mark, "NX",
+                           "PX",  dataset_ttl_arg()};
+    size_t lens[6];
+    for (int i = 0; i < 6; i++) {
+        lens[i] = strlen(argv[i]);
+    }
+    if (node_command(node, 6, argv, lens, mark_retry_cb, NULL) != 0) {
+        return; /* overloaded: next second */
+    }
+    argv[0] = "GET";
+    lens[0] = 3;
+    node->mark_retrying =
+        node_command(node, 2, argv, lens, mark_retry_cb, node) == 0;
 }
 
 /* ---- the data-set guard -------------------------------------------------
@@ -1756,8 +1921,9 @@ static void dataset_check_cb(struct node *node, struct redisReply *reply,
  * replies is handled, so their acquires count as failed on this node,
  * and the reconnect quarantines it. Redis answers the commands of one
  * read together, so the guard costs the node a GET per turn, not a round
- * trip. Nodes whose mark is not known (refused by the ACL) are not
- * guarded: the 1 s check cannot read it either. */
+ * trip. Nodes whose mark the ACL refuses (NOPERM) are not guarded: the
+ * 1 s check cannot read it either. A node whose mark is unknown for any
+ * other reason does not vote at all (node_unmarked). */
 
 /* Queues one guard: right after the guarded commands that go out now
  * (before any held by a NOSCRIPT recovery, which wait for a reply that
@@ -1905,16 +2071,9 @@ static int guard_read(struct node *node, size_t *off)
     }
     const redisReply *gr = node->ahead[k - 1];
     if (gr->type == REDIS_REPLY_ERROR) {
-        /* The mark could not be read, so nothing shows that no flush came
-         * before these acquires: they do not count. A NOPERM is told once
-         * (dataset_refused), and the reconnect goes on unguarded. */
-        dataset_refused(node, gr->str);
-        node_set_error(node, "data-set key: GET refused (%.100s)", gr->str);
-        log_warn(node->subject,
-                 "%s: the data-set guard was refused (%.100s): this turn's "
-                 "acquires do not count on it; reconnecting",
-                 node->addr->display, gr->str);
-        node_drop(node, "data-set guard refused");
+        /* Nothing shows that no flush came before these acquires: they
+         * do not count. */
+        dataset_unreadable(node, gr->str, true);
         return -1;
     }
     bool gone;
@@ -1954,10 +2113,17 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         script == HANDSHAKE_DATASET_PTTL || script == HANDSHAKE_DATASET_DATE;
     if (dataset_tag && status == NODE_REPLY &&
         reply->type == REDIS_REPLY_ERROR) {
-        /* The mark is a check, not a condition of service; dating an
-         * older mark is a courtesy to later daemons. */
-        if (script != HANDSHAKE_DATASET_DATE) {
-            dataset_refused(node, reply->str);
+        /* The mark is a check, not a condition of service: a node whose
+         * mark stays unknown comes up but does not vote (node_unmarked);
+         * its age only serves the start-up check. */
+        if (script == HANDSHAKE_DATASET_SET) {
+            mark_refused(node, "SET", reply->str);
+        } else if (script == HANDSHAKE_DATASET_GET) {
+            mark_refused(node, "GET", reply->str);
+        } else {
+            date_refused(node,
+                         script == HANDSHAKE_DATASET_PTTL ? "PTTL" : "PEXPIRE",
+                         reply->str);
         }
     } else if (status != NODE_REPLY || reply->type == REDIS_REPLY_ERROR) {
         if (!node->handshake_failed) {
@@ -1999,6 +2165,7 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         }
     } else if (script == HANDSHAKE_DATASET_PTTL) {
         if (reply->type == REDIS_REPLY_INTEGER) {
+            node->date_warned = node->date_warned && reply->integer == -1;
             node->dataset_born_us =
                 restart_dataset_born_us(util_now_us(), reply->integer);
             if (reply->integer == -1) {
@@ -2040,6 +2207,9 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
         if (node->dataset[0] != '\0') {
             memcpy(node->up_dataset, node->dataset, sizeof(node->dataset));
         }
+        node->first_marked = !node->mark_seen && node->dataset[0] != '\0';
+        node->mark_seen = node->mark_seen || node->dataset[0] != '\0';
+        mark_tell(node);
         node_set_state(node, NODE_UP);
     }
 }
@@ -2102,6 +2272,8 @@ static void handshake_start(struct node *node)
     node->dataset[0] = '\0';
     node->dataset_refused = false;
     node->dataset_born_us = 0;
+    node->mark_why[0] = '\0';
+    node->mark_retrying = false;
     if (node->opts.dataset_key != NULL) {
         /* The TTL never runs out: what is left of it dates the mark. */
         char mark[DATASET_MARK_LEN + 1];
@@ -2576,7 +2748,14 @@ bool node_first_attempt_pending(const struct node *node)
 
 bool node_first_connection(const struct node *node)
 {
-    return node->prev_up_run_id[0] == '\0' && node->up_run_id[0] != '\0';
+    return (node->prev_up_run_id[0] == '\0' && node->up_run_id[0] != '\0') ||
+           node->first_marked;
+}
+
+const char *node_unmarked(const struct node *node)
+{
+    return node->state == NODE_UP && mark_unknown(node) ? mark_text(node)
+                                                        : NULL;
 }
 
 uint64_t node_started_us(const struct node *node)

@@ -207,7 +207,17 @@ uint64_t node_dataset_born_us(const struct node *node);
 bool node_first_attempt_pending(const struct node *node);
 
 /* node_first_connection: the connection that last came up is the first
- * of this node that came up in this daemon. */
+ * of this node that came up in this daemon, or the first that read its
+ * data-set mark (those before it had none to date). */
 bool node_first_connection(const struct node *node);
+
+/* node_unmarked: why an up lock connection's data-set mark is not known
+ * ("data-set key: SET refused (OOM ...)"), NULL when it is known, not kept,
+ * refused by the ACL (NOPERM: the node goes on unguarded) or the node is
+ * not up. Such a node does not vote: node_send_prepared refuses its
+ * guarded sends (acquires), since nothing would show a flush of it; the
+ * mark is tried again every second, and once it stands the connection is
+ * made again to read it as a handshake does. */
+const char *node_unmarked(const struct node *node);
 
 #endif

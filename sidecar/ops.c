@@ -1050,10 +1050,11 @@ char *ops_health_json(struct ops *o, const char *id, size_t id_len,
         nodes[i].tls = node_tls_mode(nd);
         nodes[i].eviction = node_eviction_policy(nd);
         nodes[i].refusing = cluster_node_refusal(o->cluster, i);
+        nodes[i].not_counted = node_unmarked(nd);
     }
     int usable = 0;
     for (int i = 0; i < n; i++) {
-        usable += nodes[i].up && !nodes[i].quarantined;
+        usable += nodes[i].up && !nodes[i].quarantined && !nodes[i].not_counted;
     }
     *quorum_ok = usable >= cluster_quorum(o->cluster);
     return proto_encode_health(id, id_len, *quorum_ok,

@@ -1534,7 +1534,7 @@ static size_t esc_bound(const char *s)
  * string owned by the caller, its length in *len (when len != NULL):
  *   {"id":..,"ok":true,"quorum":Q,"nodes":[{"addr":..,"up":..,"state":..,
  *    "last_error":..|null,"rtt_ms":N|null,"quarantined":..[,"tls":..]
- *    [,"eviction":..][,"refusing":..]},..]}
+ *    [,"eviction":..][,"refusing":..][,"not_counted":..]},..]}
  * When ok is false, "error":{"code":"no_quorum","message":..} follows
  * "ok", so generic clients see the usual failure shape. A NULL state is
  * written as "up" or "down". Returns NULL only when malloc fails.
@@ -1557,9 +1557,13 @@ char *proto_encode_health(const char *id, size_t id_len, bool ok, int quorum,
     for (int i = 0; i < n_nodes; i++) {
         o.cap += 200 + esc_bound(nodes[i].addr) + esc_bound(nodes[i].state) +
                  esc_bound(nodes[i].last_error) + esc_bound(nodes[i].eviction) +
-                 esc_bound(nodes[i].refusing);
-        /* A quarantined node is up but does not count towards quorum. */
-        n_usable += nodes[i].up && !nodes[i].quarantined ? 1 : 0;
+                 esc_bound(nodes[i].refusing) + esc_bound(nodes[i].not_counted);
+        /* A quarantined node is up but does not count towards quorum, nor
+         * one whose data-set mark is not known. */
+        n_usable +=
+            nodes[i].up && !nodes[i].quarantined && nodes[i].not_counted == NULL
+                ? 1
+                : 0;
     }
     o.p = malloc(o.cap);
     if (o.p == NULL) {
@@ -1628,6 +1632,10 @@ char *proto_encode_health(const char *id, size_t id_len, bool ok, int quorum,
         if (nd->refusing != NULL) {
             out_lit(&o, ",\"refusing\":");
             out_qesc(&o, nd->refusing, strlen(nd->refusing));
+        }
+        if (nd->not_counted != NULL) {
+            out_lit(&o, ",\"not_counted\":");
+            out_qesc(&o, nd->not_counted, strlen(nd->not_counted));
         }
         out_lit(&o, "}");
     }

@@ -168,6 +168,9 @@ struct proto_node_health {
     const char *refusing; /* borrowed: the last error the node refused a
                              lock command with since it last answered an
                              acquire, NULL when none */
+    const char *not_counted; /* borrowed: why an up node's acquires do not
+                                count (its data-set mark is not known),
+                                NULL when they do */
 };
 
 /* proto_encode_health: the health object into a malloc'd string owned by the

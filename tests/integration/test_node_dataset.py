@@ -11,6 +11,7 @@ flush, with no earlier mark to compare, sees the node's mark younger than
 the others' and quarantines it as it would a node that started late."""
 
 import re
+import time
 
 import pytest
 
@@ -266,3 +267,157 @@ def test_fresh_daemon_counts_nodes_with_old_marks(cluster, daemon_factory):
     for nd in cluster.nodes[:2]:
         left = nd.cmd("PTTL", DATASET)
         assert DATASET_TTL_MS - 60000 < left <= DATASET_TTL_MS, left
+
+
+# ---- a node whose mark is not known ---------------------------------------
+# A refused SET of the mark (OOM at maxmemory under noeviction, NOREPLICAS,
+# MISCONF, ...) on a node that had none left the connection without a mark:
+# neither the guard nor the check every second ran on it, so a FLUSHALL
+# went unseen and a held lock was granted again. Such a node now comes up
+# without a vote (health: "not_counted", and why), the mark is tried again
+# every second, and the node counts once a reconnect reads it.
+
+OOM = "OOM command not allowed"
+NO_MARK = "no data-set mark (data-set key: SET refused (OOM"
+
+
+def _oom(node, on):
+    node.cmd("CONFIG", "SET", "maxmemory", "1" if on else "0")
+
+
+def _start_with_node1_full(cluster, daemon_factory, name):
+    """A daemon whose first handshake with node 1 met it at maxmemory."""
+    _oom(cluster.nodes[0], True)
+    try:
+        d = daemon_factory.start(cluster, name=name)
+        assert cluster.nodes[0].cmd("GET", DATASET) is None
+    except BaseException:
+        _oom(cluster.nodes[0], False)
+        raise
+    return d
+
+
+def _counted(d, k, timeout=40.0):
+    """Until node k is up and its acquires count (no quarantine: a mark
+    set more than 3 s after the others' would sit out one)."""
+    def counted():
+        n = _health(d, k)
+        return n["up"] and not n["quarantined"] and "not_counted" not in n
+    ok, _ = poll_until(counted, timeout * SLOW, 0.05)
+    assert ok, (_health(d, k), d.stderr_tail(30))
+
+
+def test_refused_mark_does_not_let_a_flush_grant_twice(
+        cluster, daemon_factory):
+    """The node full while the daemon connects, then not: client A holds R
+    on nodes 1-3, node 1 is flushed, and 2.5 s later client B must not get
+    R on nodes 1, 4 and 5 while A's 60 s are far from over."""
+    d = _start_with_node1_full(cluster, daemon_factory, "oomflush")
+    _oom(cluster.nodes[0], False)
+    _counted(d, 0)
+    res = rname("oomflush")
+    with d.client() as a:
+        r = a.call("acquire", resource=res, ttl_ms=60000)
+        assert_ok(r)
+        for nd in cluster.nodes[3:]:
+            nd.cmd("DEL", lock_key(res))
+        held = cluster.get_all(lock_key(res))
+        assert [v is not None for v in held] == [True] * 3 + [False] * 2, \
+            held
+        cluster.nodes[0].cmd("FLUSHALL")
+        time.sleep(2.5)
+        with d.client() as b:
+            r2 = b.call("acquire", resource=res, ttl_ms=5000)
+            assert r2["ok"] is False, "a second holder: %r on %r" % (
+                r2, cluster.get_all(lock_key(res)))
+            assert r2["error"]["code"] in ("busy", "no_quorum"), r2
+    assert _health(d, 0)["quarantined"] is True, d.health()
+
+
+def test_refused_mark_node_votes_once_the_mark_is_set(
+        cluster, daemon_factory):
+    """While node 1 refuses the mark, health says it does not count, and
+    why; once it takes writes the mark is set, and it votes again."""
+    d = _start_with_node1_full(cluster, daemon_factory, "oomvote")
+    try:
+        h = d.health()
+        n1 = h["nodes"][0]
+        assert n1["up"] is True and OOM in n1.get("not_counted", ""), h
+        assert h["ok"] is True, h  # four nodes still count
+        assert [("not_counted" in n) for n in h["nodes"]] == \
+            [True] + [False] * 4, h
+    finally:
+        _oom(cluster.nodes[0], False)
+    _counted(d, 0)
+    mark = cluster.nodes[0].cmd("GET", DATASET)
+    assert mark is not None and len(mark) == 32, mark
+    res = rname("oomvote")
+    with d.client() as c:
+        assert_ok(c.call("acquire", resource=res, ttl_ms=10000))
+        assert cluster.nodes[0].cmd("GET", lock_key(res)) is not None
+    assert "the data-set mark is read again: its acquires count" in \
+        d.stderr_text()
+
+
+def test_refused_mark_is_logged_once_with_its_reason(
+        cluster, daemon_factory):
+    """The first refusal is told with the node's error; the retries every
+    second are not, nor the reconnects in between."""
+    d = _start_with_node1_full(cluster, daemon_factory, "oomlog")
+    try:
+        time.sleep(3.5)  # three retries or more, each refused
+        h = _health(d, 0)
+        assert OOM in h.get("not_counted", ""), h
+    finally:
+        _oom(cluster.nodes[0], False)
+    ok, _ = poll_until(lambda: "not_counted" not in _health(d, 0),
+                       10.0 * SLOW, 0.05)
+    assert ok, (_health(d, 0), d.stderr_tail(30))
+    lines = [ln for ln in d.stderr_text().splitlines() if NO_MARK in ln]
+    assert len(lines) == 1, d.stderr_tail(40)
+    assert "node 1" in lines[0], lines
+    # set more than 3 s after the others' marks: the node was met without
+    # a mark to date, so it sits out the rest of the period as a node
+    # emptied before the daemon met it would
+    _quarantined(d, 0)
+    assert "node 1: its data-set key was set" in d.stderr_text()
+
+
+def test_unreadable_mark_node_does_not_vote(cluster, daemon_factory):
+    """A mark that cannot be read (another type under the key: GET answers
+    WRONGTYPE) on a node that takes writes: its acquires do not count, so
+    it holds none of them, until its key is a mark again."""
+    n1 = cluster.nodes[0]
+    n1.cmd("RPUSH", DATASET, "not-a-mark")
+    d = daemon_factory.start(cluster, name="wrongtype")
+    res = rname("wrongtype")
+    with d.client() as c:
+        assert_ok(c.call("acquire", resource=res, ttl_ms=10000))
+        held = cluster.get_all(lock_key(res))
+        assert [v is not None for v in held] == [False] + [True] * 4, held
+    h = _health(d, 0)
+    assert "WRONGTYPE" in h.get("not_counted", ""), d.health()
+    n1.cmd("DEL", DATASET)
+    ok, _ = poll_until(lambda: "not_counted" not in _health(d, 0),
+                       10.0 * SLOW, 0.05)
+    assert ok, (_health(d, 0), d.stderr_tail(30))
+    mark = n1.cmd("GET", DATASET)
+    assert mark is not None and len(mark) == 32, mark
+
+
+def test_mark_unreadable_on_a_live_connection_stops_the_vote(
+        cluster, daemon_factory):
+    """The check every second took an error reply for a mark it could not
+    compare and went on: the node kept counting with its mark unread. Now
+    the check's error drops the connection, as a refused guard does, and
+    the reconnect finds no mark: the node does not count until it has one
+    again."""
+    d = daemon_factory.start(cluster, name="liveunread")
+    n1 = cluster.nodes[0]
+    n1.cmd("DEL", DATASET)
+    n1.cmd("RPUSH", DATASET, "not-a-mark")
+    ok, _ = poll_until(
+        lambda: "WRONGTYPE" in _health(d, 0).get("not_counted", ""),
+        10.0 * SLOW, 0.05)
+    assert ok, (_health(d, 0), d.stderr_tail(30))
+    assert "the data-set check was refused (WRONGTYPE" in d.stderr_text()

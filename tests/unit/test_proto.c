@@ -461,6 +461,7 @@ static void test_response_vector(void **state)
             nh[i].tls = null_or_str(nd, "tls");
             nh[i].eviction = null_or_str(nd, "eviction");
             nh[i].refusing = null_or_str(nd, "refusing");
+            nh[i].not_counted = null_or_str(nd, "not_counted");
             i++;
         }
         char *json = proto_encode_health(
@@ -1001,6 +1002,20 @@ static void test_health_shapes(void **state)
               "\"last_error\":null,\"rtt_ms\":2.000,\"quarantined\":false,"
               "\"tls\":\"insecure\",\"eviction\":\"allkeys-lru\","
               "\"refusing\":\"OOM \\\"x\\\"\"}]}");
+    free(json);
+
+    /* An up node whose acquires do not count says why, and is not
+     * usable: with it alone no quorum is there. */
+    nodes[0].tls = nodes[0].eviction = nodes[0].refusing = NULL;
+    nodes[0].not_counted = "data-set key: SET refused (OOM)";
+    json = proto_encode_health(NULL, 0, false, 1, nodes, 1, &len);
+    assert_string_equal(
+        json, "{\"ok\":false,\"error\":{\"code\":\"no_quorum\",\"message\":"
+              "\"0 of 1 nodes usable (up, not quarantined), quorum is 1\"},"
+              "\"quorum\":1,\"nodes\":["
+              "{\"addr\":\"10.0.0.1:6379\",\"up\":true,\"state\":\"up\","
+              "\"last_error\":null,\"rtt_ms\":2.000,\"quarantined\":false,"
+              "\"not_counted\":\"data-set key: SET refused (OOM)\"}]}");
     free(json);
 }
 
