@@ -44,7 +44,11 @@
     X(clients_accepted, "redlockd_client_connections_total",                   \
       "Client connections accepted", NULL, NULL)                               \
     X(clients_rejected, "redlockd_client_rejections_total",                    \
-      "Client connections refused (limit or peer credentials)", NULL, NULL)
+      "Client connections refused (limit or peer credentials)", NULL, NULL)    \
+    X(accept_deferred, "redlockd_accept_deferred_total",                       \
+      "Accepts that failed for want of a file descriptor or memory; the "      \
+      "listeners pause and try again",                                         \
+      NULL, NULL)
 
 /* Gauges: X(field, name, help). */
 #define METRICS_GAUGES(X)                                                      \

@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -66,6 +67,16 @@
  * answered in NDJSON at once), so refused peers cannot pile up fds. */
 #define REFUSAL_WAIT_MS 1000
 #define REFUSALS_MAX 32
+/* Out of descriptors at accept (or of kernel memory), the connection stays
+ * in the listen queue and libevent would call accept again at once, for as
+ * long as it lasts: a spinning core and a log line per try. The listeners
+ * pause instead and try again after ACCEPT_RETRY_MS, or as soon as one of
+ * our descriptors closes. An episode is logged at its start and, once no
+ * accept has failed for ACCEPT_QUIET_MS, at its end with what it cost; the
+ * quiet period keeps a limit that closes and fills again per connection to
+ * one episode. */
+#define ACCEPT_RETRY_MS 100
+#define ACCEPT_QUIET_MS 1000
 
 /* A call as the server keeps it: what ops sees, and how to answer it. */
 struct server_call {
@@ -136,6 +147,12 @@ struct server {
     struct http_limits http_limits;
     struct refusal *refusals; /* owned: connections refused, not answered */
     int n_refusals;
+    struct event *accept_ev; /* owned: resumes paused listeners, then ends
+                                the starved episode after ACCEPT_QUIET_MS */
+    bool accept_paused;      /* listeners disabled for want of resources */
+    uint64_t starved_us;     /* start of the episode; 0: none */
+    uint64_t resumed_us;     /* listeners last resumed in the episode */
+    uint64_t accept_fails;   /* failed accepts in the episode */
 };
 
 /* A connection refused at accept, waiting (REFUSAL_WAIT_MS at most) for the
@@ -152,6 +169,8 @@ struct refusal {
 
 static void client_read_cb(struct bufferevent *bev, void *arg);
 static void client_maybe_resume(struct client *cl);
+static void accept_fd_freed(struct server *s);
+static void accept_error_cb(struct evconnlistener *lst, void *arg);
 static void session_close_cb(struct lock_owner *owner);
 
 /* Reading is ours, not the bufferevent's: its reads cost an
@@ -304,6 +323,7 @@ static void client_free(struct client *cl)
     bufferevent_free(cl->bev);
     log_debug(cl->subject, "closed");
     free(cl);
+    accept_fd_freed(s);
 }
 
 /* A metrics connection's deadline passed with no request completed: free
@@ -1373,6 +1393,7 @@ static void refusal_free(struct refusal *r, const char *first, size_t n)
     }
     s->n_refusals--;
     free(r);
+    accept_fd_freed(s);
 }
 
 static void refusal_cb(evutil_socket_t fd, short what, void *arg)
@@ -1575,16 +1596,109 @@ static int metrics_listen(struct server *s, const char *spec, char *err,
         snprintf(err, errlen, "--metrics-listen %s: %s", spec, strerror(errno));
         return -1;
     }
+    evconnlistener_set_error_cb(s->metrics_listener, accept_error_cb);
     log_info(NULL, "metrics on http://%s/metrics", spec);
     return 0;
+}
+
+/* Enables or disables every listener: the lock socket's and the metrics
+ * one share the process's descriptors, so both starve at once. */
+static void accept_listeners(struct server *s, bool on)
+{
+    struct evconnlistener *lst[2] = {s->listener, s->metrics_listener};
+    for (int i = 0; i < 2; i++) {
+        if (lst[i] != NULL) {
+            if (on) {
+                evconnlistener_enable(lst[i]);
+            } else {
+                evconnlistener_disable(lst[i]);
+            }
+        }
+    }
+}
+
+static void accept_arm(struct server *s, int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    evtimer_add(s->accept_ev, &tv);
+}
+
+static void accept_resume(struct server *s)
+{
+    s->accept_paused = false;
+    s->resumed_us = util_now_us();
+    accept_listeners(s, true);
+    accept_arm(s, ACCEPT_QUIET_MS);
+}
+
+/* A descriptor of ours closed: a paused listener may take its place now
+ * rather than at the next retry. */
+static void accept_fd_freed(struct server *s)
+{
+    if (s->accept_paused) {
+        accept_resume(s);
+    }
+}
+
+static void accept_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct server *s = arg;
+    if (s->accept_paused) {
+        accept_resume(s);
+        return;
+    }
+    if (s->starved_us == 0) {
+        return;
+    }
+    /* ACCEPT_QUIET_MS since the last resume and no accept failed. */
+    log_warn(NULL,
+             "accept: resumed after %llu ms out of file descriptors "
+             "or memory; %llu accept attempts deferred meanwhile",
+             (unsigned long long)((s->resumed_us - s->starved_us) / 1000),
+             (unsigned long long)s->accept_fails);
+    s->starved_us = 0;
+    s->accept_fails = 0;
+}
+
+/* The descriptor limit as this process has it now, for messages; 0 when
+ * unknown or unlimited. */
+static unsigned long long fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) {
+        return 0;
+    }
+    return (unsigned long long)rl.rlim_cur;
 }
 
 static void accept_error_cb(struct evconnlistener *lst, void *arg)
 {
     (void)lst;
-    (void)arg;
-    /* EMFILE and friends: log and keep listening; libevent retries. */
-    log_error(NULL, "accept: %s", strerror(errno));
+    struct server *s = arg;
+    int e = errno;
+    if (e != EMFILE && e != ENFILE && e != ENOBUFS && e != ENOMEM) {
+        /* Errors of one connection (EPROTO, EPERM from a filter): it has
+         * left the queue, so nothing is retried in a loop. */
+        log_error(NULL, "accept: %s", strerror(e));
+        return;
+    }
+    METRIC_INC(accept_deferred);
+    s->accept_fails++;
+    if (s->starved_us == 0) {
+        s->starved_us = util_now_us();
+        s->resumed_us = s->starved_us;
+        log_error(NULL,
+                  "accept: out of file descriptors or memory (%s; "
+                  "descriptor limit %llu, %d client connections): "
+                  "not accepting for now; new connections wait in the "
+                  "listen queue",
+                  strerror(e), fd_limit(), s->n_clients);
+    }
+    s->accept_paused = true;
+    accept_listeners(s, false);
+    accept_arm(s, ACCEPT_RETRY_MS);
 }
 
 /* Makes the listening socket with exactly the configured mode. */
@@ -1684,8 +1798,15 @@ struct server *server_create(struct event_base *base, const struct config *cfg,
         return NULL;
     }
     evconnlistener_set_error_cb(s->listener, accept_error_cb);
-    if (cfg->metrics_listen != NULL &&
-        metrics_listen(s, cfg->metrics_listen, err, errlen) != 0) {
+    s->accept_ev = evtimer_new(base, accept_timer_cb, s);
+    if (s->accept_ev == NULL ||
+        (cfg->metrics_listen != NULL &&
+         metrics_listen(s, cfg->metrics_listen, err, errlen) != 0)) {
+        if (s->accept_ev == NULL) {
+            snprintf(err, errlen, "out of memory");
+        } else {
+            event_free(s->accept_ev);
+        }
         evconnlistener_free(s->listener);
         unlink(cfg->socket_path);
         free(s->socket_path);
@@ -1697,6 +1818,10 @@ struct server *server_create(struct event_base *base, const struct config *cfg,
 
 void server_stop_accepting(struct server *s)
 {
+    s->accept_paused = false;
+    if (s->accept_ev != NULL) {
+        evtimer_del(s->accept_ev);
+    }
     if (s->listener != NULL) {
         evconnlistener_free(s->listener);
         s->listener = NULL;
@@ -1779,6 +1904,8 @@ void server_destroy(struct server *s)
     while (s->refusals != NULL) {
         refusal_free(s->refusals, NULL, 0);
     }
+    event_free(s->accept_ev);
+    s->accept_ev = NULL;
     while (s->clients != NULL) {
         struct client *cl = s->clients;
         if (!cl->closing && !cl->lingering) {

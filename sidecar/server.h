@@ -18,7 +18,9 @@ struct server;
 
 /* server_create: binds and listens on cfg->socket_path with cfg->socket_mode
  * (not widened by the umask). A stale socket file with no listener is
- * replaced; a live one is an error. Returns NULL with err filled. */
+ * replaced; a live one is an error. Out of descriptors later, accepting
+ * pauses and new connections wait in the listen queue. Returns NULL with
+ * err filled. */
 struct server *server_create(struct event_base *base, const struct config *cfg,
                              struct ops *ops, char *err, size_t errlen);
 

@@ -1,0 +1,83 @@
+"""The file descriptor limit: out of descriptors at accept, the daemon's
+listeners pause (no spinning core, no log line per try), the clients it
+holds keep working, and the waiting connections are served once
+descriptors free."""
+
+import os
+import socket
+import time
+
+from extra import free_port, metric, scrape, xdaemons  # noqa: F401
+from rl import SLOW, assert_ok, poll_until, rname
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid):
+    """utime + stime of pid, in seconds (/proc/<pid>/stat)."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / float(TICK)
+
+
+def accept_lines(d):
+    """The log's lines about accept (libevent's own warning included)."""
+    return [ln for ln in d.stderr_text().splitlines() if "accept" in ln]
+
+
+def test_out_of_descriptors_pauses_accepting(cluster, xdaemons):
+    """RLIMIT_NOFILE 64 and 100 more clients than it can hold: the
+    listeners (the lock socket and --metrics-listen) pause instead of
+    calling accept in a loop, a held client's locks keep working, and once
+    the extra connections close new clients are served again."""
+    port = free_port()
+    d = xdaemons.start(cluster, name="fd64", nofile=64,
+                       extra=["--metrics-listen", "127.0.0.1:%d" % port])
+    held = d.client(timeout=5.0 * SLOW)
+    extra = []
+    try:
+        r = held.call("acquire", resource=rname("fd"), ttl_ms=30000)
+        assert_ok(r)
+        for _ in range(100):  # the listen backlog (1024) takes them all
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(str(d.socket))
+            extra.append(s)
+        for _ in range(3):
+            t = socket.create_connection(("127.0.0.1", port), timeout=1.0)
+            extra.append(t)
+
+        def starved():
+            return any("out of file descriptors" in ln or
+                       "Too many open files" in ln for ln in accept_lines(d))
+        ok, _ = poll_until(starved, 5.0 * SLOW, 0.05)
+        assert ok, "never ran out of descriptors:\n%s" % d.stderr_tail(20)
+
+        cpu0 = cpu_seconds(d.pid)
+        time.sleep(2.0)
+        cpu = cpu_seconds(d.pid) - cpu0
+        n_lines = len(accept_lines(d))
+        print("cpu %.2f s over 2 s starved; %d accept lines" % (cpu, n_lines))
+        assert n_lines < 20, accept_lines(d)[:5]
+        assert cpu < 0.5, "%.2f s of CPU in 2 s while starved" % cpu
+
+        # the held connection is served throughout
+        r2 = held.call("extend", lock=r["lock"], ttl_ms=30000)
+        assert_ok(r2)
+        assert_ok(held.call("release", lock=r["lock"]))
+        r3 = held.call("acquire", resource=rname("fd2"), ttl_ms=5000)
+        assert_ok(r3)
+        assert_ok(held.call("release", lock=r3["lock"]))
+    finally:
+        for s in extra:
+            s.close()
+
+    def resumed():
+        return any("accept: resumed after" in ln for ln in accept_lines(d))
+    ok, _ = poll_until(resumed, 10.0 * SLOW, 0.05)
+    assert ok, "no resumed line:\n%s" % d.stderr_tail(20)
+    assert len(accept_lines(d)) < 20, accept_lines(d)[:5]
+    with d.client() as c:
+        assert_ok(c.call("ping"))
+    m = scrape(("127.0.0.1", port))
+    assert (metric(m, "redlockd_accept_deferred_total") or 0) >= 1, m
+    held.close()
