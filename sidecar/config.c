@@ -1401,6 +1401,12 @@ int config_connect_timeout_ms(const struct config *cfg)
     return cfg->node_timeout_ms * 10 < 1000 ? 1000 : cfg->node_timeout_ms * 10;
 }
 
+long config_fd_need(const struct config *cfg, int server_fds)
+{
+    return (long)cfg->max_connections + server_fds +
+           (long)cfg->n_nodes * CONFIG_FDS_PER_NODE + CONFIG_FDS_BASE;
+}
+
 /* config_free: frees every string and node of cfg and zeroes those fields;
  * safe on a zeroed or partly loaded cfg and when called twice. */
 void config_free(struct config *cfg)

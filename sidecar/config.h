@@ -86,6 +86,20 @@ int config_add_node(struct config *cfg, const char *uri, char *err,
  * node, derived from the command deadline: 10 node timeouts, at least 1 s. */
 int config_connect_timeout_ms(const struct config *cfg);
 
+/* Descriptors the daemon holds per node at most: its command connection and
+ * its pub/sub wake-up connection, each with a host lookup's pipe and the
+ * resolver's socket while it reconnects. */
+#define CONFIG_FDS_PER_NODE 8
+/* And besides: stdin/stdout/stderr, the event loop's epoll and signal
+ * descriptors, and a few held briefly (TLS files, --dev's children). */
+#define CONFIG_FDS_BASE 16
+
+/* config_fd_need: descriptors the daemon may need at once with cfg: one per
+ * client connection up to cfg->max_connections, server_fds for what the
+ * server holds besides (server_fd_reserve()), and its own per node and
+ * fixed ones. An upper bound, compared with RLIMIT_NOFILE at start. */
+long config_fd_need(const struct config *cfg, int server_fds);
+
 void config_free(struct config *cfg);
 
 /* config_usage: the --help text. */

@@ -1,10 +1,12 @@
 /* main.c: redlockd's entry point: configuration, the --dev cluster, the
  * event loop, signals. Start-up in order (config, log, dev, ops, server),
  * teardown in reverse. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <event2/event.h>
@@ -100,6 +102,53 @@ static void sigusr_cb(evutil_socket_t sig, short what, void *arg)
              sig == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
 }
 
+/* Raises the soft RLIMIT_NOFILE to the hard limit: the soft default (1024
+ * on most systems) protects programs that use select(), which redlockd
+ * does not, and each client connection is a descriptor. Then warns when
+ * even that cannot serve --max-connections with the daemon's own
+ * descriptors: connections past it wait in the listen queue (the server
+ * pauses accepting) instead of being served or refused. A warning, not a
+ * refusal to start: the need is an upper bound that few deployments reach,
+ * and the default --max-connections would otherwise not start on a host
+ * with a hard limit of 4096. */
+static void fd_limit_prepare(const struct config *cfg)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        log_warn(NULL, "cannot read the file descriptor limit: %s",
+                 strerror(errno));
+        return;
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < rl.rlim_max) {
+        struct rlimit raised = {rl.rlim_max, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+            log_info(NULL,
+                     "file descriptor limit raised from %llu to %llu "
+                     "(the hard limit)",
+                     (unsigned long long)rl.rlim_cur,
+                     (unsigned long long)rl.rlim_max);
+            rl.rlim_cur = rl.rlim_max;
+        } else {
+            log_warn(NULL,
+                     "cannot raise the file descriptor limit from %llu to "
+                     "%llu: %s",
+                     (unsigned long long)rl.rlim_cur,
+                     (unsigned long long)rl.rlim_max, strerror(errno));
+        }
+    }
+    long need = config_fd_need(cfg, server_fd_reserve(cfg));
+    if (rl.rlim_cur != RLIM_INFINITY && (rlim_t)need > rl.rlim_cur) {
+        log_warn(NULL,
+                 "file descriptor limit %llu is below the %ld that "
+                 "--max-connections %d needs with %d node(s): connections "
+                 "past it wait unserved in the listen queue until "
+                 "descriptors free; raise the hard limit (ulimit -Hn, "
+                 "systemd LimitNOFILE=) to %ld or lower --max-connections",
+                 (unsigned long long)rl.rlim_cur, need, cfg->max_connections,
+                 cfg->n_nodes, need);
+    }
+}
+
 int main(int argc, char **argv)
 {
     struct daemon d;
@@ -147,6 +196,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+
+    fd_limit_prepare(&d.cfg);
 
     /* Precise timers: by default libevent may read a coarse clock (one
      * kernel tick, often 4 ms), so every timer could fire that late; a

@@ -1701,6 +1701,12 @@ static void accept_error_cb(struct evconnlistener *lst, void *arg)
     accept_arm(s, ACCEPT_RETRY_MS);
 }
 
+int server_fd_reserve(const struct config *cfg)
+{
+    return 1 + REFUSALS_MAX +
+           (cfg->metrics_listen != NULL ? 1 + METRICS_MAX_CONNECTIONS : 0);
+}
+
 /* Makes the listening socket with exactly the configured mode. */
 static int listen_unix(const char *path, int mode, char *err, size_t errlen)
 {

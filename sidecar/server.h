@@ -33,6 +33,11 @@ void server_stop_accepting(struct server *s);
  * teardown) are freed without it; call it before ops_destroy(). */
 void server_destroy(struct server *s);
 
+/* server_fd_reserve: descriptors the server may hold besides the client
+ * connections that cfg->max_connections bounds: its listeners, the metrics
+ * listener's connections, the refused connections awaiting their answer. */
+int server_fd_reserve(const struct config *cfg);
+
 /* server_client_count: connections on the lock socket, the ones that
  * --max-connections bounds (the metrics listener's are not counted). */
 int server_client_count(const struct server *s);

@@ -86,9 +86,10 @@ def dev_health(sock):
 
 
 class XDaemon(Daemon):
-    """A Daemon with umask / RLIMIT_NOFILE set in the child, and a custom
-    readiness check. ready: None = ping over NDJSON (Daemon's), or a
-    callable(daemon) -> bool polled until true."""
+    """A Daemon with umask / RLIMIT_NOFILE (a number for both limits, or a
+    (soft, hard) pair) set in the child, and a custom readiness check.
+    ready: None = ping over NDJSON (Daemon's), or a callable(daemon) -> bool
+    polled until true."""
 
     def __init__(self, cluster, name="x", extra=(), node_args=None,
                  umask=None, nofile=None, ready=None, env=None,
@@ -109,8 +110,9 @@ class XDaemon(Daemon):
         if self.umask is not None:
             os.umask(self.umask)
         if self.nofile is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE,
-                               (self.nofile, self.nofile))
+            lim = (self.nofile if isinstance(self.nofile, tuple)
+                   else (self.nofile, self.nofile))
+            resource.setrlimit(resource.RLIMIT_NOFILE, lim)
 
     def popen_kw(self):
         env = None

@@ -1,5 +1,7 @@
-"""The file descriptor limit: out of descriptors at accept, the daemon's
-listeners pause (no spinning core, no log line per try), the clients it
+"""The file descriptor limit: at start the daemon raises its soft
+RLIMIT_NOFILE to the hard limit and warns when even that cannot serve
+--max-connections with its own descriptors; out of descriptors at accept,
+its listeners pause (no spinning core, no log line per try), the clients it
 holds keep working, and the waiting connections are served once
 descriptors free."""
 
@@ -23,6 +25,16 @@ def cpu_seconds(pid):
 def accept_lines(d):
     """The log's lines about accept (libevent's own warning included)."""
     return [ln for ln in d.stderr_text().splitlines() if "accept" in ln]
+
+
+def open_files_limits(pid):
+    """(soft, hard) of "Max open files" in /proc/<pid>/limits."""
+    with open("/proc/%d/limits" % pid) as f:
+        for line in f:
+            if line.startswith("Max open files"):
+                soft, hard = line.split()[3:5]
+                return int(soft), int(hard)
+    raise AssertionError("no Max open files line")
 
 
 def test_out_of_descriptors_pauses_accepting(cluster, xdaemons):
@@ -81,3 +93,24 @@ def test_out_of_descriptors_pauses_accepting(cluster, xdaemons):
     m = scrape(("127.0.0.1", port))
     assert (metric(m, "redlockd_accept_deferred_total") or 0) >= 1, m
     held.close()
+
+
+def test_soft_limit_raised_to_hard(cluster, xdaemons):
+    d = xdaemons.start(cluster, name="raise", nofile=(256, 4096))
+    assert open_files_limits(d.pid) == (4096, 4096)
+    assert "file descriptor limit raised from 256 to 4096" in \
+        d.stderr_text(), d.stderr_tail(20)
+
+
+def test_startup_warns_when_max_connections_cannot_be_served(cluster,
+                                                             xdaemons):
+    d = xdaemons.start(cluster, name="small", nofile=1024)
+    text = d.stderr_text()
+    assert "file descriptor limit 1024 is below the" in text, \
+        d.stderr_tail(20)
+    assert "--max-connections 10240" in text, d.stderr_tail(20)
+    # a --max-connections that fits: no warning
+    d2 = xdaemons.start(cluster, name="fits", nofile=1024,
+                        extra=["--max-connections", "500"])
+    assert "file descriptor limit" not in d2.stderr_text(), \
+        d2.stderr_tail(20)

@@ -740,6 +740,31 @@ static void test_missing_nodes(void **state)
     }
 }
 
+/* The descriptor budget: one per client connection, the server's reserve,
+ * and a fixed number per node on top of the base. */
+static void test_fd_need(void **state)
+{
+    struct config c;
+    char err[ERRLEN];
+
+    (void)state;
+    assert_int_equal(LOAD(&c, err, "--node", "redis://h1", "--node",
+                          "redis://h2", "--node", "redis://h3",
+                          "--max-connections", "1000"),
+                     CONFIG_OK);
+    assert_int_equal(config_fd_need(&c, 0),
+                     1000 + 3 * CONFIG_FDS_PER_NODE + CONFIG_FDS_BASE);
+    assert_int_equal(config_fd_need(&c, 33),
+                     1033 + 3 * CONFIG_FDS_PER_NODE + CONFIG_FDS_BASE);
+    config_free(&c);
+    /* the largest values do not overflow */
+    assert_int_equal(
+        LOAD(&c, err, "--node", "redis://h1", "--max-connections", "1000000"),
+        CONFIG_OK);
+    assert_true(config_fd_need(&c, 50) > 1000000);
+    config_free(&c);
+}
+
 static void test_node_count(void **state)
 {
     const char *argv[2 * CONFIG_MAX_NODES + 4];
@@ -1833,6 +1858,7 @@ int main(void)
         T(test_help_version),
         T(test_missing_nodes),
         T(test_node_count),
+        T(test_fd_need),
         T(test_even_warning),
         T(test_env_fallbacks),
         T(test_env_errors),
