@@ -6,13 +6,15 @@ holds keep working, and the waiting connections are served once
 descriptors free."""
 
 import os
+import re
 import socket
 import time
 
 from extra import free_port, metric, scrape, xdaemons  # noqa: F401
-from rl import SLOW, assert_ok, poll_until, rname
+from rl import BIN, SLOW, assert_ok, poll_until, pytest, rname
 
 TICK = os.sysconf("SC_CLK_TCK")
+VALGRIND = "valgrind" in BIN.name
 
 
 def cpu_seconds(pid):
@@ -82,6 +84,7 @@ def test_out_of_descriptors_pauses_accepting(cluster, xdaemons):
     finally:
         for s in extra:
             s.close()
+        held.close()
 
     def resumed():
         return any("accept: resumed after" in ln for ln in accept_lines(d))
@@ -92,23 +95,28 @@ def test_out_of_descriptors_pauses_accepting(cluster, xdaemons):
         assert_ok(c.call("ping"))
     m = scrape(("127.0.0.1", port))
     assert (metric(m, "redlockd_accept_deferred_total") or 0) >= 1, m
-    held.close()
 
 
 def test_soft_limit_raised_to_hard(cluster, xdaemons):
+    if VALGRIND:
+        pytest.skip("valgrind shows the daemon limits of its own, with "
+                    "nothing above the soft one to raise it to")
     d = xdaemons.start(cluster, name="raise", nofile=(256, 4096))
+    assert "file descriptor limit raised from 256 to 4096 (the hard limit)" \
+        in d.stderr_text(), d.stderr_tail(20)
     assert open_files_limits(d.pid) == (4096, 4096)
-    assert "file descriptor limit raised from 256 to 4096" in \
-        d.stderr_text(), d.stderr_tail(20)
 
 
 def test_startup_warns_when_max_connections_cannot_be_served(cluster,
                                                              xdaemons):
     d = xdaemons.start(cluster, name="small", nofile=1024)
-    text = d.stderr_text()
-    assert "file descriptor limit 1024 is below the" in text, \
-        d.stderr_tail(20)
-    assert "--max-connections 10240" in text, d.stderr_tail(20)
+    m = re.search(r"file descriptor limit (\d+) is below the (\d+) that "
+                  r"--max-connections 10240 needs with 5 node\(s\)",
+                  d.stderr_text())
+    assert m, d.stderr_tail(20)
+    # (valgrind shows the daemon a limit a few descriptors lower)
+    assert m.group(1) == "1024" or VALGRIND, m.group(0)
+    assert int(m.group(1)) <= 1024 and int(m.group(2)) > 10240, m.group(0)
     # a --max-connections that fits: no warning
     d2 = xdaemons.start(cluster, name="fits", nofile=1024,
                         extra=["--max-connections", "500"])
