@@ -45,6 +45,8 @@ struct call {
     unsigned slot0;          /* ops: semaphore: first slot of this round */
     unsigned slots_tried;    /* ops: semaphore: slots tried this round */
     unsigned slots_done;     /* ops: semaphore: of them, completed (done) */
+    int64_t slots_pttl;      /* ops: semaphore: the PTTL to back off on
+                                over them (redlock_sem_pttl_min) */
 };
 
 /* call_done: answers call through its submitter's callback. */

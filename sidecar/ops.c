@@ -417,6 +417,10 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
     if (call->req.permits > 0 &&
         (res->err == ERR_BUSY || res->err == ERR_DONE)) {
         call->slots_done += res->err == ERR_DONE;
+        call->slots_pttl =
+            call->slots_tried == 0
+                ? res->pttl_min
+                : redlock_sem_pttl_min(call->slots_pttl, res->pttl_min);
         if (++call->slots_tried < call->req.permits && !call->abandoned &&
             !o->shutting_down) {
             /* That slot is taken or completed; another may be free: try it
@@ -433,6 +437,9 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
         sem_res = *res;
         sem_res.err =
             call->slots_done == call->req.permits ? ERR_DONE : ERR_BUSY;
+        /* The back-off waits for the first slot to free, not the last
+         * tried. */
+        sem_res.pttl_min = call->slots_pttl;
         res = &sem_res;
     }
     call->slots_tried = 0;

@@ -240,6 +240,14 @@ uint32_t redlock_retry_delay_ms(unsigned attempt, int64_t pttl_min,
     return (uint32_t)d;
 }
 
+int64_t redlock_sem_pttl_min(int64_t acc, int64_t slot_pttl)
+{
+    if (acc < 0 || slot_pttl < 0) {
+        return -1;
+    }
+    return slot_pttl < acc ? slot_pttl : acc;
+}
+
 void redlock_inspect_decide(int n_nodes, const enum redlock_peek *peek,
                             const int64_t *pttl, struct redlock_inspect *out)
 {

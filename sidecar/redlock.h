@@ -161,6 +161,13 @@ uint32_t redlock_backoff_ms(unsigned attempt, uint32_t base_ms, uint32_t cap_ms,
 uint32_t redlock_retry_delay_ms(unsigned attempt, int64_t pttl_min,
                                 uint64_t wait_left_ms, double rand01);
 
+/* redlock_sem_pttl_min: the PTTL a semaphore waiter backs off on, from the
+ * one so far (acc, over the slots tried before) and the next slot's
+ * (slot_pttl; each the pttl_min of a round, -1 unknown). The waiter takes
+ * whichever slot frees first, so the smallest; a slot of unknown PTTL may
+ * free at any moment, so then -1 (the plain back-off). */
+int64_t redlock_sem_pttl_min(int64_t acc, int64_t slot_pttl);
+
 /* What one node said of a resource when inspected (read-only). */
 enum redlock_peek {
     RL_PEEK_FAILED = 0, /* no answer: timeout, down, error, quarantined */

@@ -188,6 +188,37 @@ def test_completed_permit_is_skipped_until_all_are(cluster_mod, daemon_mod):
         assert_ok(a.call("release", lock=g["lock"]))
 
 
+def test_waiter_backs_off_on_the_slot_that_frees_first(cluster_mod,
+                                                       daemon_mod):
+    """Permit 0 is held by a holder gone without a release (its key has
+    about a second left), permit 1 for a minute. A waiter tries both each
+    round, from a random one, and used to sleep on the PTTL of the last it
+    tried: in about half of the rounds permit 1's, so it took permit 0 only
+    at its last try, when wait_ms ran out, though it had stood free for
+    seconds. It sleeps on the shortest now, whichever slot came last:
+    several acquisitions cover both orders."""
+    res = rname("semsoon")
+    keys = [("%ssem:%d:%s" % (PREFIX, k, res)).encode() for k in range(2)]
+    wait_s = 5.0 * SLOW
+    with daemon_mod.client() as a:
+        for trial in range(6):
+            cluster_mod.each("SET", keys[0], "%032x" % (2 * trial + 1),
+                             "PX", "1000")
+            cluster_mod.each("SET", keys[1], "%032x" % (2 * trial + 2),
+                             "PX", "60000")
+            t0 = time.monotonic()
+            g = a.call("acquire", resource=res, permits=2, ttl_ms=20000,
+                       wait_ms=int(wait_s * 1000), timeout=wait_s + 5)
+            took = time.monotonic() - t0
+            assert_ok(g)
+            assert g["permit"] == 0, g
+            # granted near the stale slot's expiry, well before the wait
+            # ran out (its last try)
+            assert took < 0.6 * wait_s, (trial, took)
+            assert_ok(a.call("release", lock=g["lock"]))
+    cluster_mod.each("DEL", keys[1])
+
+
 def test_permit_renew_session_complete(cluster_mod, daemon_mod):
     res = rname("semr")
     with daemon_mod.client() as a:

@@ -470,6 +470,24 @@ static void test_retry_delay(void **state)
     assert_true(d >= 1 && d <= 5);
 }
 
+/* A semaphore waiter backs off on the slot that frees first, whichever
+ * order it tried them in; a slot of unknown PTTL may free now. */
+static void test_sem_pttl_min(void **state)
+{
+    (void)state;
+    assert_int_equal(redlock_sem_pttl_min(60000, 1000), 1000);
+    assert_int_equal(redlock_sem_pttl_min(1000, 60000), 1000);
+    assert_int_equal(redlock_sem_pttl_min(0, 5), 0);
+    assert_int_equal(redlock_sem_pttl_min(-1, 1000), -1);
+    assert_int_equal(redlock_sem_pttl_min(1000, -1), -1);
+    /* folded over slots 0 (1 s), 1 (60 s) from either start */
+    int64_t a = redlock_sem_pttl_min(1000, 60000);
+    int64_t b = redlock_sem_pttl_min(60000, 1000);
+    assert_int_equal(a, b);
+    /* the delay then waits for the 1 s slot, not the 60 s one */
+    assert_int_equal(redlock_retry_delay_ms(3, a, 5000, 0.0), 1001);
+}
+
 /* Inspection by the quorum rules of release: a state needs more than
  * n - quorum nodes; otherwise no_quorum. */
 static void test_inspect_decide(void **state)
@@ -1408,6 +1426,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quorum),
+        cmocka_unit_test(test_sem_pttl_min),
         cmocka_unit_test(test_validity),
         cmocka_unit_test(test_win_early),
         cmocka_unit_test(test_lose_early_busy),
