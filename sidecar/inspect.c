@@ -227,8 +227,9 @@ struct peek {
     int pending; /* node answers still owed */
     enum redlock_peek peek[REDLOCK_MAX_NODES];
     int64_t pttl[REDLOCK_MAX_NODES];
-    int64_t fence_max; /* the largest fence counter read, -1 none */
-    bool mine;         /* some node holds a token of this daemon's table */
+    int64_t fence[REDLOCK_MAX_NODES]; /* each node's fence counter, -1 not
+                                         read */
+    bool mine; /* some node holds a token of this daemon's table */
 };
 
 /* Whether a node's value is a token this daemon holds for resource. */
@@ -294,7 +295,10 @@ static void peek_finish(struct peek *p)
     buf_printf(&b, ",\"mine\":%s,\"waiters\":%zu", p->mine ? "true" : "false",
                p->waiters(req->resource, req->resource_len, p->priv));
     if (req->fence) {
-        buf_printf(&b, ",\"fence\":%lld", (long long)p->fence_max);
+        /* Not the largest counter: a minority's may run ahead from
+         * rounds lost there, which no quorum's next grant has to pass. */
+        buf_printf(&b, ",\"fence\":%lld",
+                   (long long)redlock_fence_floor(p->n_nodes, p->fence));
     }
     if (b.failed) {
         log_error(NULL, "inspect: out of memory");
@@ -319,9 +323,7 @@ static void peek_record(struct peek *p, int i, const redisReply *r)
     if (p->peek[i] == RL_PEEK_HELD && token_is_ours(p, v, n)) {
         p->mine = true;
     }
-    if (fence > p->fence_max) {
-        p->fence_max = fence;
-    }
+    p->fence[i] = fence;
 }
 
 static void peek_cb(struct node *node, struct redisReply *reply,
@@ -362,7 +364,6 @@ int inspect_resource(struct cluster *c, const struct config *cfg,
     p->priv = priv;
     p->inflight = inflight;
     p->n_nodes = cluster_size(c);
-    p->fence_max = -1;
     const char *argv[6] = {"EVAL", peek_script, "2",
                            key,    fkey,        req->fence ? "1" : "0"};
     size_t argvlen[6] = {4,        sizeof(peek_script) - 1,
@@ -375,6 +376,7 @@ int inspect_resource(struct cluster *c, const struct config *cfg,
     for (int i = 0; i < p->n_nodes; i++) {
         p->peek[i] = RL_PEEK_FAILED;
         p->pttl[i] = -1;
+        p->fence[i] = -1;
         if (cluster_node_quarantined(c, i)) {
             continue; /* restarted empty: its "free" proves nothing */
         }

@@ -286,6 +286,27 @@ void redlock_inspect_decide(int n_nodes, const enum redlock_peek *peek,
     }
 }
 
+int64_t redlock_fence_floor(int n_nodes, const int64_t *counter)
+{
+    if (n_nodes <= 0 || n_nodes > REDLOCK_MAX_NODES) {
+        return 0;
+    }
+    int64_t v[REDLOCK_MAX_NODES];
+    for (int i = 0; i < n_nodes; i++) {
+        v[i] = counter[i] > 0 ? counter[i] : 0;
+    }
+    /* Insertion sort: at most REDLOCK_MAX_NODES values. */
+    for (int i = 1; i < n_nodes; i++) {
+        int64_t x = v[i];
+        int j = i;
+        for (; j > 0 && v[j - 1] > x; j--) {
+            v[j] = v[j - 1];
+        }
+        v[j] = x;
+    }
+    return v[redlock_quorum(n_nodes) - 1];
+}
+
 void redlock_round_holder_pttl(struct redlock_round *r, int64_t pttl)
 {
     if (pttl >= 0 && (r->pttl_min < 0 || pttl < r->pttl_min)) {

@@ -199,6 +199,16 @@ struct redlock_inspect {
  * that a resource is never called free while it cannot be acquired. */
 void redlock_inspect_decide(int n_nodes, const enum redlock_peek *peek,
                             const int64_t *pttl, struct redlock_inspect *out);
+
+/* redlock_fence_floor: a value every fenced acquisition that starts after
+ * these reads answers more than, from the fence counters of n_nodes nodes
+ * (counter[i], -1 for a node not read: it may hold as little as 0). A won
+ * acquisition answers at least one more than the largest counter of the
+ * quorum it won on, and counters only grow; the smallest such largest over
+ * every quorum is the quorum-th smallest counter. When every node was read
+ * it is also at least every fence already answered: each was written back
+ * to a quorum, which holds it on quorum nodes. */
+int64_t redlock_fence_floor(int n_nodes, const int64_t *counter);
 /* redlock_free_quorum: what an acquisition does once a quorum of nodes set
  * its key, given the done marks seen so far (n_done) and the answers still
  * due (n_pending). A complete that succeeded left marks on a quorum; an

@@ -114,7 +114,7 @@ type Inspection struct {
 	PTTL     time.Duration // held, done: smallest remaining PTTL; -1 else
 	Mine     bool          // this daemon holds it
 	Waiters  int           // acquires waiting here for it
-	Fence    *int64        // the nodes' largest fence counter, when asked
+	Fence    *int64        // when asked: every next fenced acquisition exceeds it
 }
 
 // Inspect asks every node what it holds for resource (read-only, one

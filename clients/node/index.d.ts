@@ -162,7 +162,7 @@ export interface Inspection {
   /** Whether this daemon holds it. */
   mine: boolean;
   waiters: number;
-  /** The nodes' largest fence counter, when asked. */
+  /** When asked: every next fenced acquisition answers more than it. */
   fence?: bigint;
   [key: string]: unknown;
 }

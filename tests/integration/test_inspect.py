@@ -11,8 +11,8 @@ import time
 import urllib.parse
 
 from extra import curl1, metric, scrape
-from rl import (SANITIZED, SLOW, TOKEN_RE, assert_error, assert_ok, poll_until,
-                pytest, rname)
+from rl import (PREFIX, SANITIZED, SLOW, TOKEN_RE, assert_error, assert_ok,
+                poll_until, pytest, rname)
 
 U = "http://localhost"
 
@@ -290,6 +290,50 @@ def test_inspect_paused_minority_and_majority(cluster, daemon):
 
 
 # -- wait time ----------------------------------------------------------------
+
+
+def _oom(nodes, on):
+    for nd in nodes:
+        nd.cmd("CONFIG", "SET", "maxmemory", "1" if on else "0")
+
+
+def test_inspect_fence_is_below_the_next_grant(cluster, daemon):
+    """inspect's fence used to be the largest counter read, which a
+    minority can run ahead of: with nodes 1-3 refusing writes, five fenced
+    acquisitions of x fail and leave counter 5 on nodes 4-5 only. That
+    inspect said 5, and then a fenced acquisition of y won on nodes 1-3
+    answered 1. The fence inspect reports is one every next fenced
+    acquisition answers more than, whichever quorum wins it."""
+    fkey = PREFIX + "fence"
+    x = rname("x")
+    with daemon.client() as c:
+        _oom(cluster.nodes[:3], True)
+        try:
+            for _ in range(5):
+                assert_error(c.call("acquire", resource=x,
+                                    ttl_ms=5000, fence=True), "no_quorum")
+        finally:
+            _oom(cluster.nodes[:3], False)
+        assert cluster.get_all(fkey) == [None] * 3 + [b"5"] * 2
+        r = c.call("inspect", resource=x, fence=True)
+        assert_ok(r)
+        assert r["answered"] == 5, r
+        _oom(cluster.nodes[3:], True)
+        try:
+            y = c.call("acquire", resource=rname("y"), ttl_ms=5000,
+                       fence=True)
+        finally:
+            _oom(cluster.nodes[3:], False)
+        assert_ok(y)
+        assert y["fence"] == 1, y
+        assert y["fence"] > r["fence"], (r, y)
+        # All nodes read, it is also at least every fence answered.
+        r2 = c.call("inspect", resource=x, fence=True)
+        assert_ok(r2)
+        assert r2["fence"] >= y["fence"], (r2, y)
+        z = c.call("acquire", resource=rname("z"), ttl_ms=5000, fence=True)
+        assert_ok(z)
+        assert z["fence"] > r2["fence"], (r2, z)
 
 
 def test_wait_seconds_histogram(cluster_mod, daemon_mod):

@@ -488,6 +488,47 @@ static void test_sem_pttl_min(void **state)
     assert_int_equal(redlock_retry_delay_ms(3, a, 5000, 0.0), 1001);
 }
 
+/* The fence inspect reports: below every next grant, whichever quorum
+ * wins it. */
+static void test_fence_floor(void **state)
+{
+    (void)state;
+    /* rounds lost on nodes 4-5 ran their counters ahead: a quorum of
+     * nodes 1-3 still grants 1 */
+    int64_t ahead[5] = {0, 0, 0, 5, 5};
+    assert_int_equal(redlock_fence_floor(5, ahead), 0);
+    int64_t even[5] = {7, 7, 7, 7, 7};
+    assert_int_equal(redlock_fence_floor(5, even), 7);
+    /* a write-back of 9 on a quorum: every quorum meets one 9 */
+    int64_t wb[5] = {9, 3, 9, 2, 9};
+    assert_int_equal(redlock_fence_floor(5, wb), 9);
+    int64_t mixed[5] = {4, 1, 8, 2, 6};
+    assert_int_equal(redlock_fence_floor(5, mixed), 4);
+    /* a node not read may hold 0 */
+    int64_t unread[5] = {9, -1, 9, -1, 9};
+    assert_int_equal(redlock_fence_floor(5, unread), 9);
+    int64_t unread2[5] = {9, -1, 9, -1, -1};
+    assert_int_equal(redlock_fence_floor(5, unread2), 0);
+    /* four nodes, quorum 3: the third smallest */
+    int64_t four[4] = {1, 8, 3, 5};
+    assert_int_equal(redlock_fence_floor(4, four), 5);
+    int64_t one[1] = {12};
+    assert_int_equal(redlock_fence_floor(1, one), 12);
+    /* the bound holds for every quorum: brute force over 5 nodes */
+    for (uint32_t q = 0; q < 32; q++) {
+        if (__builtin_popcount(q) < 3) {
+            continue;
+        }
+        int64_t mx = 0;
+        for (int i = 0; i < 5; i++) {
+            if ((q & (1u << i)) && mixed[i] > mx) {
+                mx = mixed[i];
+            }
+        }
+        assert_true(mx + 1 > redlock_fence_floor(5, mixed));
+    }
+}
+
 /* Inspection by the quorum rules of release: a state needs more than
  * n - quorum nodes; otherwise no_quorum. */
 static void test_inspect_decide(void **state)
@@ -1427,6 +1468,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_quorum),
         cmocka_unit_test(test_sem_pttl_min),
+        cmocka_unit_test(test_fence_floor),
         cmocka_unit_test(test_validity),
         cmocka_unit_test(test_win_early),
         cmocka_unit_test(test_lose_early_busy),
