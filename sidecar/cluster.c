@@ -294,9 +294,19 @@ static void result_init(struct cluster_result *res)
 
 /* ---- reply text ------------------------------------------------------- */
 
+/* The error text of the reply viewed as v, also one inside an EXEC's array
+ * (a fenced acquire's INCR refused with WRONGTYPE): the view borrows
+ * hiredis's strings, which end in a NUL. */
+static const char *view_text(const struct redlock_reply *v)
+{
+    const struct redlock_reply *e = redlock_reply_error(v);
+    return e != NULL ? e->str : "(unexpected shape)";
+}
+
 static const char *reply_text(const struct redisReply *r)
 {
-    return r->type == REDIS_REPLY_ERROR ? r->str : "(unexpected shape)";
+    struct replyview v;
+    return view_text(replyview_of(&v, r));
 }
 
 /* At most one line a second per node: a node out of memory refuses every
@@ -330,9 +340,10 @@ static void note_refusal(struct cluster *c, struct cluster_op *op, int i,
         log_warn(NULL,
                  "node %d: %s: unexpected reply: %s (%lu more since "
                  "the last such line)",
-                 i + 1, what, text, skipped);
+                 i + 1, what, nr->text, skipped);
     } else {
-        log_warn(NULL, "node %d: %s: unexpected reply: %s", i + 1, what, text);
+        log_warn(NULL, "node %d: %s: unexpected reply: %s", i + 1, what,
+                 nr->text);
     }
 }
 
@@ -743,7 +754,7 @@ static enum redlock_node_result decode_acquire(struct cluster_op *op,
         note_accepted(op->c, i);
         return res;
     }
-    note_refusal(op->c, op, i, "acquire", reply_text(r));
+    note_refusal(op->c, op, i, "acquire", view_text(rv));
     if (redlock_form_refused(form, res, rv) && !op->c->fence_multi_refused[i]) {
         /* Later fenced acquires use the script, which needs no +multi
          * +exec. */

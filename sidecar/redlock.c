@@ -825,6 +825,24 @@ bool redlock_form_refused(enum redlock_acquire_form form,
              reply_has(r->str, r->len, "'multi'")));
 }
 
+const struct redlock_reply *redlock_reply_error(const struct redlock_reply *r)
+{
+    if (r == NULL) {
+        return NULL;
+    }
+    if (r->kind == RLR_ERROR) {
+        return r;
+    }
+    if (r->kind == RLR_ARRAY) {
+        for (size_t k = 0; k < r->n_elem; k++) {
+            if (r->elem[k].kind == RLR_ERROR) {
+                return &r->elem[k];
+            }
+        }
+    }
+    return NULL;
+}
+
 uint32_t redlock_all_nodes(int n_nodes)
 {
     return n_nodes >= 32 ? UINT32_MAX : (1u << n_nodes) - 1u;

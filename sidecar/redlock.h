@@ -496,6 +496,12 @@ enum redlock_peek redlock_classify_peek(const struct redlock_reply *r,
                                         int64_t *pttl, int64_t *fence,
                                         const char **value, size_t *value_len);
 
+/* redlock_reply_error: the error a node's reply r carries, the reply
+ * itself or, for a transaction's EXEC (an array of each command's reply),
+ * the first of its elements that is one (a fenced acquire's INCR on a key
+ * of the wrong type); NULL when there is none. Borrowed from r. */
+const struct redlock_reply *redlock_reply_error(const struct redlock_reply *r);
+
 /* redlock_wake_publishers: the nodes (a bit mask) whose release or complete
  * announces itself on the resource's wake-up channel: n - quorum + 1 of the
  * usable ones, taken in turn from node start % n on, so that any n - quorum

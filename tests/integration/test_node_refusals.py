@@ -10,7 +10,7 @@ import re
 import time
 
 from extra import metric, scrape
-from rl import assert_error, assert_ok, lock_key, rname
+from rl import PREFIX, assert_error, assert_ok, lock_key, rname
 
 OOM = "OOM command not allowed"
 
@@ -109,3 +109,39 @@ def test_a_refused_transaction_keeps_multi_exec(cluster, daemon):
     for info in cluster.each("INFO", "commandstats"):
         text = info.decode()
         assert re.search(r"cmdstat_exec:calls=1,", text), text
+
+
+def test_an_error_inside_exec_is_named(cluster, daemon):
+    """A fenced acquire runs in MULTI/EXEC, whose answer is an array of
+    each command's reply: a node refusing one of them (WRONGTYPE, the fence
+    counter or the lock key holding a list) used to show as "(unexpected
+    shape)" in the answer and in health's refusing. The node's own error
+    is named now."""
+    fkey = PREFIX + "fence"
+    res = rname("wt")
+    for what, key in (("the fence counter", fkey),
+                      ("the lock key", lock_key(res))):
+        for nd in cluster.nodes[:3]:
+            nd.cmd("RPUSH", key, "not a counter")
+        try:
+            with daemon.client() as c:
+                r = c.call("acquire", resource=res, ttl_ms=5000, fence=True)
+                assert_error(r, "no_quorum")
+                msg = r["error"]["message"]
+                print("%s: %s" % (what, msg))
+                assert msg.startswith(
+                    "fewer than a quorum of nodes accepted it: 3 refused "
+                    "(node 1: WRONGTYPE"), (what, r)
+                assert len(msg) <= 256, r
+                refusing = [n.get("refusing") or ""
+                            for n in daemon.health()["nodes"]]
+                assert [x.startswith("WRONGTYPE") for x in refusing] == \
+                    [True] * 3 + [False] * 2, (what, refusing)
+        finally:
+            for nd in cluster.nodes[:3]:
+                nd.cmd("DEL", key)
+    with daemon.client() as c:
+        g = c.call("acquire", resource=res, ttl_ms=5000, fence=True)
+        assert_ok(g)
+        assert_ok(c.call("release", lock=g["lock"]))
+    assert not any(n.get("refusing") for n in daemon.health()["nodes"])

@@ -1309,6 +1309,35 @@ static void test_classify_set_nx(void **state)
     }
 }
 
+/* The error a refusal names: top-level, or inside EXEC's array. */
+static void test_reply_error(void **state)
+{
+    (void)state;
+    assert_null(redlock_reply_error(NULL));
+    struct redlock_reply top = rv_err("OOM command not allowed");
+    assert_ptr_equal(redlock_reply_error(&top), &top);
+    struct redlock_reply nil = rv_nil();
+    assert_null(redlock_reply_error(&nil));
+    /* MULTI, SET .. GET, INCR on a list, EXEC */
+    struct redlock_reply e1[2] = {
+        rv_nil(), rv_err("WRONGTYPE Operation against a key holding the "
+                         "wrong kind of value")};
+    struct redlock_reply a1 = rv_arr(e1, 2);
+    const struct redlock_reply *got = redlock_reply_error(&a1);
+    assert_ptr_equal(got, &e1[1]);
+    assert_true(got->len > 9 && memcmp(got->str, "WRONGTYPE", 9) == 0);
+    /* the lock key of the wrong type: SET fails, INCR runs */
+    struct redlock_reply e2[2] = {rv_err("WRONGTYPE first"), rv_int(3)};
+    struct redlock_reply a2 = rv_arr(e2, 2);
+    assert_ptr_equal(redlock_reply_error(&a2), &e2[0]);
+    struct redlock_reply e3[2] = {rv_str("tok"), rv_int(3)};
+    struct redlock_reply a3 = rv_arr(e3, 2);
+    assert_null(redlock_reply_error(&a3));
+    int64_t fence, pttl;
+    assert_int_equal(classify(RL_FORM_SET_GET_INCR, a1, &fence, &pttl),
+                     RL_FAILED);
+}
+
 static void test_classify_peek(void **state)
 {
     (void)state;
@@ -1469,6 +1498,7 @@ int main(void)
         cmocka_unit_test(test_quorum),
         cmocka_unit_test(test_sem_pttl_min),
         cmocka_unit_test(test_fence_floor),
+        cmocka_unit_test(test_reply_error),
         cmocka_unit_test(test_validity),
         cmocka_unit_test(test_win_early),
         cmocka_unit_test(test_lose_early_busy),
