@@ -230,6 +230,9 @@ struct peek {
     int64_t fence[REDLOCK_MAX_NODES]; /* each node's fence counter, -1 not
                                          read */
     bool mine; /* some node holds a token of this daemon's table */
+    int refused_node;  /* the lowest node that answered an error, 1-based;
+                          0 none */
+    char refusal[100]; /* its error text, cut */
 };
 
 /* Whether a node's value is a token this daemon holds for resource. */
@@ -274,11 +277,17 @@ static void peek_finish(struct peek *p)
     (*p->inflight)--;
     if (d.state == RL_STATE_NO_QUORUM) {
         char msg[PROTO_MSG_MAX];
+        char why[sizeof(p->refusal) + 32] = "";
+        if (p->refused_node > 0) {
+            /* A node that answered "no" is not slow: say what it said. */
+            snprintf(why, sizeof(why), "; node %d refused: %s", p->refused_node,
+                     p->refusal);
+        }
         snprintf(msg, sizeof(msg),
                  "no state of the resource is on more than %d of %d nodes "
-                 "(%d answered, at most %d agreed)",
+                 "(%d answered, at most %d agreed%s)",
                  p->n_nodes - redlock_quorum(p->n_nodes), p->n_nodes, answered,
-                 d.agree);
+                 d.agree, why);
         reply(call, ERR_NO_QUORUM, msg, NULL);
         free(p);
         return;
@@ -318,8 +327,13 @@ static void peek_record(struct peek *p, int i, const redisReply *r)
     int64_t fence = -1;
     const char *v = NULL;
     size_t n = 0;
-    p->peek[i] = redlock_classify_peek(replyview_of(&view, r), &p->pttl[i],
-                                       &fence, &v, &n);
+    const struct redlock_reply *rv = replyview_of(&view, r);
+    p->peek[i] = redlock_classify_peek(rv, &p->pttl[i], &fence, &v, &n);
+    const struct redlock_reply *e = redlock_reply_error(rv);
+    if (e != NULL && (p->refused_node == 0 || i + 1 < p->refused_node)) {
+        p->refused_node = i + 1;
+        snprintf(p->refusal, sizeof(p->refusal), "%.*s", (int)e->len, e->str);
+    }
     if (p->peek[i] == RL_PEEK_HELD && token_is_ours(p, v, n)) {
         p->mine = true;
     }

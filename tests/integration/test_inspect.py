@@ -12,7 +12,7 @@ import urllib.parse
 
 from extra import curl1, metric, scrape
 from rl import (PREFIX, SANITIZED, SLOW, TOKEN_RE, assert_error, assert_ok,
-                poll_until, pytest, rname)
+                lock_key, poll_until, pytest, rname)
 
 U = "http://localhost"
 
@@ -334,6 +334,28 @@ def test_inspect_fence_is_below_the_next_grant(cluster, daemon):
         z = c.call("acquire", resource=rname("z"), ttl_ms=5000, fence=True)
         assert_ok(z)
         assert z["fence"] > r2["fence"], (r2, z)
+
+
+def test_inspect_names_a_node_that_refused(cluster_mod, daemon_mod):
+    """A node that answers inspect with an error (the lock key holds a
+    list: GET refuses it) is no state; when no state has enough nodes the
+    answer says what the node said, not only that it did not count."""
+    res = rname("inspwt")
+    key = lock_key(res)
+    for nd in cluster_mod.nodes[:3]:
+        nd.cmd("RPUSH", key, "not a lock")
+    try:
+        with daemon_mod.client() as c:
+            r = c.call("inspect", resource=res)
+            assert_error(r, "no_quorum")
+            msg = r["error"]["message"]
+            print("answer: %s" % msg)
+            assert "(2 answered, at most 2 agreed; node 1 refused: " \
+                "WRONGTYPE" in msg, r
+            assert len(msg) <= 256, r
+    finally:
+        for nd in cluster_mod.nodes[:3]:
+            nd.cmd("DEL", key)
 
 
 def test_wait_seconds_histogram(cluster_mod, daemon_mod):
