@@ -930,6 +930,16 @@ uint64_t redlock_extend_failed_until_us(uint64_t valid_until_us,
     return bound < valid_until_us ? bound : valid_until_us;
 }
 
+uint64_t redlock_given_up_until_us(uint64_t now_us, uint32_t ttl_ms,
+                                   double drift_factor)
+{
+    /* The drift the validity takes off, added here instead: how long one
+     * ttl on a node's clock may last on ours. */
+    uint64_t span_ms =
+        (uint64_t)ttl_ms + (uint64_t)ceil((double)ttl_ms * drift_factor) + 2u;
+    return now_us + 2u * span_ms * 1000u;
+}
+
 uint64_t redlock_handoff_delay_ms(bool held, bool semaphore,
                                   int64_t validity_ms, uint64_t wait_left_ms)
 {

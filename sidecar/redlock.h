@@ -532,6 +532,19 @@ uint64_t redlock_extend_failed_until_us(uint64_t valid_until_us,
                                         uint32_t ttl_ms, double drift_factor,
                                         uint64_t start_us);
 
+/* redlock_given_up_until_us: until when the key of a lock given up at
+ * now_us may still stand on a node, so that the daemon remembers it until
+ * then (refuses its token, and finishes its release on each node that
+ * missed it). ttl_ms: the longest ttl any command of the lock asked for.
+ * A node that missed the release (down, dropped, paused) ran the lock's
+ * commands it had by now_us at the latest, so its key lapses within one
+ * ttl after that; the commands still waiting in its socket then run
+ * together when it runs again, and one that finds the key there sets the
+ * ttl once more: two ttls in all, each counted with the drift that the
+ * validity takes off (ttl * drift_factor + 2 ms). */
+uint64_t redlock_given_up_until_us(uint64_t now_us, uint32_t ttl_ms,
+                                   double drift_factor);
+
 /* redlock_handoff_delay_ms: when the next waiter in line tries after the
  * head's acquisition won. held: the head kept the lock (it may have given
  * it straight back: client gone, limit, shutdown); semaphore: it took one

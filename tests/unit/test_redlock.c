@@ -1479,6 +1479,26 @@ static void test_extend_failed_until(void **state)
                      5000);
 }
 
+/* A lock given up is remembered for two ttls with their drift: the one
+ * its key may still have on a node that missed the release, and the one a
+ * renewal waiting in that node's socket gives it when it runs again. */
+static void test_given_up_until(void **state)
+{
+    (void)state;
+    /* ttl 6000, drift 0.01: 6000 + 60 + 2 = 6062 ms, twice */
+    assert_int_equal(redlock_given_up_until_us(1000 * MS, 6000, 0.01),
+                     (1000 + 2 * 6062) * MS);
+    /* no drift: still the 2 ms of clock granularity per ttl */
+    assert_int_equal(redlock_given_up_until_us(0, 1000, 0.0), 2004 * MS);
+    /* never shorter than the validity an acquisition of that ttl had */
+    uint64_t now = 5000 * MS;
+    int64_t v = redlock_validity_ms(6000, 0.01, 0);
+    assert_true(redlock_given_up_until_us(now, 6000, 0.01) >
+                now + 2 * (uint64_t)v * MS);
+    /* the largest ttl does not overflow */
+    assert_true(redlock_given_up_until_us(now, UINT32_MAX, 0.01) > now);
+}
+
 /* After the head won, the next in line waits for the lock's validity (a
  * release wakes it sooner), within its own wait; a semaphore's next waiter
  * and one behind a lock given straight back try at once. */
@@ -1541,6 +1561,7 @@ int main(void)
         cmocka_unit_test(test_wake_publishers),
         cmocka_unit_test(test_renew_failed),
         cmocka_unit_test(test_extend_failed_until),
+        cmocka_unit_test(test_given_up_until),
         cmocka_unit_test(test_handoff_delay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
