@@ -14,7 +14,12 @@
  *              their keys (struct batch), sent at its end
  *
  * Which nodes sit out after a restart, and their repair, are quarantine.c's:
- * it hears the nodes' state changes, and rounds skip the nodes it names. */
+ * it hears the nodes' state changes, and rounds skip the nodes it names.
+ *
+ *   give-up    a release, and a record (struct given_up) of the nodes that
+ *              have not confirmed it; a node that comes up is sent it
+ *              again (given_up_resend_cb), until every node confirmed or
+ *              the key can stand nowhere (redlock_given_up_until_us) */
 #include "cluster.h"
 
 #include <stdio.h>
@@ -87,6 +92,8 @@ struct cluster_op {
     struct event *deadline_ev;      /* owned (kept across pool reuse): a round
                                        that cannot win any more ends early */
     bool dispatched;                /* counted in c->acquires_sent */
+    bool given_up;                  /* release of a lock given up: each
+                                       node's answer goes to its record */
     uint32_t refused;               /* nodes that answered an error reply */
     uint32_t quarantined;           /* nodes not asked: quarantined */
     uint32_t unreachable;           /* nodes not asked: down, or closing */
@@ -134,6 +141,16 @@ struct cluster {
     int free_batch_count;
     struct cluster_op *free_ops;
     int free_count;
+    /* Locks given up (cluster_give_up), by token, oldest first. */
+    struct util_htable gu_table;
+    struct given_up *gu_head, *gu_tail;
+    size_t gu_count;
+    struct given_up *gu_cursor[REDLOCK_MAX_NODES]; /* next record to send
+                                                     node i; NULL: none */
+    struct event *gu_resend_ev; /* owned: sends to the nodes that came up */
+    struct event *gu_timer;     /* owned: frees records past their bound */
+    int gu_inflight;            /* deletes sent again, not yet answered */
+    struct log_limit gu_log;    /* records dropped for room */
     /* Restart quarantine (see README, "Fencing and restarts"). */
     struct quarantine *quar; /* owned */
     int64_t fence_max_seen;  /* largest fence this daemon handed out */
@@ -238,6 +255,7 @@ static struct cluster_op *op_new(struct cluster *c, enum redlock_op kind,
     op->pttl_pending = 0;
     op->busy_deferred = false;
     op->dispatched = false;
+    op->given_up = false;
     op->refused = 0;
     op->quarantined = op->unreachable = 0;
     op->next_queued = NULL;
@@ -406,6 +424,10 @@ static void batch_free(struct batch *b)
     }
 }
 
+static void given_up_answered(struct cluster *c, const char *token, int i,
+                              enum redlock_node_result res);
+static void given_up_resent(struct cluster *c);
+
 /* One entry's answer from its node. */
 static void batch_entry_answer(const struct batch_entry *e, int i,
                                enum redlock_node_result res)
@@ -416,7 +438,12 @@ static void batch_entry_answer(const struct batch_entry *e, int i,
         return;
     }
     /* A rollback's answer decides nothing: 0 means the key was not (or no
-     * longer) ours there. */
+     * longer) ours there. A given-up lock's delete sent again says whether
+     * that node still owes it. */
+    if (op->given_up) {
+        given_up_answered(op->c, op->token, i, res);
+        given_up_resent(op->c);
+    }
     op->outstanding--;
     op_release_if_finished(op);
 }
@@ -963,6 +990,9 @@ static void op_node_answer(struct cluster_op *op, int i, struct node *node,
                            int64_t pttl)
 {
     op->outstanding--;
+    if (op->given_up) {
+        given_up_answered(op->c, op->token, i, res);
+    }
     bool was_decided = op->round.outcome != RL_UNDECIDED;
     /* node: NULL for a batch's answer, never an acquire's. */
     if (node != NULL &&
@@ -1273,6 +1303,230 @@ static void op_dispatch(struct cluster_op *op)
     op_release_if_finished(op);
 }
 
+/* ---- locks given up --------------------------------------------------- */
+
+/* A lock this daemon gave up: its token is refused (cluster_given_up), and
+ * its compare-and-delete is owed to every node that has not confirmed it
+ * (deleted, or never had it): a node down, dropped or paused then may run
+ * the renewals waiting in its socket when it runs again, and would keep
+ * the key, held by nobody, for a ttl. Kept until until_us, past which no
+ * node can hold the key, or until no node owes the delete. */
+struct given_up {
+    struct util_hnode hn;         /* c->gu_table, by token */
+    struct given_up *prev, *next; /* c->gu_head..gu_tail, oldest first */
+    uint64_t until_us;            /* never less than the previous one's */
+    uint32_t owed;                /* nodes that may still hold the key */
+    char token[PROTO_TOKEN_LEN + 1];
+    size_t resource_len;
+    char resource[]; /* NUL-terminated, part of this allocation */
+};
+
+/* Deletes sent again at once, across the nodes: a node back after a
+ * give-up of 100,000 locks gets them in steps, not all in one turn. */
+#define GIVEN_UP_INFLIGHT_MAX 256
+
+/* Records looked at per node and turn while sending again. */
+#define GIVEN_UP_STEP 4096
+
+/* At most one line a minute for records dropped for want of room. */
+#define GIVEN_UP_LOG_US 60000000u
+
+static struct given_up *given_up_find(const struct cluster *c,
+                                      const char *token)
+{
+    struct util_hnode *n =
+        util_htable_find(&c->gu_table, token, PROTO_TOKEN_LEN);
+    return n != NULL ? UTIL_CONTAINER_OF(n, struct given_up, hn) : NULL;
+}
+
+static void given_up_free(struct cluster *c, struct given_up *g)
+{
+    for (int i = 0; i < c->n; i++) {
+        if (c->gu_cursor[i] == g) {
+            c->gu_cursor[i] = g->next;
+        }
+    }
+    util_htable_remove(&c->gu_table, &g->hn);
+    if (g->prev != NULL) {
+        g->prev->next = g->next;
+    } else {
+        c->gu_head = g->next;
+    }
+    if (g->next != NULL) {
+        g->next->prev = g->prev;
+    } else {
+        c->gu_tail = g->prev;
+    }
+    c->gu_count--;
+    free(g);
+}
+
+/* Arms the timer for the oldest record's bound. */
+static void given_up_timer_arm(struct cluster *c)
+{
+    if (c->gu_head == NULL || c->closing) {
+        return;
+    }
+    uint64_t now = util_now_us();
+    uint64_t wait = c->gu_head->until_us > now ? c->gu_head->until_us - now : 0;
+    struct timeval tv = {(time_t)(wait / 1000000u),
+                         (suseconds_t)(wait % 1000000u)};
+    evtimer_add(c->gu_timer, &tv);
+}
+
+static void given_up_timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct cluster *c = arg;
+    uint64_t now = util_now_us();
+    while (c->gu_head != NULL && c->gu_head->until_us <= now) {
+        given_up_free(c, c->gu_head);
+    }
+    given_up_timer_arm(c);
+}
+
+/* Remembers token on resource[0..len) as given up until until_us, owed by
+ * every node. Returns 0, or -1 out of memory (not remembered). */
+static int given_up_add(struct cluster *c, const char *resource, size_t len,
+                        const char *token, uint64_t until_us)
+{
+    struct given_up *g = given_up_find(c, token);
+    if (g != NULL) {
+        given_up_free(c, g); /* the same token again: the newer counts */
+    }
+    if (c->gu_count >= (size_t)c->cfg->max_locks && c->gu_head != NULL) {
+        /* Every record was a lock of this daemon, so this takes more
+         * give-ups within two ttls than --max-locks: the oldest goes. */
+        unsigned long skipped;
+        if (log_limit_pass(&c->gu_log, util_now_us(), GIVEN_UP_LOG_US,
+                           &skipped)) {
+            log_warn(NULL,
+                     "%lu lock(s) given up forgotten before their bound "
+                     "(more than --max-locks given up within their ttls): "
+                     "their keys may stay on the nodes that missed the "
+                     "release until their ttl",
+                     skipped + 1);
+        }
+        given_up_free(c, c->gu_head);
+    }
+    g = malloc(sizeof(*g) + len + 1);
+    if (g == NULL) {
+        return -1;
+    }
+    memcpy(g->token, token, PROTO_TOKEN_LEN);
+    g->token[PROTO_TOKEN_LEN] = '\0';
+    memcpy(g->resource, resource, len);
+    g->resource[len] = '\0';
+    g->resource_len = len;
+    g->owed = redlock_all_nodes(c->n);
+    /* Oldest first with bounds that never decrease, so the timer needs
+     * only the head: a shorter bound waits for the longer one before it. */
+    g->until_us = c->gu_tail != NULL && c->gu_tail->until_us > until_us
+                      ? c->gu_tail->until_us
+                      : until_us;
+    g->next = NULL;
+    g->prev = c->gu_tail;
+    if (c->gu_tail != NULL) {
+        c->gu_tail->next = g;
+    } else {
+        c->gu_head = g;
+    }
+    c->gu_tail = g;
+    c->gu_count++;
+    util_htable_add(&c->gu_table, &g->hn, g->token, PROTO_TOKEN_LEN);
+    if (g == c->gu_head) {
+        given_up_timer_arm(c);
+    }
+    return 0;
+}
+
+/* Node i answered res to the delete of given-up token: deleted, or not
+ * held there, it owes it no more; anything else (timeout, drop, error)
+ * is sent again when the node next comes up. */
+static void given_up_answered(struct cluster *c, const char *token, int i,
+                              enum redlock_node_result res)
+{
+    struct given_up *g = given_up_find(c, token);
+    if (g == NULL || (res != RL_OK && res != RL_BUSY)) {
+        return;
+    }
+    g->owed &= ~(1u << i);
+    if (g->owed == 0) {
+        given_up_free(c, g);
+    }
+}
+
+/* Sends node i the delete of g again, on its own (a rollback entry of a
+ * batch: no announcement, no round). */
+static void given_up_send(struct cluster *c, int i, const struct given_up *g)
+{
+    struct cluster_op *op = op_new(c, RL_OP_RELEASE, g->resource,
+                                   g->resource_len, g->token, NULL, NULL);
+    if (op == NULL) {
+        return; /* out of memory: owed still, sent at the next come-back */
+    }
+    op->answered = true; /* nobody waits for it */
+    op->given_up = true;
+    if (batch_add(c, i, op, true) == 0) {
+        c->gu_inflight++;
+    }
+    op_release_if_finished(op);
+}
+
+/* Sends the nodes that came up the deletes they owe, in steps. */
+static void given_up_resend_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct cluster *c = arg;
+    uint64_t now = util_now_us();
+    bool more = false;
+    for (int i = 0; i < c->n && !c->closing; i++) {
+        struct node *node = send_node(c, i);
+        if (node == NULL || !node_is_up(node)) {
+            c->gu_cursor[i] = NULL; /* its next come-back starts again */
+            continue;
+        }
+        for (int step = 0; c->gu_cursor[i] != NULL && step < GIVEN_UP_STEP;
+             step++) {
+            if (c->gu_inflight >= GIVEN_UP_INFLIGHT_MAX) {
+                return; /* given_up_resent goes on */
+            }
+            struct given_up *g = c->gu_cursor[i];
+            c->gu_cursor[i] = g->next;
+            if ((g->owed & (1u << i)) && g->until_us > now) {
+                given_up_send(c, i, g);
+            }
+        }
+        more = more || c->gu_cursor[i] != NULL;
+    }
+    if (more) {
+        event_active(c->gu_resend_ev, EV_TIMEOUT, 1);
+    }
+}
+
+/* A delete sent again was answered: a step waiting for room goes on. */
+static void given_up_resent(struct cluster *c)
+{
+    if (--c->gu_inflight == GIVEN_UP_INFLIGHT_MAX - 1 && !c->closing) {
+        event_active(c->gu_resend_ev, EV_TIMEOUT, 1);
+    }
+}
+
+/* Every node's state change: the quarantine's, and for a node that came
+ * up, the deletes of given-up locks it owes. */
+static void node_state_cb(struct node *node, enum node_state state, void *priv)
+{
+    struct cluster *c = priv;
+    quarantine_node_cb(node, state, c->quar);
+    if (state != NODE_UP || c->closing || c->gu_head == NULL) {
+        return;
+    }
+    c->gu_cursor[node_index(node)] = c->gu_head;
+    event_active(c->gu_resend_ev, EV_TIMEOUT, 1);
+}
+
 /* ---- public operations ------------------------------------------------ */
 
 int cluster_acquire(struct cluster *c, const char *resource, size_t len,
@@ -1316,6 +1570,42 @@ int cluster_release(struct cluster *c, const char *resource, size_t len,
     /* No validity to account for: a release never makes a lock valid. */
     op_submit(op, PROTO_TTL_MAX);
     return 0;
+}
+
+int cluster_give_up(struct cluster *c, const char *resource, size_t len,
+                    const char *token, uint64_t until_us, cluster_done_fn *cb,
+                    void *priv)
+{
+    if (given_up_add(c, resource, len, token, until_us) != 0) {
+        log_error(NULL, "give-up: out of memory remembering a lock");
+    }
+    struct cluster_op *op =
+        op_new(c, RL_OP_RELEASE, resource, len, token, cb, priv);
+    if (op == NULL) {
+        return -1; /* owed by every node: sent as each comes up */
+    }
+    op->given_up = true;
+    op_submit(op, PROTO_TTL_MAX);
+    return 0;
+}
+
+bool cluster_given_up(const struct cluster *c, const char *token,
+                      const char *resource, size_t len)
+{
+    const struct given_up *g = given_up_find(c, token);
+    if (g == NULL || g->until_us <= util_now_us()) {
+        return false;
+    }
+    if (len == 0 ||
+        (len == g->resource_len && memcmp(resource, g->resource, len) == 0)) {
+        return true;
+    }
+    /* A permit asked for by its semaphore's name, without "permit". */
+    const char *r;
+    size_t rl;
+    int k;
+    return sem_parse(g->resource, g->resource_len, &r, &rl, &k) && k >= 0 &&
+           rl == len && memcmp(resource, r, len) == 0;
 }
 
 int cluster_complete(struct cluster *c, const char *resource, size_t len,
@@ -1369,6 +1659,13 @@ struct cluster *cluster_create(struct event_base *base,
         free(c);
         return NULL;
     }
+    c->gu_resend_ev = event_new(base, -1, 0, given_up_resend_cb, c);
+    c->gu_timer = evtimer_new(base, given_up_timer_cb, c);
+    if (c->gu_resend_ev == NULL || c->gu_timer == NULL ||
+        util_htable_init(&c->gu_table, 16384) != 0) {
+        cluster_destroy(c);
+        return NULL;
+    }
     /* Before the nodes: it hears their state changes. */
     c->quar = quarantine_create(base, cfg, c->nodes, c->n, &c->fence_max_seen);
     if (c->quar == NULL) {
@@ -1386,8 +1683,8 @@ struct cluster *cluster_create(struct event_base *base,
     }
     opts.tls = c->tls;
     for (int i = 0; i < c->n; i++) {
-        c->nodes[i] = node_create(base, i, &cfg->nodes[i], &opts,
-                                  quarantine_node_cb, c->quar);
+        c->nodes[i] =
+            node_create(base, i, &cfg->nodes[i], &opts, node_state_cb, c);
         if (c->nodes[i] == NULL) {
             log_error(NULL, "cluster: cannot create node %d", i + 1);
             cluster_destroy(c);
@@ -1447,6 +1744,16 @@ void cluster_destroy(struct cluster *c)
     }
     if (c->batch_ev != NULL) {
         event_free(c->batch_ev);
+    }
+    while (c->gu_head != NULL) {
+        given_up_free(c, c->gu_head);
+    }
+    util_htable_free(&c->gu_table);
+    if (c->gu_resend_ev != NULL) {
+        event_free(c->gu_resend_ev);
+    }
+    if (c->gu_timer != NULL) {
+        event_free(c->gu_timer);
     }
     tls_ctx_destroy(c->tls); /* after every node's session */
     free(c);

@@ -87,6 +87,26 @@ int cluster_extend(struct cluster *c, const char *resource, size_t len,
 int cluster_release(struct cluster *c, const char *resource, size_t len,
                     const char *token, cluster_done_fn *cb, void *priv);
 
+/* cluster_give_up: the release of a lock this daemon gave up (token on
+ * resource[0..len)): sent as cluster_release's, and remembered until
+ * until_us (redlock_given_up_until_us), past which no node can hold the
+ * key. Meanwhile each node that did not confirm it (down, dropped, timed
+ * out, refused) is sent it again whenever it comes up, and
+ * cluster_given_up names the token. The record goes once every node
+ * confirmed it or until_us passed; at most --max-locks are kept (the
+ * oldest goes first, logged). cb may be NULL. Returns 0, or -1 out of
+ * memory (nothing sent now; each node is sent it when it comes up). */
+int cluster_give_up(struct cluster *c, const char *resource, size_t len,
+                    const char *token, uint64_t until_us, cluster_done_fn *cb,
+                    void *priv);
+
+/* cluster_given_up: whether token (PROTO_TOKEN_LEN hex) names a lock given
+ * up (cluster_give_up) that a node may still hold, on resource[0..len):
+ * its own resource, its semaphore's name for a permit, or any when len is
+ * 0. */
+bool cluster_given_up(const struct cluster *c, const char *token,
+                      const char *resource, size_t len);
+
 /* cluster_complete: compare-and-set the lock key to "done:<token>" with a
  * PX of keep_ms on every node; success on a quorum; ERR_NOT_HELD when more
  * than n - quorum nodes are without the token. */

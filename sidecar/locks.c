@@ -395,6 +395,7 @@ struct lock *locks_add(struct lock_table *t, const char *token,
     }
     memcpy(l->token_raw, raw, TOKEN_RAW_LEN);
     l->ttl_ms = ttl_ms;
+    l->ttl_sent_max_ms = ttl_ms;
     l->valid_until_us = valid_until_us;
     l->heap_idx = HEAP_NONE;
     l->seq = ++t->next_seq;

@@ -52,10 +52,11 @@ struct lock_owner {
 };
 
 /* One held lock. 100k renewing locks is a load the bench keeps, so the
- * layout is packed: the 8-byte fields first, then the 4-byte ones, then the
- * token's 16 bytes (not its 32 hex digits) and the flags, and the resource
- * inline at the end (one allocation per lock, sized to its resource), and
- * after it the fence, only when there is one (locks_fence). */
+ * layout is packed: the 8-byte fields first, then the 4-byte ones and the
+ * permits' 2, then the token's 16 bytes (not its 32 hex digits) and the
+ * flags, and the resource inline at the end (one allocation per lock,
+ * sized to its resource), and after it the fence, only when there is one
+ * (locks_fence). */
 struct lock {
     struct lock_owner *owner; /* borrowed: owning NDJSON session, or NULL */
     struct lock *tok_next;    /* table: token hash chain */
@@ -69,17 +70,23 @@ struct lock {
     uint32_t ttl_ms;
     uint32_t ending;       /* releases and completes in flight: renewal
                               waits, their answer decides */
-    uint32_t permits;      /* ops: a semaphore's slot (of permits), or 0 */
     uint32_t heap_idx;     /* table: position in the deadline heap */
     uint32_t order_idx;    /* table: position in the addition order */
     uint32_t resource_len; /* at most PROTO_RESOURCE_MAX + a slot prefix */
     uint32_t renew_max_ms; /* ops: renewed until added_us + this; 0: no cap */
+    uint32_t ttl_sent_max_ms; /* the longest ttl its acquire, renewals and
+                                 extends asked for: how long a node may
+                                 keep it after a give-up */
+    uint16_t permits;         /* ops: a semaphore's slot (of permits), or 0 */
     unsigned char token_raw[PROTO_TOKEN_LEN / 2]; /* locks_token_hex() */
     bool renew : 1;     /* renewed by the daemon (NDJSON only) */
     bool deferred : 1;  /* in its owner's list's deferred tail */
     bool has_fence : 1; /* acquired with fence (locks_fence) */
     char resource[];    /* NUL-terminated, part of this allocation */
 };
+
+_Static_assert(PROTO_PERMITS_MAX <= UINT16_MAX,
+               "a lock's permits are kept in 16 bits");
 
 struct lock_table *locks_create(void);
 

@@ -616,6 +616,22 @@ static const char *call_target(struct ops *o, struct call *call,
     return res;
 }
 
+/* Whether the call names a lock this daemon gave up (lost): answered
+ * not_held with nothing sent, since it cannot be brought back and a
+ * complete by its token must mark nothing, even where a node that missed
+ * its release still holds it. */
+static bool call_given_up(struct ops *o, struct call *call)
+{
+    if (!cluster_given_up(o->cluster, call->req.lock, call->req.resource,
+                          call->req.resource_len)) {
+        return false;
+    }
+    reply_error(call, ERR_NOT_HELD,
+                "the lock was lost (its owner got the lost event): take a "
+                "new one");
+    return true;
+}
+
 /* A release or complete of a table lock answered err. The token finds the
  * lock op_release or op_complete counted, or none (dropped meanwhile). The
  * lock leaves the table only on proof that no quorum holds it (ok, or
@@ -666,7 +682,7 @@ static void op_release(struct ops *o, struct call *call)
     struct lock *l;
     size_t len;
     const char *res = call_target(o, call, &l, &len);
-    if (res == NULL) {
+    if (res == NULL || (l == NULL && call_given_up(o, call))) {
         METRIC_INC(release_not_held);
         return;
     }
@@ -723,13 +739,16 @@ static void op_extend(struct ops *o, struct call *call)
     struct lock *l;
     size_t len;
     const char *res = call_target(o, call, &l, &len);
-    if (res == NULL) {
+    if (res == NULL || (l == NULL && call_given_up(o, call))) {
         METRIC_INC(extend_not_held);
         return;
     }
     uint32_t ttl = call->req.has_ttl ? call->req.ttl_ms
                    : l != NULL       ? l->ttl_ms
                                      : PROTO_TTL_DEFAULT;
+    if (l != NULL && ttl > l->ttl_sent_max_ms) {
+        l->ttl_sent_max_ms = ttl; /* a node may keep it so long */
+    }
     if (cluster_extend(o->cluster, res, len, call->req.lock, ttl,
                        extend_done_cb, call) != 0) {
         reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
@@ -759,7 +778,7 @@ static void op_complete(struct ops *o, struct call *call)
     struct lock *l;
     size_t len;
     const char *res = call_target(o, call, &l, &len);
-    if (res == NULL) {
+    if (res == NULL || (l == NULL && call_given_up(o, call))) {
         METRIC_INC(complete_not_held);
         return;
     }

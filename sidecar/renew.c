@@ -6,7 +6,8 @@
  *     -> past the give-up (redlock_renew_decide): lost
  *     -> a lock without renewal past its validity: dropped quietly
  *   lost -> log (rate-limited), lost event to the owner (event_cb),
- *           release on the nodes, renew_drop
+ *           release on every node (cluster_give_up: the nodes down now get
+ *           it when they come back), renew_drop
  *   renew_drop -> out of the table -> freed_cb (ops wakes the waiters)
  *
  * Renewals in flight are bounded overall and per connection; a lock held
@@ -204,12 +205,21 @@ static void lock_lost(struct renew *r, struct lock *l, const char *why)
     log_lost(l, why);
     METRIC_INC(locks_lost);
     renew_tell_lost(l);
-    /* Whatever nodes still hold it let go now rather than at expiry. */
+    /* Whatever nodes still hold it let go now rather than at expiry, and
+     * those that cannot be reached now when they come back. */
+    (void)renew_release_everywhere(r, l, NULL, NULL);
+    renew_drop(r, l);
+}
+
+int renew_release_everywhere(struct renew *r, const struct lock *l,
+                             cluster_done_fn *cb, void *priv)
+{
     char token[PROTO_TOKEN_LEN + 1];
     locks_token_hex(l, token);
-    cluster_release(r->cluster, l->resource, l->resource_len, token, NULL,
-                    NULL);
-    renew_drop(r, l);
+    uint64_t until = redlock_given_up_until_us(
+        util_now_us(), l->ttl_sent_max_ms, r->cfg->drift_factor);
+    return cluster_give_up(r->cluster, l->resource, l->resource_len, token,
+                           until, cb, priv);
 }
 
 /* Whether the timer would send l's renewal at now. */

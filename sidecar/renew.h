@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cluster.h"
+
 struct cluster;
 struct config;
 struct event_base;
@@ -57,6 +59,15 @@ void renew_extend_failed(struct renew *r, struct lock *l, uint32_t ttl_ms,
 /* renew_tell_lost: sends l's owner, if it is an NDJSON session, the lost
  * event (through its event_cb). */
 void renew_tell_lost(const struct lock *l);
+
+/* renew_release_everywhere: l's release on every node, given up by this
+ * daemon (cluster_give_up): the nodes up now get it at once, the others
+ * when they come back, for as long as l's key may stand on one
+ * (redlock_given_up_until_us of the longest ttl l asked for), and until
+ * then extend, complete and release refuse its token. cb may be NULL.
+ * Returns cluster_give_up's result. */
+int renew_release_everywhere(struct renew *r, const struct lock *l,
+                             cluster_done_fn *cb, void *priv);
 
 /* renew_drop: l leaves the table (its release, if any, already queued on
  * every node); freed_cb is told of its resource. */
