@@ -979,8 +979,9 @@ void ops_client_closed(struct ops *o, struct lock_owner *session)
         locks_token_hex(l, token);
         log_debug(NULL, "session closed: releasing %s",
                   log_token_hash(token, tag));
-        cluster_release(o->cluster, l->resource, l->resource_len, token,
-                        session_release_cb, o);
+        /* On every node: one down now would keep it for a ttl after it
+         * came back, held by nobody. */
+        (void)renew_release_everywhere(o->renew, l, session_release_cb, o);
         METRIC_INC(session_releases);
         renew_drop(o->renew, l);
     }

@@ -6,7 +6,11 @@ nodes run again they run the renewals that waited in their sockets, which
 start the key's TTL again there, and the daemon reconnects to them. A
 complete or extend by token and resource must then answer not_held and
 mark nothing (proto/README.md, complete), and the release must be finished
-on those nodes once they are back, not left to their TTL."""
+on those nodes once they are back, not left to their TTL. A session closed
+while nodes are down leaves its locks on them likewise, until they are
+back."""
+
+import time
 
 from rl import (PREFIX, SLOW, assert_error, assert_ok, lock_key, poll_until,
                 rname)
@@ -132,3 +136,36 @@ def test_given_up_permit_is_refused_and_released(cluster, daemon):
                                     10.0 * SLOW)
         assert done not in cluster.get_all(key)
 
+
+def test_session_closed_with_nodes_down_is_released_when_they_return(
+        cluster, daemon):
+    """A session closes while nodes 1-3 are paused and dropped: its lock's
+    release reaches nodes 4-5 only. Once 1-3 are back, the release is
+    finished there, long before the lock's 60 s TTL."""
+    res = rname("guclose")
+    key = lock_key(res)
+    holder = daemon.client(timeout=10.0 * SLOW)
+    try:
+        r = holder.call("acquire", resource=res, ttl_ms=60000)
+        assert_ok(r, "acquire")
+        token = r["lock"]
+        try:
+            # An acquire of another resource meets the paused nodes, so
+            # the stall rule drops them.
+            _pause_majority_until_down(
+                cluster, daemon,
+                lambda: holder.send({"op": "acquire", "id": "probe",
+                                     "resource": rname("probe"),
+                                     "ttl_ms": 1000}))
+        finally:
+            holder.close()
+            time.sleep(0.2 * SLOW)  # the close is handled with 1-3 down
+            _resume_and_reconnect(cluster, daemon)
+        ok, _ = poll_until(lambda: cluster.get_all(key) == [None] * 5,
+                           10.0 * SLOW, 0.05)
+        assert ok, ("the closed session's lock stayed on the nodes that "
+                    "were down: %r (pttl %r)" % (cluster.get_all(key),
+                                                 cluster.pttl_all(key)))
+        assert token.encode() not in cluster.get_all(key)
+    finally:
+        holder.close()
