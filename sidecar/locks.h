@@ -82,6 +82,8 @@ struct lock {
     bool renew : 1;     /* renewed by the daemon (NDJSON only) */
     bool deferred : 1;  /* in its owner's list's deferred tail */
     bool has_fence : 1; /* acquired with fence (locks_fence) */
+    bool retrying : 1;  /* renew: its last renewal failed, the retry waits
+                           for its own time (never sent early) */
     char resource[];    /* NUL-terminated, part of this allocation */
 };
 

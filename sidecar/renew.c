@@ -285,6 +285,7 @@ static void renew_done_cb(const struct cluster_result *res, void *priv)
     }
     if (res->err == ERR_NONE) {
         METRIC_INC(renew_ok);
+        l->retrying = false;
         l->valid_until_us = res->valid_until_us;
         renew_schedule(r, l, now);
         return;
@@ -298,8 +299,12 @@ static void renew_done_cb(const struct cluster_result *res, void *priv)
                   not_held ? "no longer held by a quorum" : "renewal failed");
         return;
     }
-    /* Still valid: try again soon, well before the validity ends. */
+    /* Still valid: try again soon, well before the validity ends, and not
+     * before again: a retry sent early with others would go out at once
+     * whenever again is within the early margin, and nodes that fail at
+     * once would draw thousands of them in the last stretch. */
     l->next_renew_us = again;
+    l->retrying = true;
     renew_reschedule(r, l, now);
 }
 
@@ -334,12 +339,13 @@ static void lock_renew(struct renew *r, struct lock *l, uint64_t now,
 }
 
 /* Whether l's renewal, not yet due at now, may go out now with others
- * (redlock_renew_early_us): a renewing lock, nothing in flight, its
- * renewal within the early margin, and room in both renewal budgets. */
+ * (redlock_renew_early_us): a renewing lock, nothing in flight, not a
+ * retry, its renewal within the early margin, and room in both renewal
+ * budgets. */
 static bool lock_renew_early(const struct renew *r, const struct lock *l,
                              uint64_t now)
 {
-    if (!l->renew || r->renew_inflight >= RENEW_INFLIGHT_MAX ||
+    if (!l->renew || l->retrying || r->renew_inflight >= RENEW_INFLIGHT_MAX ||
         (l->owner != NULL && l->owner->renewing >= RENEW_CONN_INFLIGHT_MAX) ||
         renew_cap_passed(l, now)) {
         return false;
