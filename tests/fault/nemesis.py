@@ -1351,6 +1351,9 @@ def verdict(r, expect_violations=False):
         bad.append("RSS grew %d kB" % r["rss_growth_kb"])
     if any(c != 0 for c in r.get("exit_codes", {}).values()):
         bad.append("daemon exit codes %r" % r["exit_codes"])
+    if r.get("revived"):
+        bad.append("%d times a lost lock was not given up: %s" % (
+            len(r["revived"]), r["revived"][0]))
     if r.get("stale"):
         bad.append("%d keys kept on nodes that were up: %s" % (
             len(r["stale"]), r["stale"][0]))
@@ -1958,6 +1961,111 @@ def run_release_reach(long=False):
     return result
 
 
+def run_lost_complete(long=False):
+    """A renewing lock given up while a majority of nodes is paused must
+    stay given up once they run again: they then run the renewals that
+    waited in their sockets, which start the key's TTL again, and a
+    complete by token and resource could otherwise leave done marks on a
+    quorum (the contract: after a lost event a complete marks nothing).
+
+    Per cycle, rotating the nodes: A takes a renewing lock (ttl 6 s)
+    through d2; three nodes are paused (SIGSTOP) until d2 gives the lock up
+    (the lost event) with them dropped; they resume, both daemons
+    reconnect. Checked: complete and extend through d2 answer not_held; d2
+    deletes the key on the nodes it missed (it is gone from every node,
+    before its TTL), so a complete through d1, which never knew the lock,
+    answers not_held too; no node carries a done mark; B then takes the
+    resource through d1. No node restarts, so the ttl above the
+    quarantine period (QUARANTINE_MS) plays no part."""
+    w = World(n_daemons=2)
+    rec = Recorder()
+    result = {"name": "lost-complete", "seed": None}
+    revived = []
+    cycles = 3 if long else 2
+    ttl = 6000
+    with scenario(w, result):
+        # The losing daemon is d2, wired to the nodes directly (d1 reaches
+        # them through proxies, which keep taking its writes while a node
+        # is stopped): its sockets fill as a real daemon's would.
+        loser, other = w.daemon("d2"), w.daemon("d1")
+        for cyc in range(cycles):
+            res = "lostc-%d" % cyc
+            key = PREFIX + "lock:" + res
+            trio = [w.nodes[(2 * cyc + j) % 5] for j in range(3)]
+            idx = [nd.k - 1 for nd in trio]
+            with rl.Client(loser.socket, timeout=20.0 * SLOW) as c1, \
+                    rl.Client(other.socket, timeout=20.0 * SLOW) as c2:
+                a, a_send, a_recv = _acquire(c1, res, ttl, rec, "d2",
+                                             renew=True)
+                if a is None:
+                    raise RuntimeError("A could not acquire")
+                token = a["lock"]
+                try:
+                    for nd in trio:
+                        nd.pause()
+                    w.event("cycle %d: A holds %s; SIGSTOP n%s" % (
+                        cyc, token[:8], ",".join(str(n.k) for n in trio)))
+                    _wait_states(loser, lambda st: all(not st[i][0]
+                                                    for i in idx), 15.0)
+                    ev = c1.wait_event(timeout=ttl / 1000.0 + 10.0 * SLOW)
+                    if ev.get("event") != "lost" or ev.get("lock") != token:
+                        raise RuntimeError("no lost event: %r" % (ev,))
+                    rec.hold(resource=res, start=a_recv, end=time.monotonic(),
+                             sent=a_send, fence=a.get("fence"),
+                             validity_ms=a["validity_ms"], daemon="d2",
+                             ttl=ttl, client="A", kind="A")
+                    w.event("cycle %d: lost" % cyc)
+                finally:
+                    for nd in trio:
+                        nd.resume()
+                for d in (loser, other):
+                    _wait_states(d, lambda st: all(u for u, q in st), 20.0)
+                w.event("cycle %d: n%s back, daemons reconnected" % (
+                    cyc, ",".join(str(n.k) for n in trio)))
+                for op, extra in (("complete", {"keep_ms": 60000}),
+                                  ("extend", {"ttl_ms": ttl})):
+                    r = c1.call(op, timeout=10.0 * SLOW, lock=token,
+                                resource=res, **extra)
+                    if rl.err_code(r) != "not_held":
+                        revived.append("cycle %d: %s through d2 after lost: "
+                                       "%r" % (cyc, op, r))
+                gone = False
+                for _ in range(250):
+                    vals = [nd.cmd("GET", key) for nd in w.nodes]
+                    if all(v is None for v in vals):
+                        gone = True
+                        break
+                    time.sleep(0.02)
+                if not gone:
+                    revived.append("cycle %d: the key stayed on the nodes "
+                                   "after they were back: %r (pttl %r)" % (
+                                       cyc, vals, [nd.cmd("PTTL", key)
+                                                   for nd in w.nodes]))
+                r = c2.call("complete", timeout=10.0 * SLOW, lock=token,
+                            resource=res, keep_ms=60000)
+                if rl.err_code(r) != "not_held":
+                    revived.append("cycle %d: complete through d1 after "
+                                   "lost: %r" % (cyc, r))
+                marks = [nd.k for nd in w.nodes
+                         if nd.cmd("GET", key) == ("done:" + token).encode()]
+                if marks:
+                    revived.append("cycle %d: done marks of a lost lock on "
+                                   "n%s" % (cyc, marks))
+                for nd in w.nodes:
+                    nd.cmd("DEL", key)  # whatever a wrong answer left
+                b, bs, br = _acquire(c2, res, 1000, rec, "d1")
+                if b is None:
+                    revived.append("cycle %d: B could not take the resource "
+                                   "after the lost lock's release: %r" % (
+                                       cyc, _acquire.last))
+                else:
+                    _hold_release(c2, b, res, bs, br, rec, "d1", kind="B")
+        result.update(finish(w, rec, wait_ttl=False))
+        result["revived"] = revived
+        result["cycles"] = cycles
+    return result
+
+
 def run_clock_bare_quorum(long=False):
     """Redlock's documented limit, and what fencing does about it: A holds
     through exactly three nodes (d1's proxies cut the other two off), one of
@@ -2022,6 +2130,7 @@ def run_clock_bare_quorum(long=False):
 SCRIPTED = collections.OrderedDict([
     ("clock-bare-quorum", lambda long: run_clock_bare_quorum(long)),
     ("release-reach", lambda long: run_release_reach(long)),
+    ("lost-complete", lambda long: run_lost_complete(long)),
     ("fence-late-answer", lambda long: run_fence_late_answer(long)),
     ("quarantine-safe", lambda long: run_quarantine(False, long)),
     ("quarantine-unsafe", lambda long: run_quarantine(True, long)),

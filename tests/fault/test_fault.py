@@ -271,6 +271,13 @@ def test_release_reaches_every_node_up():
     assert not bad, "; ".join(bad) + "\n" + _explain(r)
 
 
+def test_lost_lock_stays_given_up():
+    r = _run("lost-complete")
+    bad = nemesis.verdict(r)
+    assert not bad, "; ".join(bad) + "\n" + _explain(r)
+    assert r["holds"] >= 2 * r["cycles"], _explain(r)
+
+
 def test_restart_quarantine_safe():
     """Defaults (quarantine + fence repair): no overlap, no inversion, and B
     still gets the lock once A's validity and the quarantine are over."""
