@@ -1357,6 +1357,9 @@ def verdict(r, expect_violations=False):
     if r.get("stale"):
         bad.append("%d keys kept on nodes that were up: %s" % (
             len(r["stale"]), r["stale"][0]))
+    if r.get("counted_unmarked"):
+        bad.append("%d times a node counted with no data-set mark: %s" % (
+            len(r["counted_unmarked"]), r["counted_unmarked"][0]))
     if r.get("min_holds") is not None and r["holds"] < r["min_holds"]:
         bad.append("only %d holds" % r["holds"])
     if r["notes"]:
@@ -2066,6 +2069,188 @@ def run_lost_complete(long=False):
     return result
 
 
+# refused-mark: A's TTL and the scenario daemon's --quarantine-ms. A flushed
+# node sits out the quarantine, so it must outlast A's validity (the docs'
+# advice: the largest TTL any client asks for); B asks 2.5 s after the
+# flush, far inside it.
+REFUSED_MARK_TTL_MS = 20000
+REFUSED_MARK_B_AFTER_S = 2.5
+
+
+def _mark_look(d, nd):
+    """(counted, mark, health's entry) of node nd in d: counted is up, not
+    quarantined and no not_counted. The mark is read from the node after
+    health answered, so a node found counted with no mark had none when
+    health answered either (nothing deletes the mark in between)."""
+    n = d.health(timeout=2.0 * SLOW)["nodes"][nd.k - 1]
+    mark = nd.cmd("GET", DATASET_KEY)
+    counted = (n.get("up") is True and not n.get("quarantined") and
+               "not_counted" not in n)
+    return counted, mark, n
+
+
+def run_refused_mark(long=False):
+    """A node full (maxmemory 1, noeviction) while a daemon first connects
+    answers the SET of its data-set mark with OOM and comes up without a
+    mark, so nothing would show a flush of it. Once it takes writes again
+    it must not vote until its mark stands, and once it has voted, a
+    FLUSHALL of it must quarantine it.
+
+    Per cycle, rotating the node K (the trio K, K+1, K+2):
+      1. no daemon runs; the marks are deleted on every node, so the
+         daemon meets a fresh cluster (K's mark, once set, is within 3 s of
+         the others' and not quarantined: K votes in A's acquire), and K is
+         made full;
+      2. a fresh daemon starts through the proxies: K is up and its mark
+         is not there (GET finds none);
+      3. K takes writes again (maxmemory 0); at every look until health
+         counts K (up, not quarantined, no not_counted), and once while K
+         was full, K counted with no mark on it is recorded;
+      4. the proxies partition K+3, K+4 off; A acquires R (ttl 20 s): held
+         on the trio, K included; the partition is healed;
+      5. FLUSHALL of K; 2.5 s later B asks for R, ten times 0.1 s apart,
+         far inside A's validity: each must be refused (K quarantined; the
+         trio's others are busy, K+3, K+4 no quorum);
+      6. A releases; B must then get R (liveness); the daemon stops.
+    Before 4d2c0bd K counted at once, with no mark, and B won through K,
+    K+3, K+4 while A held (overlap and inversion) in every cycle."""
+    w = World(n_daemons=0)
+    rec = Recorder()
+    result = {"name": "refused-mark", "seed": None}
+    cycles = 3 if long else 2
+    counted_unmarked, not_counted, b_refused = [], [], []
+    b_won_during_a = 0
+    with scenario(w, result):
+        for cyc in range(cycles):
+            trio = [w.nodes[(2 * cyc + j) % 5] for j in range(3)]
+            outside = [nd for nd in w.nodes if nd not in trio]
+            nk = trio[0]
+            res = "mark-%d" % cyc
+            lk = PREFIX + "lock:" + res
+            # 1.
+            for nd in w.nodes:
+                nd.cmd("DEL", DATASET_KEY)
+            nk.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
+            nk.cmd("CONFIG", "SET", "maxmemory", "1")
+            try:
+                # 2.
+                dm = Daemon(w, "m%d" % cyc, [p.uri for p in w.proxies],
+                            ["--quarantine-ms", str(REFUSED_MARK_TTL_MS)])
+                w.daemons.append(dm)
+                dm.start(wait_up=True)
+                counted, mark, n = _mark_look(dm, nk)
+                if mark is not None:
+                    raise RuntimeError("cycle %d: n%d took a mark while "
+                                       "full: %r" % (cyc, nk.k, mark))
+                not_counted.append(n.get("not_counted"))
+                w.event("cycle %d: %s up, n%d full without a mark: %r" % (
+                    cyc, dm.name, nk.k, n))
+                if counted:
+                    counted_unmarked.append(
+                        "cycle %d: n%d counted while full with no mark (%r)"
+                        % (cyc, nk.k, n))
+            finally:
+                # 3.
+                nk.cmd("CONFIG", "SET", "maxmemory", "0")
+            w.event("cycle %d: n%d takes writes again" % (cyc, nk.k))
+            deadline = time.monotonic() + \
+                (REFUSED_MARK_TTL_MS / 1000.0 + 10.0) * SLOW
+            for _ in range(100000):
+                counted, mark, n = _mark_look(dm, nk)
+                if counted and mark is None:
+                    counted_unmarked.append(
+                        "cycle %d: n%d counted with no mark after it took "
+                        "writes (%r)" % (cyc, nk.k, n))
+                if counted:
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("cycle %d: n%d never counted: %r" % (
+                        cyc, nk.k, n))
+                time.sleep(0.02)
+            w.event("cycle %d: n%d counted, mark %r" % (cyc, nk.k, mark))
+            # 4.
+            for nd in outside:
+                w.proxies[nd.k - 1].cmd("partition")
+            ko, ik = [nd.k - 1 for nd in outside], nk.k - 1
+            _wait_states(dm, lambda st: all(not st[i][0] for i in ko) and
+                         st[ik][0] and not st[ik][1], 10.0)
+            w.event("cycle %d: %s reaches n%s only" % (
+                cyc, dm.name, ",".join(str(nd.k) for nd in trio)))
+            with rl.Client(dm.socket, timeout=10.0 * SLOW) as c1, \
+                    rl.Client(dm.socket, timeout=10.0 * SLOW) as c2:
+                a, a_send, a_recv = _acquire(c1, res, REFUSED_MARK_TTL_MS,
+                                             rec, dm.name)
+                if a is None:
+                    raise RuntimeError("cycle %d: A could not acquire: %r" %
+                                       (cyc, _acquire.last))
+                on = [nd.k for nd in w.nodes if nd.cmd("GET", lk)]
+                w.event("cycle %d: A holds %s on n%s, fence %s validity %d" %
+                        (cyc, res, ",".join(map(str, on)), a["fence"],
+                         a["validity_ms"]))
+                if nk.k not in on:
+                    raise RuntimeError("cycle %d: A's key is not on n%d: the "
+                                       "flush would test nothing" %
+                                       (cyc, nk.k))
+                for nd in outside:
+                    w.proxies[nd.k - 1].cmd("pass")
+                _wait_states(dm, lambda st: all(u for u, q in st), 10.0)
+                # 5.
+                nk.cmd("FLUSHALL")
+                t_flush = time.monotonic()
+                w.event("cycle %d: FLUSHALL n%d" % (cyc, nk.k))
+                time.sleep(REFUSED_MARK_B_AFTER_S)
+                a_valid_until = a_recv + a["validity_ms"] / 1000.0
+                codes = []
+                for _ in range(10):
+                    b, bs, br = _acquire(c2, res, 1000, rec, dm.name)
+                    if b is not None:
+                        during = br < a_valid_until
+                        b_won_during_a += during
+                        w.event("cycle %d: B got %s fence %s %.1f s after "
+                                "the flush, %s A's validity ended, on n%s" % (
+                                    cyc, res, b["fence"], br - t_flush,
+                                    "BEFORE" if during else "after",
+                                    ",".join(str(nd.k) for nd in w.nodes
+                                             if nd.cmd("GET", lk) ==
+                                             b["lock"].encode())))
+                        _hold_release(c2, b, res, bs, br, rec, dm.name,
+                                      kind="B")
+                        break
+                    codes.append(rl.err_code(_acquire.last))
+                    time.sleep(0.1)
+                b_refused.append(codes)
+                w.event("cycle %d: B's tries refused: %r; n%d %r" % (
+                    cyc, codes, nk.k, dm.health()["nodes"][nk.k - 1]))
+                # 6.
+                rec.hold(resource=res, start=a_recv, end=time.monotonic(),
+                         sent=a_send, fence=a["fence"],
+                         validity_ms=a["validity_ms"], daemon=dm.name,
+                         ttl=REFUSED_MARK_TTL_MS, client="A", kind="A")
+                rr = c1.call("release", timeout=10.0 * SLOW, lock=a["lock"])
+                rec.release(rl.err_code(rr) or "ok")
+                b = None
+                deadline = time.monotonic() + 15.0 * SLOW
+                for _ in range(20):
+                    b, bs, br = _acquire(c2, res, 1000, rec, dm.name,
+                                         wait_ms=2000)
+                    if b is not None or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+                if b is None:
+                    rec.notes.append("cycle %d: B never acquired after A's "
+                                     "release: %r" % (cyc, _acquire.last))
+                else:
+                    _hold_release(c2, b, res, bs, br, rec, dm.name, kind="B")
+                    w.event("cycle %d: B got %s after A's release, fence %s"
+                            % (cyc, res, b["fence"]))
+            dm.stop()
+        result.update(finish(w, rec), cycles=cycles,
+                      b_won_during_a=b_won_during_a, b_refused=b_refused,
+                      not_counted=not_counted,
+                      counted_unmarked=counted_unmarked)
+    return result
+
+
 def run_clock_bare_quorum(long=False):
     """Redlock's documented limit, and what fencing does about it: A holds
     through exactly three nodes (d1's proxies cut the other two off), one of
@@ -2132,6 +2317,7 @@ SCRIPTED = collections.OrderedDict([
     ("release-reach", lambda long: run_release_reach(long)),
     ("lost-complete", lambda long: run_lost_complete(long)),
     ("fence-late-answer", lambda long: run_fence_late_answer(long)),
+    ("refused-mark", lambda long: run_refused_mark(long)),
     ("quarantine-safe", lambda long: run_quarantine(False, long)),
     ("quarantine-unsafe", lambda long: run_quarantine(True, long)),
     ("fresh-daemon", lambda long: run_quarantine(False, long,
@@ -2234,6 +2420,12 @@ def print_details(r, out=sys.stdout):
               file=out)
     for st in r.get("stale", []):
         print("    STALE    %s" % st, file=out)
+    for st in r.get("counted_unmarked", []):
+        print("    UNMARKED %s" % st, file=out)
+    if r.get("b_refused") is not None:
+        print("    B while A held, after the flush: refused %r; health's "
+              "not_counted while full %r (per cycle)" % (
+                  r["b_refused"], r["not_counted"]), file=out)
     if "b_won_during_a" in r:
         print("    B won while A held: %d of %d cycles" % (
             r["b_won_during_a"], r["cycles"]), file=out)

@@ -278,6 +278,25 @@ def test_lost_lock_stays_given_up():
     assert r["holds"] >= 2 * r["cycles"], _explain(r)
 
 
+def test_refused_mark_never_lets_a_second_holder_in():
+    """A node full while the daemon first connects comes up with no
+    data-set mark. Once it takes writes it must not count until its mark
+    stands, and once it has voted for A, a FLUSHALL of it must quarantine
+    it: B, asking 2.5 s after the flush, is refused while A holds, and
+    gets the lock once A released. (Before 4d2c0bd the node counted with
+    no mark, and B won through it while A held, in every cycle.)"""
+    r = _run("refused-mark")
+    bad = nemesis.verdict(r)
+    assert not bad, "; ".join(bad) + "\n" + _explain(r)
+    assert r["b_won_during_a"] == 0, _explain(r)
+    assert len(r["b_refused"]) == r["cycles"], _explain(r)
+    assert all(len(codes) == 10 for codes in r["b_refused"]), _explain(r)
+    assert r["holds"] == 2 * r["cycles"], _explain(r)
+    # while full, health said why the node did not count
+    assert all("OOM" in (why or "") for why in r["not_counted"]), \
+        _explain(r)
+
+
 def test_restart_quarantine_safe():
     """Defaults (quarantine + fence repair): no overlap, no inversion, and B
     still gets the lock once A's validity and the quarantine are over."""
