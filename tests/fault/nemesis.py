@@ -2112,8 +2112,8 @@ def run_refused_mark(long=False):
          far inside A's validity: each must be refused (K quarantined; the
          trio's others are busy, K+3, K+4 no quorum);
       6. A releases; B must then get R (liveness); the daemon stops.
-    Before 4d2c0bd K counted at once, with no mark, and B won through K,
-    K+3, K+4 while A held (overlap and inversion) in every cycle."""
+    A daemon that counted K at once, with no mark, would let B win
+    through K, K+3, K+4 while A held (overlap and inversion)."""
     w = World(n_daemons=0)
     rec = Recorder()
     result = {"name": "refused-mark", "seed": None}

@@ -283,8 +283,7 @@ def test_refused_mark_never_lets_a_second_holder_in():
     data-set mark. Once it takes writes it must not count until its mark
     stands, and once it has voted for A, a FLUSHALL of it must quarantine
     it: B, asking 2.5 s after the flush, is refused while A holds, and
-    gets the lock once A released. (Before 4d2c0bd the node counted with
-    no mark, and B won through it while A held, in every cycle.)"""
+    gets the lock once A released."""
     r = _run("refused-mark")
     bad = nemesis.verdict(r)
     assert not bad, "; ".join(bad) + "\n" + _explain(r)
@@ -350,8 +349,7 @@ def test_fresh_daemon_slow_old_nodes():
     nodes that still hold it are paused while a fresh daemon B starts: the
     young three are a quorum by themselves, but B must refuse until the
     older nodes' first handshakes show them restarted, then quarantine
-    them, and grant only once A's validity is over, with a higher fence.
-    (The daemon before 140db7c granted at once: overlap and inversion.)"""
+    them, and grant only once A's validity is over, with a higher fence."""
     r = _run("fresh-daemon-slow-old")
     bad = nemesis.verdict(r)
     assert not bad, "; ".join(bad) + "\n" + _explain(r)
