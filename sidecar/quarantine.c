@@ -441,15 +441,16 @@ static void repair_start(struct quarantine *q, int target, bool early)
                  target + 1);
         return;
     }
-    uint32_t lost = 0, up = 0;
+    uint32_t lost = 0, up = 0, unmarked = 0;
     for (int i = 0; i < q->n; i++) {
         lost |= q->quarantined[i] ? 1u << i : 0;
         up |= node_is_up(q->nodes[i]) ? 1u << i : 0;
+        unmarked |= node_unmarked(q->nodes[i]) != NULL ? 1u << i : 0;
     }
     uint32_t read;
     int need;
     enum redlock_repair_plan plan =
-        redlock_repair_plan(q->n, target, lost, up, &read, &need);
+        redlock_repair_plan(q->n, target, lost, up, unmarked, &read, &need);
     if (early && plan == RL_REPAIR_WAIT) {
         return; /* repair_waiting would end the period at a node's return */
     }

@@ -413,7 +413,8 @@ static int bits_set(uint32_t v)
 
 enum redlock_repair_plan redlock_repair_plan(int n_nodes, int target,
                                              uint32_t lost, uint32_t up,
-                                             uint32_t *read, int *need)
+                                             uint32_t unmarked, uint32_t *read,
+                                             int *need)
 {
     uint32_t all = n_nodes >= 32 ? UINT32_MAX : (1u << n_nodes) - 1u;
     uint32_t others = all & ~(1u << target);
@@ -423,11 +424,13 @@ enum redlock_repair_plan redlock_repair_plan(int n_nodes, int target,
     *need = 0;
     if (bits_set(sound) >= want) {
         /* Down is not lost: a sound node that is down now still holds
-         * what the read must see. */
-        if (bits_set(sound & up) < want) {
+         * what the read must see. Nor is unmarked, but what it answers
+         * may come from an emptied data set: it is not read. */
+        uint32_t readable = sound & up & ~unmarked;
+        if (bits_set(readable) < want) {
             return RL_REPAIR_WAIT;
         }
-        *read = sound & up;
+        *read = readable;
         *need = want;
         return RL_REPAIR_SOUND;
     }

@@ -242,11 +242,16 @@ enum redlock_repair_plan {
 
 /* redlock_repair_plan: target is the node to repair; lost the nodes that
  * restarted without persistence and are not repaired yet (target's bit is
- * ignored); up the nodes connected now. Sets *read (the nodes to read) and
- * *need (answers needed); both 0 for RL_REPAIR_WAIT. */
+ * ignored); up the nodes connected now; unmarked those up but not counted
+ * (their data-set mark unknown, see node_unmarked). An unmarked node may
+ * have been emptied unseen, so it is no sound source: like a node down, it
+ * is not taken for lost, and the sound read waits for enough others.
+ * Sets *read (the nodes to read) and *need (answers needed); both 0 for
+ * RL_REPAIR_WAIT. */
 enum redlock_repair_plan redlock_repair_plan(int n_nodes, int target,
                                              uint32_t lost, uint32_t up,
-                                             uint32_t *read, int *need);
+                                             uint32_t unmarked, uint32_t *read,
+                                             int *need);
 
 /* The TTLs granted that may still be live, for the restart quarantine: a
  * node that restarts must sit out until every lock it may have held has

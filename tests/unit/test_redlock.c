@@ -245,45 +245,72 @@ static void test_repair_plan(void **state)
     (void)state;
     uint32_t read;
     int need;
-    assert_int_equal(redlock_repair_plan(5, 0, 0x1u, 0x19u, &read, &need),
+    assert_int_equal(redlock_repair_plan(5, 0, 0x1u, 0x19u, 0, &read, &need),
                      RL_REPAIR_WAIT);
     assert_int_equal(read, 0);
     assert_int_equal(need, 0);
     /* One of them back: a sound read of three. */
-    assert_int_equal(redlock_repair_plan(5, 0, 0x1u, 0x1bu, &read, &need),
+    assert_int_equal(redlock_repair_plan(5, 0, 0x1u, 0x1bu, 0, &read, &need),
                      RL_REPAIR_SOUND);
     assert_int_equal(read, 0x1au);
     assert_int_equal(need, 3);
     /* Every node up: read the four others, three answers suffice. */
-    assert_int_equal(redlock_repair_plan(5, 0, 0x1u, 0x1fu, &read, &need),
+    assert_int_equal(redlock_repair_plan(5, 0, 0x1u, 0x1fu, 0, &read, &need),
                      RL_REPAIR_SOUND);
     assert_int_equal(read, 0x1eu);
     assert_int_equal(need, 3);
     /* Nodes 1 and 2 restarted too (quarantined): only 3 and 4 kept their
      * counters, no sound read exists: best effort over every node up. */
-    assert_int_equal(redlock_repair_plan(5, 0, 0x7u, 0x1fu, &read, &need),
+    assert_int_equal(redlock_repair_plan(5, 0, 0x7u, 0x1fu, 0, &read, &need),
                      RL_REPAIR_BEST_EFFORT);
     assert_int_equal(read, 0x1eu);
     assert_int_equal(need, 4);
     /* ... and with no other node up there is nothing to read yet. */
-    assert_int_equal(redlock_repair_plan(5, 0, 0x7u, 0x1u, &read, &need),
+    assert_int_equal(redlock_repair_plan(5, 0, 0x7u, 0x1u, 0, &read, &need),
                      RL_REPAIR_WAIT);
     /* Two restarted, the rest sound and up: a sound read of the three. */
-    assert_int_equal(redlock_repair_plan(5, 2, 0x6u, 0x1fu, &read, &need),
+    assert_int_equal(redlock_repair_plan(5, 2, 0x6u, 0x1fu, 0, &read, &need),
                      RL_REPAIR_SOUND);
     assert_int_equal(read, 0x19u);
     assert_int_equal(need, 3);
     /* One node: nothing to read, nothing to wait for. */
-    assert_int_equal(redlock_repair_plan(1, 0, 0x1u, 0x1u, &read, &need),
+    assert_int_equal(redlock_repair_plan(1, 0, 0x1u, 0x1u, 0, &read, &need),
                      RL_REPAIR_BEST_EFFORT);
     assert_int_equal(read, 0);
     assert_int_equal(need, 0);
     /* 32 nodes: no shift by the width. */
     assert_int_equal(
-        redlock_repair_plan(32, 31, 1u << 31, UINT32_MAX, &read, &need),
+        redlock_repair_plan(32, 31, 1u << 31, UINT32_MAX, 0, &read, &need),
         RL_REPAIR_SOUND);
     assert_int_equal(read, 0x7fffffffu);
     assert_int_equal(need, 16);
+}
+
+/* A node up whose data-set mark is unknown may have been emptied unseen:
+ * it is no source of the sound read, and is not taken for lost either. */
+static void test_repair_plan_unmarked(void **state)
+{
+    (void)state;
+    uint32_t read;
+    int need;
+    /* Node 1 unmarked, node 2 down: two sound nodes readable, wait. */
+    assert_int_equal(redlock_repair_plan(5, 0, 0x1u, 0x1bu, 0x2u, &read, &need),
+                     RL_REPAIR_WAIT);
+    assert_int_equal(read, 0);
+    assert_int_equal(need, 0);
+    /* Every node up: read the three marked ones, all three answer. */
+    assert_int_equal(redlock_repair_plan(5, 0, 0x1u, 0x1fu, 0x2u, &read, &need),
+                     RL_REPAIR_SOUND);
+    assert_int_equal(read, 0x1cu);
+    assert_int_equal(need, 3);
+    /* Unmarked is not lost: no best effort while it may hold the data. */
+    assert_int_equal(redlock_repair_plan(5, 0, 0x1u, 0x1fu, 0x6u, &read, &need),
+                     RL_REPAIR_WAIT);
+    /* Restarts alone leave too few: best effort reads every node up. */
+    assert_int_equal(redlock_repair_plan(5, 0, 0x7u, 0x1fu, 0x8u, &read, &need),
+                     RL_REPAIR_BEST_EFFORT);
+    assert_int_equal(read, 0x1eu);
+    assert_int_equal(need, 4);
 }
 
 /* The restart quarantine: only grants count, and they age out. */
@@ -1527,6 +1554,7 @@ int main(void)
         cmocka_unit_test(test_done_mark_blocks_early_grant),
         cmocka_unit_test(test_free_quorum_verdict),
         cmocka_unit_test(test_repair_plan),
+        cmocka_unit_test(test_repair_plan_unmarked),
         cmocka_unit_test(test_grants_age_out),
         cmocka_unit_test(test_grants_bounded_and_conservative),
         cmocka_unit_test(test_busy_needs_reachable_quorum),
