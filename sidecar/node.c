@@ -162,6 +162,8 @@ struct node {
     struct node_cmd *held;     /* first held command in the FIFO, or NULL */
     char *hbuf;                /* owned: bytes of the held commands */
     size_t hlen, hcap;
+    int reload_failed;      /* SCRIPT LOADs of this reload that failed */
+    char reload_error[120]; /* the first one's reason */
     char run_id[48]; /* INFO server run_id of the last handshake */
     /* The run_ids of the connection that last came up and of the one up
      * before it. Only handshakes that reach NODE_UP count: one that fails
@@ -568,24 +570,62 @@ static int node_send_argv(struct node *node, int argc, const char **argv,
                           const size_t *argvlen, node_reply_fn *cb,
                           void *privdata, int timeout_ms);
 
+/* A reload's SCRIPT LOAD failed, why: counted, the first reason kept. A
+ * failed load means the next EVALSHA of that script meets NOSCRIPT again,
+ * and the node's error text (NOPERM, OOM, ...) is what says why. */
+static void reload_note(struct node *node, const char *why)
+{
+    if (node->reload_failed++ == 0) {
+        snprintf(node->reload_error, sizeof(node->reload_error), "%s", why);
+    }
+}
+
+/* The reload is over: tells its failures, if any, in one line. */
+static void reload_tell(struct node *node)
+{
+    if (node->reload_failed > 0) {
+        log_warn(node->subject,
+                 "%s: SCRIPT LOAD after NOSCRIPT failed for %d of %d "
+                 "scripts (%s)",
+                 node->addr->display, node->reload_failed, SCRIPT__COUNT,
+                 node->reload_error);
+    }
+    node->reload_failed = 0;
+}
+
+/* privdata: the script's index; the last script's reply ends the reload
+ * (replies come in send order). */
 static void reload_cb(struct node *node, struct redisReply *reply,
                       enum node_status status, void *privdata)
 {
-    (void)privdata;
-    if (status != NODE_REPLY || reply->type == REDIS_REPLY_ERROR) {
-        log_warn(node->subject, "SCRIPT LOAD after NOSCRIPT failed");
+    if (status == NODE_TIMEOUT) {
+        reload_note(node, "timed out");
+    } else if (status != NODE_REPLY) {
+        reload_note(node, "disconnected");
+    } else if (reply->type == REDIS_REPLY_ERROR) {
+        reload_note(node, reply->str);
+    } else if (reply->type != REDIS_REPLY_STRING) {
+        reload_note(node, "unexpected reply");
+    }
+    if ((int)(intptr_t)privdata == SCRIPT__COUNT - 1) {
+        reload_tell(node);
     }
 }
 
 /* One SCRIPT LOAD per script; the SHA1s are those already known. */
 static void scripts_reload(struct node *node)
 {
+    node->reload_failed = 0;
     for (int i = 0; i < SCRIPT__COUNT; i++) {
         const char *argv[3] = {"SCRIPT", "LOAD", script_source[i]};
         size_t lens[3] = {6, 4, strlen(script_source[i])};
-        (void)node_send_argv(node, 3, argv, lens,
-                             i == SCRIPT__COUNT - 1 ? reload_cb : NULL, NULL,
-                             node->opts.timeout_ms);
+        if (node_send_argv(node, 3, argv, lens, reload_cb, (void *)(intptr_t)i,
+                           node->opts.timeout_ms) != 0) {
+            reload_note(node, "not sent");
+            if (i == SCRIPT__COUNT - 1) {
+                reload_tell(node);
+            }
+        }
     }
 }
 

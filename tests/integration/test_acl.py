@@ -306,6 +306,18 @@ def test_acl_user_without_password_is_refused():
     assert len(err.strip().splitlines()) == 1, err
 
 
+def _start_locked_down(cluster, xdaemons, name):
+    """A daemon on the five nodes as the documented ACL user, every node
+    up: returns the user's password and the daemon."""
+    pw = "aclpw-%s" % os.urandom(8).hex()
+    _lock_down(cluster, pw)
+    d = xdaemons.start(cluster, name=name,
+                       node_args=_node_args(cluster, "%s:%s" % (USER, pw)))
+    st, h, _ = _health(d)
+    assert st == 200 and h["ok"] is True, h
+    return pw, d
+
+
 def test_acl_dataset_key_revoked_while_up_costs_that_turns_votes(cluster,
                                                                  xdaemons):
     """The mark's key taken from the user on a live connection: the GET
@@ -313,12 +325,7 @@ def test_acl_dataset_key_revoked_while_up_costs_that_turns_votes(cluster,
     that no flush came before the acquire, and its vote must not count.
     The node is dropped, warned once, and comes back unguarded; the lock
     itself is won on the other four nodes."""
-    pw = "aclpw-%s" % os.urandom(8).hex()
-    _lock_down(cluster, pw)
-    d = xdaemons.start(cluster, name="aclrv",
-                       node_args=_node_args(cluster, "%s:%s" % (USER, pw)))
-    st, h, _ = _health(d)
-    assert st == 200 and h["ok"] is True, h
+    pw, d = _start_locked_down(cluster, xdaemons, "aclrv")
     nd = cluster.nodes[0]
     rules = [r for r in _acl_rules(pw) if r != "~redlock:dataset"]
     assert nd.cmd("ACL", "SETUSER", USER, "resetkeys", *rules) == "OK"
@@ -347,4 +354,34 @@ def test_acl_dataset_key_revoked_while_up_costs_that_turns_votes(cluster,
     warned = [ln for ln in log.splitlines()
               if "the data-set key redlock:dataset was refused (NOPERM" in ln]
     assert len(warned) == 1 and "node 1: " in warned[0], warned
+    xdaemons.teardown()
+
+
+def test_acl_script_load_refused_after_noscript_names_why(cluster, xdaemons):
+    """SCRIPT LOAD taken from the user on a live connection, then SCRIPT
+    FLUSH: the release meets NOSCRIPT, goes again as EVAL, and the
+    reload of the scripts is refused. The log says so once, with the
+    node's error text and how many of the scripts failed, not only that
+    one of them did."""
+    _, d = _start_locked_down(cluster, xdaemons, "aclsl")
+    nd = cluster.nodes[0]
+    assert nd.cmd("ACL", "SETUSER", USER, "-script|load") == "OK"
+    assert nd.cmd("SCRIPT", "FLUSH") == "OK"
+    with d.client() as c:
+        r = c.call("acquire", resource=rname("aclsl"), ttl_ms=20000)
+        assert_ok(r)
+        assert_ok(c.call("release", lock=r["lock"]))
+
+    def failed():
+        lines = [ln for ln in d.stderr_text().splitlines()
+                 if "SCRIPT LOAD after NOSCRIPT failed" in ln]
+        return lines or None
+
+    lines, _ = poll_until(failed, 5.0 * SLOW)
+    assert lines, d.stderr_tail(30)
+    print("log: %s" % lines[0])
+    assert len(lines) == 1, lines
+    m = re.search(r"node 1: .*failed for (\d+) of (\d+) scripts \(NOPERM",
+                  lines[0])
+    assert m and m.group(1) == m.group(2), lines[0]
     xdaemons.teardown()
