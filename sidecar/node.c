@@ -232,6 +232,10 @@ struct node {
     char evict_policy[32];
     char warned_policy[32];
     uint64_t evict_checked_us; /* when INFO memory last went out */
+    /* The periodic INFO sections refused now (bit -tag of each
+     * HANDSHAKE_INFO_*), each told once per spell, within info_log. */
+    unsigned info_refused;
+    struct log_limit info_log;
     /* A ?persistent=1 node whose INFO persistence says aof_enabled:0: it
      * loses its keys in a restart, so it is not taken for persistent. */
     bool aof_off;
@@ -1509,14 +1513,67 @@ static void dataset_check_cb(struct node *node, struct redisReply *reply,
                              enum node_status status, void *privdata);
 static void mark_retry(struct node *node);
 
-/* privdata: the INFO section's HANDSHAKE_INFO_* tag. */
+/* A refused check is told at most once per INFO_LOG_US per node. */
+#define INFO_LOG_US 60000000u
+
+/* A check's INFO section (tag, HANDSHAKE_INFO_*) answered text instead of
+ * the section: an ACL that stopped allowing INFO on a live connection, or
+ * a server that refuses it. Told once per spell (until that section
+ * answers again), within the node's limit. The replication id is how a
+ * node that synced from a master is seen, so without it the node must not
+ * count: the connection is dropped, and a handshake that INFO refuses
+ * fails, as it always did. The other two checks only warn (eviction) or
+ * are read again at the next handshake (persistence): the last reading
+ * stands. */
+static void info_refused(struct node *node, int tag, const char *text)
+{
+    bool repl = tag == HANDSHAKE_INFO_REPLICATION;
+    const char *section = repl                           ? "replication"
+                          : tag == HANDSHAKE_INFO_MEMORY ? "memory"
+                                                         : "persistence";
+    unsigned bit = 1u << (unsigned)-tag;
+    unsigned long skipped;
+    if (!(node->info_refused & bit) &&
+        log_limit_pass(&node->info_log, util_now_us(), INFO_LOG_US, &skipped)) {
+        char more[64] = "";
+        if (skipped > 0) {
+            snprintf(more, sizeof(more),
+                     " (%lu more since the last such "
+                     "line)",
+                     skipped);
+        }
+        log_warn(node->subject, "%s: INFO %s was refused (%.100s): %s%s",
+                 node->addr->display, section, text,
+                 repl ? "a sync from a master would go unseen; reconnecting"
+                 : tag == HANDSHAKE_INFO_MEMORY
+                     ? "the eviction check cannot run"
+                     : "the appendonly check cannot run",
+                 more);
+    }
+    node->info_refused |= bit;
+    if (repl) {
+        node_set_error(node, "INFO replication refused (%.100s)", text);
+        node_drop(node, "INFO replication refused");
+    }
+}
+
+/* privdata: the INFO section's HANDSHAKE_INFO_* tag. A timeout is the
+ * stall rule's; an answer that is not the section is info_refused's. */
 static void config_check_cb(struct node *node, struct redisReply *reply,
                             enum node_status status, void *privdata)
 {
-    if (status != NODE_REPLY || reply->type != REDIS_REPLY_STRING) {
+    int tag = (int)(intptr_t)privdata;
+    if (status != NODE_REPLY || node->state != NODE_UP) {
         return;
     }
-    switch ((int)(intptr_t)privdata) {
+    if (reply->type != REDIS_REPLY_STRING) {
+        info_refused(node, tag,
+                     reply->type == REDIS_REPLY_ERROR ? reply->str
+                                                      : "not a string");
+        return;
+    }
+    node->info_refused &= ~(1u << (unsigned)-tag);
+    switch (tag) {
     case HANDSHAKE_INFO_PERSISTENCE:
         node_check_persistence(node, reply->str);
         break;

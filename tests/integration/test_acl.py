@@ -385,3 +385,72 @@ def test_acl_script_load_refused_after_noscript_names_why(cluster, xdaemons):
                   lines[0])
     assert m and m.group(1) == m.group(2), lines[0]
     xdaemons.teardown()
+
+
+def _lines_with(d, text):
+    return [ln for ln in d.stderr_text().splitlines() if text in ln]
+
+
+def _info_refusals(nd):
+    """How many INFO commands the node's ACL LOG says it refused."""
+    n = 0
+    for e in nd.cmd("ACL", "LOG"):
+        f = dict(zip(e[0::2], e[1::2]))
+        if f.get(b"object", b"").startswith(b"info"):
+            n += int(f.get(b"count", 1))
+    return n
+
+
+def test_acl_info_revoked_while_up_takes_the_node_out(cluster, xdaemons):
+    """INFO taken from the user on a live connection: the replication id
+    check every second (how a node that synced from a master is seen)
+    cannot run, so the node must not go on counting as if it had. It is
+    named once with the node's refusal and dropped; its handshake, which
+    needs INFO, keeps it down, and locks go on over the four others. With
+    INFO allowed again, it comes back."""
+    pw, d = _start_locked_down(cluster, xdaemons, "aclinfo")
+    nd = cluster.nodes[0]
+    assert nd.cmd("ACL", "SETUSER", USER, "-info") == "OK"
+    want = "INFO replication was refused (NOPERM"
+    lines, _ = poll_until(lambda: _lines_with(d, want), 5.0 * SLOW)
+    assert lines, d.stderr_tail(30)
+    print("log: %s" % lines[0])
+    assert "node 1: " in lines[0], lines
+
+    def node1_down():
+        n = d.health()["nodes"][0]
+        return n if n.get("up") is False else None
+
+    n, _ = poll_until(node1_down, 5.0 * SLOW)
+    assert n and "NOPERM" in (n.get("last_error") or ""), d.health()
+    with d.client() as c:
+        r = c.call("acquire", resource=rname("aclinfo"), ttl_ms=5000)
+        assert_ok(r, "won on the four other nodes")
+        assert nd.cmd("GET", lock_key(rname("aclinfo"))) is None
+        assert_ok(c.call("release", lock=r["lock"]))
+    assert nd.cmd("ACL", "SETUSER", USER, "+info") == "OK"
+    d.wait_all_up(10.0 * SLOW)
+    assert len(_lines_with(d, want)) == 1, _lines_with(d, want)
+    xdaemons.teardown()
+
+
+def test_acl_info_memory_revoked_while_up_is_told_once(cluster, xdaemons):
+    """Only INFO memory taken from the user on a live connection: the
+    eviction check cannot run, which costs no vote (a node that may evict
+    counts too), so the node stays up, named once with its refusal however
+    often the check is refused again."""
+    _, d = _start_locked_down(cluster, xdaemons, "aclmem")
+    nd = cluster.nodes[0]
+    assert nd.cmd("ACL", "SETUSER", USER, "-info", "+info|server",
+                  "+info|replication", "+info|persistence") == "OK"
+    assert nd.cmd("ACL", "LOG", "RESET") == "OK"
+    n, _ = poll_until(lambda: _info_refusals(nd) >= 2 or None,
+                      15.0 * SLOW, 0.1)
+    assert n, (_info_refusals(nd), d.stderr_tail(30))
+    lines = _lines_with(d, "INFO memory was refused (NOPERM")
+    print("log: %r" % lines)
+    assert len(lines) == 1 and "node 1: " in lines[0], lines
+    assert "the eviction check cannot run" in lines[0], lines
+    h = d.health()
+    assert h["ok"] is True and h["nodes"][0]["up"] is True, h
+    xdaemons.teardown()
