@@ -94,6 +94,10 @@ struct cluster_op {
     bool dispatched;                /* counted in c->acquires_sent */
     bool given_up;                  /* release of a lock given up: each
                                        node's answer goes to its record */
+    uint32_t miss_ttl_ms;           /* release: the lock's longest ttl, to
+                                       remember the nodes that did not
+                                       confirm it (given_up_owe); 0 never */
+    uint32_t confirmed;             /* nodes that answered ok or not held */
     uint32_t refused;               /* nodes that answered an error reply */
     uint32_t quarantined;           /* nodes not asked: quarantined */
     uint32_t unreachable;           /* nodes not asked: down, or closing */
@@ -256,6 +260,8 @@ static struct cluster_op *op_new(struct cluster *c, enum redlock_op kind,
     op->busy_deferred = false;
     op->dispatched = false;
     op->given_up = false;
+    op->miss_ttl_ms = 0;
+    op->confirmed = 0;
     op->refused = 0;
     op->quarantined = op->unreachable = 0;
     op->next_queued = NULL;
@@ -264,6 +270,7 @@ static struct cluster_op *op_new(struct cluster *c, enum redlock_op kind,
 }
 
 static void queue_drain(struct cluster *c);
+static void given_up_owe(struct cluster_op *op, uint32_t ttl_ms, uint32_t mask);
 
 static void op_release_if_finished(struct cluster_op *op)
 {
@@ -271,6 +278,10 @@ static void op_release_if_finished(struct cluster_op *op)
         return;
     }
     struct cluster *c = op->c;
+    if (op->miss_ttl_ms != 0) {
+        given_up_owe(op, op->miss_ttl_ms,
+                     redlock_all_nodes(c->n) & ~op->confirmed);
+    }
     bool was_dispatched = op->dispatched;
     c->ops_inflight--;
     if (was_dispatched) {
@@ -954,6 +965,11 @@ static void op_finish_other(struct cluster_op *op)
     res.n_ok = op->round.n_ok;
     res.start_us = op->round.start_us;
     result_from(&res, op, &v);
+    if (op->cb != NULL && res.err != ERR_NONE && res.err != ERR_NOT_HELD) {
+        /* Not proved gone: the lock stays its owner's, whose retry must
+         * ask the nodes again, not meet a record. */
+        op->miss_ttl_ms = 0;
+    }
     op_answer(op, &res);
 }
 
@@ -990,6 +1006,9 @@ static void op_node_answer(struct cluster_op *op, int i, struct node *node,
                            int64_t pttl)
 {
     op->outstanding--;
+    if (res == RL_OK || res == RL_BUSY) {
+        op->confirmed |= 1u << i;
+    }
     if (op->given_up) {
         given_up_answered(op->c, op->token, i, res);
     }
@@ -1305,12 +1324,13 @@ static void op_dispatch(struct cluster_op *op)
 
 /* ---- locks given up --------------------------------------------------- */
 
-/* A lock this daemon gave up: its token is refused (cluster_given_up), and
- * its compare-and-delete is owed to every node that has not confirmed it
- * (deleted, or never had it): a node down, dropped or paused then may run
- * the renewals waiting in its socket when it runs again, and would keep
- * the key, held by nobody, for a ttl. Kept until until_us, past which no
- * node can hold the key, or until no node owes the delete. */
+/* A lock this daemon gave up (or released while nodes missed the delete):
+ * its token is refused (cluster_given_up), and its compare-and-delete is
+ * owed to every node that has not confirmed it (deleted, or never had it): a
+ * node down, dropped or paused then may run the renewals waiting in its
+ * socket when it runs again, and would keep the key, held by nobody, for a
+ * ttl. Kept until until_us, past which no node can hold the key, or until no
+ * node owes the delete. */
 struct given_up {
     struct util_hnode hn;         /* c->gu_table, by token */
     struct given_up *prev, *next; /* c->gu_head..gu_tail, oldest first */
@@ -1387,13 +1407,19 @@ static void given_up_timer_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* Remembers token on resource[0..len) as given up until until_us, owed by
- * every node. Returns 0, or -1 out of memory (not remembered). */
+ * the nodes in owed (and by those a record of the same token still named).
+ * Returns 0, or -1 out of memory (not remembered). */
 static int given_up_add(struct cluster *c, const char *resource, size_t len,
-                        const char *token, uint64_t until_us)
+                        const char *token, uint64_t until_us, uint32_t owed)
 {
     struct given_up *g = given_up_find(c, token);
     if (g != NULL) {
-        given_up_free(c, g); /* the same token again: the newer counts */
+        /* The same token again: the later bound counts, at the tail. */
+        owed |= g->owed;
+        if (g->until_us > until_us) {
+            until_us = g->until_us;
+        }
+        given_up_free(c, g);
     }
     if (c->gu_count >= (size_t)c->cfg->max_locks && c->gu_head != NULL) {
         /* Every record was a lock of this daemon, so this takes more
@@ -1419,7 +1445,7 @@ static int given_up_add(struct cluster *c, const char *resource, size_t len,
     memcpy(g->resource, resource, len);
     g->resource[len] = '\0';
     g->resource_len = len;
-    g->owed = redlock_all_nodes(c->n);
+    g->owed = owed;
     /* Oldest first with bounds that never decrease, so the timer needs
      * only the head: a shorter bound waits for the longer one before it. */
     g->until_us = c->gu_tail != NULL && c->gu_tail->until_us > until_us
@@ -1439,6 +1465,39 @@ static int given_up_add(struct cluster *c, const char *resource, size_t len,
         given_up_timer_arm(c);
     }
     return 0;
+}
+
+/* The nodes in mask did not confirm op's delete (a release proved): its
+ * token is remembered as given up for as long as a key of ttl_ms may stand
+ * (redlock_given_up_until_us), and those nodes are sent the delete as they
+ * come back. Nothing when mask is 0, the common case, so a lock's cycle
+ * costs no more when every node answers. */
+static void given_up_owe(struct cluster_op *op, uint32_t ttl_ms, uint32_t mask)
+{
+    struct cluster *c = op->c;
+    if (mask == 0 || c->closing) {
+        return;
+    }
+    /* The resource back from the key (op_new), which the op keeps alone:
+     * "<prefix>lock:<r>", or "<prefix>sem:<k>:<r>" for slot "\x01<k>:<r>". */
+    size_t plen = strlen(c->cfg->prefix);
+    char name[KEY_INLINE];
+    size_t len;
+    if (memcmp(op->key + plen, "sem:", 4) == 0) {
+        name[0] = SEM_MARK;
+        len = op->key_len - plen - 4;
+        memcpy(name + 1, op->key + plen + 4, len);
+        len++;
+    } else {
+        len = op->key_len - plen - 5;
+        memcpy(name, op->key + plen + 5, len);
+    }
+    uint64_t until =
+        redlock_given_up_until_us(util_now_us(), ttl_ms, c->cfg->drift_factor);
+    if (given_up_add(c, name, len, op->token, until, mask) != 0) {
+        log_error(NULL, "release: out of memory remembering the nodes that "
+                        "missed a delete");
+    }
 }
 
 /* Node i answered res to the delete of given-up token: deleted, or not
@@ -1560,13 +1619,15 @@ int cluster_extend(struct cluster *c, const char *resource, size_t len,
 }
 
 int cluster_release(struct cluster *c, const char *resource, size_t len,
-                    const char *token, cluster_done_fn *cb, void *priv)
+                    const char *token, uint32_t ttl_ms, cluster_done_fn *cb,
+                    void *priv)
 {
     struct cluster_op *op =
         op_new(c, RL_OP_RELEASE, resource, len, token, cb, priv);
     if (op == NULL) {
         return -1;
     }
+    op->miss_ttl_ms = ttl_ms;
     /* No validity to account for: a release never makes a lock valid. */
     op_submit(op, PROTO_TTL_MAX);
     return 0;
@@ -1576,7 +1637,8 @@ int cluster_give_up(struct cluster *c, const char *resource, size_t len,
                     const char *token, uint64_t until_us, cluster_done_fn *cb,
                     void *priv)
 {
-    if (given_up_add(c, resource, len, token, until_us) != 0) {
+    if (given_up_add(c, resource, len, token, until_us,
+                     redlock_all_nodes(c->n)) != 0) {
         log_error(NULL, "give-up: out of memory remembering a lock");
     }
     struct cluster_op *op =

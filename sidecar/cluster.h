@@ -83,9 +83,17 @@ int cluster_extend(struct cluster *c, const char *resource, size_t len,
 /* cluster_release: compare-and-delete on every node (and a publish for
  * waiters elsewhere). Success when some node deleted it and more than
  * n - quorum nodes are now without it (so no quorum holds it); ERR_NOT_HELD
- * when that many lacked it already. cb may be NULL (fire and forget). */
+ * when that many lacked it already. ttl_ms: the longest ttl the lock's
+ * commands asked for. Once the release is proved (ok or not_held; with cb
+ * NULL, whatever it answered: nobody retries), the nodes that did not
+ * confirm it (down, dropped, timed out) get a cluster_give_up record for
+ * as long as a key of ttl_ms may stand: they are sent the delete as they
+ * come back, and cluster_given_up names the token. None when every node
+ * confirmed. A failed release leaves none, so its retry asks the nodes.
+ * cb may be NULL (fire and forget). */
 int cluster_release(struct cluster *c, const char *resource, size_t len,
-                    const char *token, cluster_done_fn *cb, void *priv);
+                    const char *token, uint32_t ttl_ms, cluster_done_fn *cb,
+                    void *priv);
 
 /* cluster_give_up: the release of a lock this daemon gave up (token on
  * resource[0..len)): sent as cluster_release's, and remembered until

@@ -359,7 +359,7 @@ static bool acquire_won(struct ops *o, struct call *call,
     if (call->abandoned || o->shutting_down) {
         /* Nobody is left to hold it, or everything is being let go. */
         cluster_release(o->cluster, call->req.resource, call->req.resource_len,
-                        call->token, NULL, NULL);
+                        call->token, call->req.ttl_ms, NULL, NULL);
         METRIC_INC(session_releases);
         reply_error(call, ERR_SHUTTING_DOWN,
                     call->abandoned ? "client closed"
@@ -372,7 +372,7 @@ static bool acquire_won(struct ops *o, struct call *call,
     const char *over = lock_limit_refusal(o, call);
     if (over != NULL) {
         cluster_release(o->cluster, call->req.resource, call->req.resource_len,
-                        call->token, NULL, NULL);
+                        call->token, call->req.ttl_ms, NULL, NULL);
         METRIC_INC(acquire_error);
         reply_error(call, ERR_LIMIT, over);
         return false;
@@ -384,7 +384,7 @@ static bool acquire_won(struct ops *o, struct call *call,
     if (l == NULL) {
         log_error(NULL, "acquire: out of memory adding a lock");
         cluster_release(o->cluster, call->req.resource, call->req.resource_len,
-                        call->token, NULL, NULL);
+                        call->token, call->req.ttl_ms, NULL, NULL);
         reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
         return false;
     }
@@ -616,10 +616,10 @@ static const char *call_target(struct ops *o, struct call *call,
     return res;
 }
 
-/* Whether the call names a lock this daemon gave up (lost): answered
- * not_held with nothing sent, since it cannot be brought back and a
- * complete by its token must mark nothing, even where a node that missed
- * its release still holds it. */
+/* Whether the call names a lock this daemon gave up (lost), or released
+ * while nodes missed the delete: answered not_held with nothing sent,
+ * since it cannot be brought back and a complete by its token must mark
+ * nothing, even where a node that missed its release still holds it. */
 static bool call_given_up(struct ops *o, struct call *call)
 {
     if (!cluster_given_up(o->cluster, call->req.lock, call->req.resource,
@@ -627,8 +627,8 @@ static bool call_given_up(struct ops *o, struct call *call)
         return false;
     }
     reply_error(call, ERR_NOT_HELD,
-                "the lock was lost (its owner got the lost event): take a "
-                "new one");
+                "the lock was released, or lost (its owner got the lost "
+                "event): take a new one");
     return true;
 }
 
@@ -692,8 +692,10 @@ static void op_release(struct ops *o, struct call *call)
          * fails. */
         l->ending++;
     }
-    if (cluster_release(o->cluster, res, len, call->req.lock, release_done_cb,
-                        call) != 0) {
+    /* A token this daemon does not hold may have any ttl: the longest. */
+    uint32_t ttl = l != NULL ? l->ttl_sent_max_ms : PROTO_TTL_MAX;
+    if (cluster_release(o->cluster, res, len, call->req.lock, ttl,
+                        release_done_cb, call) != 0) {
         if (l != NULL) {
             renew_ending_ended(o->renew, l);
         }
