@@ -454,6 +454,10 @@ static void batch_entry_answer(const struct batch_entry *e, int i,
     if (op->given_up) {
         given_up_answered(op->c, op->token, i, res);
         given_up_resent(op->c);
+    } else if (res != RL_OK && res != RL_BUSY) {
+        /* The SET may still run there (waiting in a dropped connection's
+         * socket, say): that node is sent the delete when it is back. */
+        given_up_owe(op, op->ttl_ms, 1u << i);
     }
     op->outstanding--;
     op_release_if_finished(op);
@@ -766,13 +770,16 @@ static void op_remove_keys(struct cluster_op *op, uint32_t mask)
         return;
     }
     op->rollback_sent = true;
+    uint32_t missed = 0;
     for (int i = 0; i < c->n; i++) {
-        /* A node that is down now lost the connection the SET went on;
-         * whatever it applied expires with the TTL. */
-        if (mask & (1u << i)) {
-            (void)batch_add(c, i, op, true);
+        /* A node that is down now lost the connection the SET went on,
+         * but a paused one runs it when it runs again: it is sent the
+         * delete when it is back (given_up_owe). */
+        if ((mask & (1u << i)) && batch_add(c, i, op, true) != 0) {
+            missed |= 1u << i;
         }
     }
+    given_up_owe(op, op->ttl_ms, missed);
 }
 
 /* ---- reply decoding --------------------------------------------------- */
@@ -1324,13 +1331,13 @@ static void op_dispatch(struct cluster_op *op)
 
 /* ---- locks given up --------------------------------------------------- */
 
-/* A lock this daemon gave up (or released while nodes missed the delete):
- * its token is refused (cluster_given_up), and its compare-and-delete is
- * owed to every node that has not confirmed it (deleted, or never had it): a
- * node down, dropped or paused then may run the renewals waiting in its
- * socket when it runs again, and would keep the key, held by nobody, for a
- * ttl. Kept until until_us, past which no node can hold the key, or until no
- * node owes the delete. */
+/* A lock this daemon gave up (or released, or failed to acquire, while nodes
+ * missed the delete): its token is refused (cluster_given_up), and its
+ * compare-and-delete is owed to every node that has not confirmed it
+ * (deleted, or never had it): a node down, dropped or paused then may run
+ * the renewals (or the SET) waiting in its socket when it runs again, and
+ * would keep the key, held by nobody, for a ttl. Kept until until_us, past
+ * which no node can hold the key, or until no node owes the delete. */
 struct given_up {
     struct util_hnode hn;         /* c->gu_table, by token */
     struct given_up *prev, *next; /* c->gu_head..gu_tail, oldest first */
@@ -1467,11 +1474,12 @@ static int given_up_add(struct cluster *c, const char *resource, size_t len,
     return 0;
 }
 
-/* The nodes in mask did not confirm op's delete (a release proved): its
- * token is remembered as given up for as long as a key of ttl_ms may stand
- * (redlock_given_up_until_us), and those nodes are sent the delete as they
- * come back. Nothing when mask is 0, the common case, so a lock's cycle
- * costs no more when every node answers. */
+/* The nodes in mask did not confirm op's delete (a release proved, or a lost
+ * acquisition's rollback): its token is remembered as given up for as long
+ * as a key of ttl_ms may stand (redlock_given_up_until_us), and those nodes
+ * are sent the delete as they come back (a SET that waits in a node paused
+ * longer than that still runs when it resumes). Nothing when mask is 0, the
+ * common case, so a lock's cycle costs no more when every node answers. */
 static void given_up_owe(struct cluster_op *op, uint32_t ttl_ms, uint32_t mask)
 {
     struct cluster *c = op->c;
@@ -1495,7 +1503,7 @@ static void given_up_owe(struct cluster_op *op, uint32_t ttl_ms, uint32_t mask)
     uint64_t until =
         redlock_given_up_until_us(util_now_us(), ttl_ms, c->cfg->drift_factor);
     if (given_up_add(c, name, len, op->token, until, mask) != 0) {
-        log_error(NULL, "release: out of memory remembering the nodes that "
+        log_error(NULL, "delete: out of memory remembering the nodes that "
                         "missed a delete");
     }
 }

@@ -1,4 +1,5 @@
-"""A release that a node missed reaches it once it is back.
+"""A release or a lost acquire's rollback that a node missed reaches it
+once it is back.
 
 A node dropped by the stall rule (paused, so what waited in its socket
 runs when it runs again) or down is not sent a release: it kept the key,
@@ -6,9 +7,13 @@ held by nobody, until its TTL. A release proved with such nodes missing
 now leaves the daemon a record of them, as a lock given up does: each is
 sent the delete when it is back, and the token answers not_held (which is
 what a released token answers anyway). A release that fails (no_quorum)
-leaves no record: the lock stays its owner's and a retry asks the nodes."""
+leaves no record: the lock stays its owner's and a retry asks the nodes.
+An acquire round lost while nodes were dropped has its rollback sent to
+them likewise, so the SET that waited in a paused node's socket does not
+stand for a whole TTL."""
 
 import json
+import time
 
 from rl import (PREFIX, SLOW, assert_error, assert_ok, http, lock_key,
                 poll_until, rname)
@@ -115,3 +120,29 @@ def test_failed_release_leaves_the_lock_to_its_retry(cluster, daemon):
             _back(cluster, daemon)
         assert_ok(c.call("release", lock=a["lock"]), "the release retried")
         _assert_gone(cluster, [lock_key(res)])
+
+
+def test_lost_acquire_rollback_reaches_dropped_nodes(cluster, daemon):
+    """Acquires sent while nodes 1-3 are paused, up to the moment the stall
+    rule drops them: the last ones' SETs wait in the paused nodes' sockets
+    and their rounds are lost by the drop, with no connection left for
+    the rollback. When the nodes run again those SETs run; the rollback
+    must follow once the nodes are back, not leave the keys for 60 s."""
+    base = rname("rmissacq")
+    keys = []
+    with daemon.client(timeout=20.0 * SLOW) as c:
+        for nd in cluster.nodes[:3]:
+            nd.pause()
+        try:
+            for n in range(400):
+                res = "%s-%d" % (base, n)
+                keys.append(lock_key(res))
+                c.send({"op": "acquire", "id": "a%d" % n, "resource": res,
+                        "ttl_ms": TTL})
+                time.sleep(0.05)
+                if _nodes_up(daemon)[:3] == [False] * 3:
+                    break
+            assert _nodes_up(daemon)[:3] == [False] * 3, daemon.health()
+        finally:
+            _back(cluster, daemon)
+    _assert_gone(cluster, keys)
