@@ -3,7 +3,8 @@ redis-servers.
 
 - a node that is down but never seen to restart kept its fence
   counter; the repair of a restarted node waits for it rather than reading
-  the nodes that happen to be up, so a fence never goes backwards;
+  the nodes that happen to be up, so a fence never goes backwards; a
+  node up without its data-set mark is no source either;
 - done marks on a quorum survive the restart of any minority of
   nodes (they are copied back before a restarted node counts again), and
   marks on quorum - 1 nodes answer done even when a quorum is free;
@@ -133,6 +134,75 @@ def test_fence_not_backwards_when_sound_nodes_are_only_down(cluster,
         print("A's fence after the repair: %r" % r["fence"])
         assert r["fence"] > fences[-1], (r, fences)
     assert "fences may repeat" not in a.stderr_text()
+
+
+
+def test_node_without_its_mark_is_no_repair_source(cluster, daemon_factory):
+    """Daemon B hands out fences 1..5 on nodes 1, 2 and 3 only. Node
+    2 is then emptied and its data-set key made unreadable (another type),
+    so daemon A, started after, meets it up but without a mark: it does
+    not vote, and its fence counter (gone) proves nothing. Node 3 pauses
+    and node 1 restarts empty. Reading nodes 2, 4 and 5 would repair node
+    1 with a counter below 5 and hand out a fence that went backwards: A
+    must count only 4 and 5 as nodes that kept their data, keep node 1
+    quarantined, and repair it from 3, 4 and 5 once node 3 is back."""
+    b = daemon_factory.start(cluster, name="b", extra=QUARANTINE)
+    res = rname("unmarked-src")
+    for nd in cluster.nodes[3:]:
+        assert nd.cmd("SET", lock_key(res), "stale", "PX", "60000") == "OK"
+    fences = []
+    with b.client() as c:
+        for _ in range(5):
+            r = c.call("acquire", resource=res, ttl_ms=10000, fence=True)
+            assert_ok(r, "B's fenced acquire")
+            fences.append(r["fence"])
+            assert_ok(c.call("release", lock=r["lock"]))
+    b.stop()
+    # nodes 4 and 5 missed those fences (as if they had been down)
+    for nd in cluster.nodes[3:]:
+        nd.cmd("DEL", lock_key(res), PREFIX + "fence")
+    counters = cluster.each("GET", PREFIX + "fence")
+    print("B's fences: %r; counters: %r" % (fences, counters))
+    assert fences[-1] >= 5, fences
+    n2 = cluster.nodes[1]
+    n2.cmd("FLUSHALL")
+    n2.cmd("RPUSH", PREFIX + "dataset", "not-a-mark")
+
+    a = daemon_factory.start(cluster, name="a", extra=QUARANTINE)
+    ok, _ = poll_until(
+        lambda: "WRONGTYPE" in (_health_nodes(a)[1].get("not_counted") or ""),
+        10.0 * SLOW, 0.05)
+    assert ok, _health_nodes(a)
+    ok, _ = poll_until(lambda: not any(
+        n.get("quarantined") for k, n in enumerate(_health_nodes(a))
+        if k != 1), 40.0 * SLOW, 0.1)
+    assert ok, _health_nodes(a)
+
+    cluster.nodes[2].pause()
+    ok, _ = poll_until(lambda: not _health_nodes(a)[2]["up"],
+                       15.0 * SLOW, 0.1)
+    assert ok, "A never saw node 3 down: %r" % _health_nodes(a)
+
+    _restart_seen(cluster, a, [0])
+    _wait_log(a, r"node 1: (too few nodes that kept their data|repaired "
+              r"from)", 10.0 * SLOW)
+    assert "node 1: repaired from" not in a.stderr_text(), \
+        a.stderr_tail(30)
+    with a.client() as c:
+        r = c.call("acquire", resource=res, ttl_ms=10000, fence=True)
+        print("A's fenced acquire with node 2 unmarked, 3 down: %r" % r)
+        assert r.get("fence", fences[-1] + 1) > fences[-1], (
+            "fence went backwards: %r after %r" % (r, fences))
+        assert_error(r, "no_quorum")
+    assert _health_nodes(a)[0]["quarantined"] is True
+
+    cluster.nodes[2].resume()
+    _wait_quarantine_over(a, 0, 20.0 * SLOW)
+    _wait_log(a, r"node 1: repaired from 3 node\(s\)", 5.0)
+    with a.client() as c:
+        r = c.call("acquire", resource=res, ttl_ms=10000, fence=True)
+        assert_ok(r, "A's fenced acquire after the repair")
+        assert r["fence"] > fences[-1], (r, fences)
 
 
 # -- item 2 -------------------------------------------------------------
