@@ -212,6 +212,18 @@ static void repair_fail(struct repair *r, const char *why)
     repair_retry_later(r->q, r->target);
 }
 
+/* What a failed reply says for a log line: the node's error text, or
+ * what went missing. */
+static const char *repair_reply_why(enum node_status status,
+                                    const struct redisReply *reply,
+                                    const char *otherwise)
+{
+    if (status != NODE_REPLY) {
+        return "no answer";
+    }
+    return reply->type == REDIS_REPLY_ERROR ? reply->str : otherwise;
+}
+
 static void repair_raise_cb(struct node *node, struct redisReply *reply,
                             enum node_status status, void *privdata)
 {
@@ -224,7 +236,10 @@ static void repair_raise_cb(struct node *node, struct redisReply *reply,
             restart_raised(reply->integer, r->max)) {
             repair_finish(r, reply->integer);
         } else {
-            repair_fail(r, "the fence counter was not raised");
+            char why[160];
+            snprintf(why, sizeof(why), "the fence counter was not raised (%s)",
+                     repair_reply_why(status, reply, "unexpected reply"));
+            repair_fail(r, why);
         }
     }
     repair_release(r);
@@ -324,10 +339,10 @@ static void repair_copy_cb(struct node *node, struct redisReply *reply,
             r->marks += (uint64_t)reply->integer;
             repair_scan_next(s);
         } else {
-            repair_fail(r,
-                        status == NODE_REPLY && reply->type == REDIS_REPLY_ERROR
-                            ? reply->str
-                            : "copying done marks got no answer");
+            repair_fail(r, status == NODE_REPLY
+                               ? repair_reply_why(status, reply,
+                                                  "unexpected reply")
+                               : "copying done marks got no answer");
         }
     }
     repair_release(r);
@@ -348,9 +363,7 @@ static void repair_scan_cb(struct node *node, struct redisReply *reply,
     if (status != NODE_REPLY || reply->type != REDIS_REPLY_ARRAY ||
         restart_scan_marks(reply->elements) < 0) {
         log_warn(NULL, "node %d: done-mark scan: %s", node_index(node) + 1,
-                 status != NODE_REPLY               ? "no answer"
-                 : reply->type == REDIS_REPLY_ERROR ? reply->str
-                                                    : "unexpected reply");
+                 repair_reply_why(status, reply, "unexpected reply"));
         repair_src_failed(s);
         repair_release(r);
         return;
@@ -412,9 +425,7 @@ static void repair_counter_cb(struct node *node, struct redisReply *reply,
         } else {
             log_warn(NULL, "node %d: fence counter read: %s",
                      node_index(node) + 1,
-                     status != NODE_REPLY               ? "no answer"
-                     : reply->type == REDIS_REPLY_ERROR ? reply->str
-                                                        : "unexpected reply");
+                     repair_reply_why(status, reply, "unexpected reply"));
             repair_src_failed(s);
         }
     }

@@ -205,6 +205,28 @@ def test_node_without_its_mark_is_no_repair_source(cluster, daemon_factory):
         assert r["fence"] > fences[-1], (r, fences)
 
 
+
+def test_a_refused_counter_raise_says_why(cluster, daemon_factory):
+    """The repair's last step, raising the restarted node's fence counter,
+    refused by the node (here a key of another type under the counter's
+    name): the log names the node's own error, the node stays
+    quarantined, and the repair succeeds once the key is fixed."""
+    d = daemon_factory.start(cluster, name="raise",
+                             extra=["--quarantine-ms", "2000"])
+    _wait_none_quarantined(d)
+    _restart_seen(cluster, d, [0])
+    cluster.nodes[0].cmd(
+        "EVAL", "redis.call('DEL', KEYS[1]) "
+        "redis.call('RPUSH', KEYS[1], 'not-a-counter')", "1",
+        PREFIX + "fence")
+    m = _wait_log(d, r"node 1: repair: the fence counter was not raised "
+                  r"\(([^)]*)", 10.0 * SLOW)
+    assert "WRONGTYPE" in m.group(1), m.group(0)
+    assert _health_nodes(d)[0]["quarantined"] is True
+    cluster.nodes[0].cmd("DEL", PREFIX + "fence")
+    _wait_quarantine_over(d, 0, 20.0 * SLOW)
+
+
 # -- item 2 -------------------------------------------------------------
 
 
