@@ -71,6 +71,22 @@ def _restart_seen(cluster, daemon, ks):
                   10.0 * SLOW, mark)
 
 
+def _fences_on_first_three(cluster, daemon, res):
+    """Five fenced acquires and releases of res through daemon with nodes
+    4 and 5 holding a stale key, so each fence is written back on nodes
+    1-3 only (the counters of 4 and 5 rise too). Returns the fences."""
+    for nd in cluster.nodes[3:]:
+        assert nd.cmd("SET", lock_key(res), "stale", "PX", "60000") == "OK"
+    fences = []
+    with daemon.client() as c:
+        for _ in range(5):
+            r = c.call("acquire", resource=res, ttl_ms=10000, fence=True)
+            assert_ok(r, "the fenced acquire")
+            fences.append(r["fence"])
+            assert_ok(c.call("release", lock=r["lock"]))
+    return fences
+
+
 # -- item 1 -------------------------------------------------------------
 
 
@@ -86,15 +102,7 @@ def test_fence_not_backwards_when_sound_nodes_are_only_down(cluster,
     a = daemon_factory.start(cluster, name="a", extra=QUARANTINE)
     b = daemon_factory.start(cluster, name="b", extra=QUARANTINE)
     res = rname("f14")
-    for nd in cluster.nodes[3:]:
-        assert nd.cmd("SET", lock_key(res), "stale", "PX", "60000") == "OK"
-    fences = []
-    with b.client() as c:
-        for _ in range(5):
-            r = c.call("acquire", resource=res, ttl_ms=10000, fence=True)
-            assert_ok(r, "B's fenced acquire")
-            fences.append(r["fence"])
-            assert_ok(c.call("release", lock=r["lock"]))
+    fences = _fences_on_first_three(cluster, b, res)
     print("B's fences: %r; counters: %r" % (
         fences, cluster.each("GET", PREFIX + "fence")))
     assert fences == sorted(set(fences)) and fences[-1] >= 5, fences
@@ -148,15 +156,7 @@ def test_node_without_its_mark_is_no_repair_source(cluster, daemon_factory):
     quarantined, and repair it from 3, 4 and 5 once node 3 is back."""
     b = daemon_factory.start(cluster, name="b", extra=QUARANTINE)
     res = rname("unmarked-src")
-    for nd in cluster.nodes[3:]:
-        assert nd.cmd("SET", lock_key(res), "stale", "PX", "60000") == "OK"
-    fences = []
-    with b.client() as c:
-        for _ in range(5):
-            r = c.call("acquire", resource=res, ttl_ms=10000, fence=True)
-            assert_ok(r, "B's fenced acquire")
-            fences.append(r["fence"])
-            assert_ok(c.call("release", lock=r["lock"]))
+    fences = _fences_on_first_three(cluster, b, res)
     b.stop()
     # nodes 4 and 5 missed those fences (as if they had been down)
     for nd in cluster.nodes[3:]:
