@@ -14,7 +14,14 @@
  * "nodes", and any --node replaces both. Each node's URI is parsed by
  * nodeuri.c; this file keeps the list (no server twice).
  *
- * Error text never carries a password: URIs are shown with it as "***". */
+ * Error text never carries a password: URIs are shown with it as "***".
+ *
+ * Why one file of this size: about a tenth of it is options[] itself, and
+ * every other part (the file, the environment, argv, --help) is a walker
+ * over that table and its private types. Splitting the walkers out would
+ * make the table and struct option_def a header other files read, which is
+ * the coupling the table exists to avoid; what is not a walker (node URIs,
+ * their validation) is already nodeuri.c. */
 #include "config.h"
 
 #include <ctype.h>
