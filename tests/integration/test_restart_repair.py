@@ -87,7 +87,7 @@ def _fences_on_first_three(cluster, daemon, res):
     return fences
 
 
-# -- item 1 -------------------------------------------------------------
+# -- fence counters: a repair never takes a fence backwards -------------
 
 
 def test_fence_not_backwards_when_sound_nodes_are_only_down(cluster,
@@ -227,7 +227,7 @@ def test_a_refused_counter_raise_says_why(cluster, daemon_factory):
     _wait_quarantine_over(d, 0, 20.0 * SLOW)
 
 
-# -- item 2 -------------------------------------------------------------
+# -- done marks: kept through restarts, repaired in batches -------------
 
 
 def _slot_key(res, permit):
@@ -444,7 +444,7 @@ def test_done_mark_repair_in_batches(cluster, daemon_factory):
         assert 0 < n1.cmd("PTTL", k) <= 600000
 
 
-# -- item 6 -------------------------------------------------------------
+# -- what a quarantine counts, and fresh daemons ------------------------
 
 
 def _quarantine_logged(cluster, daemon, k):
