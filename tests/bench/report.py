@@ -9,10 +9,10 @@ Used by run.sh; standard library only.
 BENCHMARKS.md opens with the method ("How it is measured"), then "Current
 measurements": the pinned sections (<!-- pinned:begin --> ...
 <!-- pinned:end -->, newest first), then this run's tables. Then come the
-hand-written part between <!-- analysis:begin --> and <!-- analysis:end -->
-and the earlier measurements (<!-- earlier:begin --> ...
-<!-- earlier:end -->). The file is regenerated whole except the pinned, the
-hand-written and the earlier parts, which are kept as they are. --pin TITLE
+hand-written part between <!-- analysis:begin --> and <!-- analysis:end -->.
+The file is regenerated whole except the pinned and the hand-written parts,
+which are kept as they are; superseded measurements are dropped (git keeps
+them). --pin TITLE
 leaves the rest of BENCHMARKS.md alone and adds this run's Redis-work tables
 as a new pinned section at the top of "Current measurements": a record that
 later runs do not overwrite. results-tls.txt (run.sh --tls) becomes the
@@ -41,8 +41,6 @@ A_BEGIN = "<!-- analysis:begin -->"
 A_END = "<!-- analysis:end -->"
 P_BEGIN = "<!-- pinned:begin -->"
 P_END = "<!-- pinned:end -->"
-E_BEGIN = "<!-- earlier:begin -->"
-E_END = "<!-- earlier:end -->"
 
 TITLE = "# redlockd benchmarks\n"
 CURRENT = "## Current measurements"
@@ -1115,16 +1113,12 @@ def build(args):
 
     analysis = DEFAULT_ANALYSIS
     pinned = []
-    earlier = ""
     if os.path.exists(args.md):
         old = read(args.md)
         i, j = old.find(A_BEGIN), old.find(A_END)
         if i >= 0 and j > i:
             analysis = old[i + len(A_BEGIN):j].strip("\n") + "\n"
         pinned = pinned_blocks(old)
-        i, j = old.find(E_BEGIN), old.find(E_END)
-        if i >= 0 and j > i:
-            earlier = old[i:j + len(E_END)]
 
     comp, summary = comparison_tables(rows)
     renew_md, renew = renew_table(renew_rows)
@@ -1218,8 +1212,6 @@ def build(args):
     doc.append(A_BEGIN)
     doc.append(analysis.rstrip("\n"))
     doc.append(A_END + "\n")
-    if earlier:
-        doc.append(earlier + "\n")
     raw = rows + unix_rows + renew_rows + sc_rows + tls_rows
     if raw:
         doc.append("<details><summary>Raw RESULT lines</summary>\n")
