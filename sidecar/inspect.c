@@ -11,7 +11,6 @@
  * daemon's table (to say "mine") and dropped. */
 #include "inspect.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "buf.h"
 #include "call.h"
 #include "cluster.h"
 #include "config.h"
@@ -47,60 +47,13 @@ static const char peek_script[] =
     "end "
     "return {v or '', t, f}";
 
-/* A growable buffer for an answer's extra members. */
-struct buf {
-    char *p;
-    size_t len, cap;
-    bool failed;
-};
-
-static void buf_put(struct buf *b, const char *s, size_t n)
-{
-    if (b->failed) {
-        return;
-    }
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = (b->cap ? b->cap * 2 : 1024) + n;
-        char *p = realloc(b->p, cap);
-        if (p == NULL) {
-            b->failed = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void buf_str(struct buf *b, const char *s)
-{
-    buf_put(b, s, strlen(s));
-}
-
-__attribute__((format(printf, 2, 3))) static void
-buf_printf(struct buf *b, const char *fmt, ...)
-{
-    char tmp[256];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-    va_end(ap);
-    if (n < 0 || (size_t)n >= sizeof(tmp)) {
-        b->failed = true;
-        return;
-    }
-    buf_put(b, tmp, (size_t)n);
-}
-
 /* A JSON string: the resource, escaped as every answer escapes it. */
-static void buf_qstr(struct buf *b, const char *s, size_t n)
+static void put_json_string(struct buf *b, const char *s, size_t n)
 {
     char tmp[PROTO_RESOURCE_MAX * 6 + 1];
     size_t k = proto_json_escape(s, n, tmp, sizeof(tmp));
     if (k == 0 && n > 0) {
-        b->failed = true;
+        b->failed = true; /* buf.h: a failure is sticky */
         return;
     }
     buf_put(b, "\"", 1);
@@ -117,7 +70,7 @@ static void reply(struct call *call, enum proto_err err, const char *msg,
     rsp.err = err;
     rsp.message = msg;
     if (extra != NULL) {
-        rsp.extra = extra->p;
+        rsp.extra = extra->data;
         rsp.extra_len = extra->len;
     }
     call_done(call, &rsp);
@@ -138,7 +91,7 @@ static void lock_json(struct buf *b, const struct lock *l, uint64_t now,
     int k = -1;
     (void)sem_parse(l->resource, l->resource_len, &r, &rl, &k);
     buf_str(b, "{\"resource\":");
-    buf_qstr(b, r, rl);
+    put_json_string(b, r, rl);
     if (k >= 0) {
         buf_printf(b, ",\"permit\":%d,\"permits\":%u", k, (unsigned)l->permits);
     }
@@ -204,13 +157,13 @@ void inspect_locks(struct lock_table *t, inspect_waiters_fn *waiters,
         buf_printf(&b, ",\"next\":\"%s\"", cur);
     }
     free(page);
-    if (b.failed) {
+    if (buf_failed(&b)) {
         log_error(NULL, "locks: out of memory");
         reply(call, ERR_INTERNAL, "out of memory", NULL);
     } else {
         reply(call, ERR_NONE, NULL, &b);
     }
-    free(b.p);
+    buf_free(&b);
 }
 
 /* ---- inspect --------------------------------------------------------- */
@@ -294,7 +247,7 @@ static void peek_finish(struct peek *p)
     }
     struct buf b = {0};
     buf_str(&b, "\"resource\":");
-    buf_qstr(&b, req->resource, req->resource_len);
+    put_json_string(&b, req->resource, req->resource_len);
     buf_printf(&b,
                ",\"state\":\"%s\",\"agree\":%d,\"answered\":%d,\"nodes\":%d",
                state_name(d.state), d.agree, answered, p->n_nodes);
@@ -309,13 +262,13 @@ static void peek_finish(struct peek *p)
         buf_printf(&b, ",\"fence\":%lld",
                    (long long)redlock_fence_floor(p->n_nodes, p->fence));
     }
-    if (b.failed) {
+    if (buf_failed(&b)) {
         log_error(NULL, "inspect: out of memory");
         reply(call, ERR_INTERNAL, "out of memory", NULL);
     } else {
         reply(call, ERR_NONE, NULL, &b);
     }
-    free(b.p);
+    buf_free(&b);
     free(p);
 }
 

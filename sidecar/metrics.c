@@ -5,11 +5,11 @@
  * and HELP/TYPE are written once per name, at its first entry. */
 #include "metrics.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "buf.h"
 #include "redlock.h"
 
 #ifndef REDLOCKD_VERSION
@@ -77,92 +77,55 @@ void metrics_observe_node(int node, uint64_t usec)
     }
 }
 
-/* A growable output string. */
-struct out {
-    char *buf;
-    size_t len, cap;
-    int failed;
-};
-
-__attribute__((format(printf, 2, 3))) static void
-out_printf(struct out *o, const char *fmt, ...)
-{
-    if (o->failed) {
-        return;
-    }
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) {
-            o->failed = 1;
-            return;
-        }
-        if ((size_t)n < o->cap - o->len) {
-            o->len += (size_t)n;
-            return;
-        }
-        size_t cap = o->cap * 2 + (size_t)n;
-        char *nb = realloc(o->buf, cap);
-        if (nb == NULL) {
-            o->failed = 1;
-            return;
-        }
-        o->buf = nb;
-        o->cap = cap;
-    }
-}
-
 /* Label values are escaped as the exposition format asks: \\, \" and \n. */
-static void out_label(struct out *o, const char *v)
+static void put_label(struct buf *o, const char *v)
 {
     for (; *v; v++) {
         if (*v == '\\' || *v == '"') {
-            out_printf(o, "\\%c", *v);
+            buf_printf(o, "\\%c", *v);
         } else if (*v == '\n') {
-            out_printf(o, "\\n");
+            buf_printf(o, "\\n");
         } else {
-            out_printf(o, "%c", *v);
+            buf_printf(o, "%c", *v);
         }
     }
 }
 
-static void render_hist(struct out *o, const char *name, const char *help,
+static void render_hist(struct buf *o, const char *name, const char *help,
                         const struct histogram *h, const char *label,
                         const char *value, int with_header)
 {
     if (with_header) {
-        out_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+        buf_printf(o, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     }
     uint64_t cum = 0;
     for (size_t i = 0; i <= N_BOUNDS; i++) {
         cum += h->buckets[i];
-        out_printf(o, "%s_bucket{", name);
+        buf_printf(o, "%s_bucket{", name);
         if (label != NULL) {
-            out_printf(o, "%s=\"", label);
-            out_label(o, value);
-            out_printf(o, "\",");
+            buf_printf(o, "%s=\"", label);
+            put_label(o, value);
+            buf_printf(o, "\",");
         }
         if (i < N_BOUNDS) {
-            out_printf(o, "le=\"%g\"} %llu\n", hist_bounds(h)[i],
+            buf_printf(o, "le=\"%g\"} %llu\n", hist_bounds(h)[i],
                        (unsigned long long)cum);
         } else {
-            out_printf(o, "le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+            buf_printf(o, "le=\"+Inf\"} %llu\n", (unsigned long long)cum);
         }
     }
     const char *sfx[2] = {"_sum", "_count"};
     for (int k = 0; k < 2; k++) {
-        out_printf(o, "%s%s", name, sfx[k]);
+        buf_printf(o, "%s%s", name, sfx[k]);
         if (label != NULL) {
-            out_printf(o, "{%s=\"", label);
-            out_label(o, value);
-            out_printf(o, "\"}");
+            buf_printf(o, "{%s=\"", label);
+            put_label(o, value);
+            buf_printf(o, "\"}");
         }
         if (k == 0) {
-            out_printf(o, " %.9g\n", h->sum);
+            buf_printf(o, " %.9g\n", h->sum);
         } else {
-            out_printf(o, " %llu\n", (unsigned long long)h->count);
+            buf_printf(o, " %llu\n", (unsigned long long)h->count);
         }
     }
 }
@@ -220,46 +183,46 @@ static unsigned long long node_value(const struct metrics_node *nd,
     return 0;
 }
 
-static void render_node_series(struct out *o, const struct node_series *s,
+static void render_node_series(struct buf *o, const struct node_series *s,
                                const struct metrics_node *nodes, int n_nodes)
 {
-    out_printf(o, "# HELP %s %s\n# TYPE %s %s\n", s->name, s->help, s->name,
+    buf_printf(o, "# HELP %s %s\n# TYPE %s %s\n", s->name, s->help, s->name,
                s->type);
     for (int i = 0; i < n_nodes; i++) {
-        out_printf(o, "%s{node=\"", s->name);
-        out_label(o, nodes[i].addr);
-        out_printf(o, "\"} %llu\n", node_value(&nodes[i], s->field));
+        buf_printf(o, "%s{node=\"", s->name);
+        put_label(o, nodes[i].addr);
+        buf_printf(o, "\"} %llu\n", node_value(&nodes[i], s->field));
     }
 }
 
 char *metrics_render(const struct metrics_node *nodes, int n_nodes, size_t *len)
 {
-    struct out o = {malloc(8192), 0, 8192, 0};
-    if (o.buf == NULL) {
+    struct buf o = {0};
+    if (buf_reserve(&o, 8192) != 0) {
         return NULL;
     }
     /* Constant 1; the label says what is running (a dashboard shows it, an
      * alert can tell versions apart during a rollout). */
-    out_printf(&o, "# HELP redlockd_build_info The version of this daemon\n"
+    buf_printf(&o, "# HELP redlockd_build_info The version of this daemon\n"
                    "# TYPE redlockd_build_info gauge\n"
                    "redlockd_build_info{version=\"%s\"} 1\n",
                REDLOCKD_VERSION);
     const char *last = "";
 #define RENDER_COUNTER(f, name, help, label, value)                            \
     if (strcmp(last, name) != 0) {                                             \
-        out_printf(&o, "# HELP %s %s\n# TYPE %s counter\n", name, help, name); \
+        buf_printf(&o, "# HELP %s %s\n# TYPE %s counter\n", name, help, name); \
         last = name;                                                           \
     }                                                                          \
     if ((label) != NULL) {                                                     \
-        out_printf(&o, "%s{%s=\"%s\"} %llu\n", name, (const char *)(label),    \
+        buf_printf(&o, "%s{%s=\"%s\"} %llu\n", name, (const char *)(label),    \
                    (const char *)(value), (unsigned long long)metrics.f);      \
     } else {                                                                   \
-        out_printf(&o, "%s %llu\n", name, (unsigned long long)metrics.f);      \
+        buf_printf(&o, "%s %llu\n", name, (unsigned long long)metrics.f);      \
     }
     METRICS_COUNTERS(RENDER_COUNTER)
 #undef RENDER_COUNTER
 #define RENDER_GAUGE(f, name, help)                                            \
-    out_printf(&o, "# HELP %s %s\n# TYPE %s gauge\n%s %lld\n", name, help,     \
+    buf_printf(&o, "# HELP %s %s\n# TYPE %s gauge\n%s %lld\n", name, help,     \
                name, name, (long long)metrics.f);
     METRICS_GAUGES(RENDER_GAUGE)
 #undef RENDER_GAUGE
@@ -279,10 +242,5 @@ char *metrics_render(const struct metrics_node *nodes, int n_nodes, size_t *len)
                     "Round trip of commands to each node", &node_hist[i],
                     "node", nodes[i].addr, i == 0);
     }
-    if (o.failed) {
-        free(o.buf);
-        return NULL;
-    }
-    *len = o.len;
-    return o.buf;
+    return buf_take(&o, len);
 }
