@@ -168,22 +168,6 @@ static struct node *send_node(const struct cluster *c, int i)
     return c->closing ? NULL : c->nodes[i];
 }
 
-/* Decimal digits of v into buf (room for 20), no NUL; returns the length.
- * snprintf cost ~700 instructions per acquire for the ttl argument. */
-static size_t dec_u64(char *buf, uint64_t v)
-{
-    char tmp[20];
-    size_t n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v > 0);
-    for (size_t i = 0; i < n; i++) {
-        buf[i] = tmp[n - 1 - i];
-    }
-    return n;
-}
-
 /* FNV-1a of a key: batch ordering only, so collisions only cost an early
  * send. */
 static uint32_t key_hash(const char *s, size_t n)
@@ -323,21 +307,6 @@ static void result_init(struct cluster_result *res)
 
 /* ---- reply text ------------------------------------------------------- */
 
-/* The error text of the reply viewed as v, also one inside an EXEC's array
- * (a fenced acquire's INCR refused with WRONGTYPE): the view borrows
- * hiredis's strings, which end in a NUL. */
-static const char *view_text(const struct redlock_reply *v)
-{
-    const struct redlock_reply *e = redlock_reply_error(v);
-    return e != NULL ? e->str : "(unexpected shape)";
-}
-
-static const char *reply_text(const struct redisReply *r)
-{
-    struct replyview v;
-    return view_text(replyview_of(&v, r));
-}
-
 /* At most one line a second per node: a node out of memory refuses every
  * lock command, and a line each would flood the log. */
 #define REFUSAL_LOG_US 1000000u
@@ -472,7 +441,7 @@ static void batch_cb(struct node *node, struct redisReply *reply,
                  reply->elements == (size_t)b->n;
     if (status == NODE_REPLY && b->n > 1 && !whole) {
         log_warn(NULL, "node %d: batched script over %d keys: %s",
-                 node_index(node) + 1, b->n, reply_text(reply));
+                 node_index(node) + 1, b->n, replyview_text(reply));
     } else if (status != NODE_REPLY) {
         log_debug(NULL, "node %d: batched script over %d keys %s",
                   node_index(node) + 1, b->n,
@@ -553,10 +522,10 @@ static int batch_prepare_one(struct batch *b)
         return node_prepare(&b->prep, SCRIPT_RELEASE, 3, argv, lens);
     }
     if (op->kind == RL_OP_EXTEND) {
-        lens[2] = dec_u64(num, op->ttl_ms);
+        lens[2] = util_dec_u64(num, op->ttl_ms);
         return node_prepare(&b->prep, SCRIPT_EXTEND, 3, argv, lens);
     }
-    lens[2] = dec_u64(num, op->keep_ms);
+    lens[2] = util_dec_u64(num, op->keep_ms);
     return node_prepare(&b->prep, SCRIPT_COMPLETE, 4, argv, lens);
 }
 
@@ -583,7 +552,7 @@ static int batch_prepare(struct batch *b)
         if (script == SCRIPT_BATCH_EXTEND) {
             for (int j = 0; j < b->n; j++) {
                 argv[a] = nums[j];
-                lens[a++] = dec_u64(nums[j], b->e[j].op->ttl_ms);
+                lens[a++] = util_dec_u64(nums[j], b->e[j].op->ttl_ms);
             }
         } else if (b->publish) {
             for (int j = 0; j < b->n; j++) {
@@ -601,10 +570,10 @@ static int batch_prepare(struct batch *b)
         argv[a] = op->token;
         lens[a++] = PROTO_TOKEN_LEN;
         argv[a] = nums[j];
-        lens[a++] =
-            release ? 0
-                    : dec_u64(nums[j], op->kind == RL_OP_EXTEND ? op->ttl_ms
-                                                                : op->keep_ms);
+        lens[a++] = release ? 0
+                            : util_dec_u64(nums[j], op->kind == RL_OP_EXTEND
+                                                        ? op->ttl_ms
+                                                        : op->keep_ms);
         argv[a] = batch_entry_channel(b, j, &lens[a]);
         a++;
     }
@@ -799,7 +768,7 @@ static enum redlock_node_result decode_acquire(struct cluster_op *op,
         note_accepted(op->c, i);
         return res;
     }
-    note_refusal(op->c, op, i, "acquire", view_text(rv));
+    note_refusal(op->c, op, i, "acquire", replyview_error_text(rv));
     if (redlock_form_refused(form, res, rv) && !op->c->fence_multi_refused[i]) {
         /* Later fenced acquires use the script, which needs no +multi
          * +exec. */
@@ -820,7 +789,7 @@ static enum redlock_node_result decode_flag(struct cluster_op *op,
     struct replyview v;
     enum redlock_node_result res = redlock_classify_flag(replyview_of(&v, r));
     if (res == RL_FAILED) {
-        note_refusal(op->c, op, node_index(node), "script", reply_text(r));
+        note_refusal(op->c, op, node_index(node), "script", replyview_text(r));
     }
     return res;
 }
@@ -1219,7 +1188,7 @@ static const struct node_prep *acquire_prep(struct cluster_op *op, int i)
     enum redlock_acquire_form form = acquire_form(op, i);
     op->form[i] = (uint8_t)form;
     char ttl[24];
-    size_t tl = dec_u64(ttl, op->ttl_ms);
+    size_t tl = util_dec_u64(ttl, op->ttl_ms);
     if (form == RL_FORM_SCRIPT) {
         if (op->prep_main.buf == NULL) {
             const char *argv[5] = {op->key, c->fence_key, op->token, ttl,

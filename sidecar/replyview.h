@@ -79,4 +79,20 @@ static inline const struct redlock_reply *replyview_of(struct replyview *v,
     return &v->top;
 }
 
+/* replyview_error_text: the error text of the reply viewed as v, also one
+ * inside an EXEC's array (a fenced acquire's INCR refused with
+ * WRONGTYPE): the view borrows hiredis's strings, which end in a NUL. */
+static inline const char *replyview_error_text(const struct redlock_reply *v)
+{
+    const struct redlock_reply *e = redlock_reply_error(v);
+    return e != NULL ? e->str : "(unexpected shape)";
+}
+
+/* replyview_text: replyview_error_text of r's view, for a log line. */
+static inline const char *replyview_text(const redisReply *r)
+{
+    struct replyview v;
+    return replyview_error_text(replyview_of(&v, r));
+}
+
 #endif

@@ -74,6 +74,20 @@ const char *util_show(const char *s, char *out, size_t outlen)
     return out;
 }
 
+size_t util_dec_u64(char *buf, uint64_t v)
+{
+    char tmp[20];
+    size_t n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    for (size_t i = 0; i < n; i++) {
+        buf[i] = tmp[n - 1 - i];
+    }
+    return n;
+}
+
 uint64_t util_fnv1a(const char *s, size_t len)
 {
     /* The published 64-bit offset basis and prime (test_util.c checks

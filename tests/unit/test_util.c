@@ -130,6 +130,23 @@ static void test_hex_encode(void **state)
 }
 
 /* The FNV-1a 64-bit test vectors (the empty string is the offset basis). */
+static void test_dec_u64(void **state)
+{
+    (void)state;
+    char buf[24];
+    memset(buf, 'x', sizeof(buf));
+    assert_int_equal(util_dec_u64(buf, 0), 1);
+    assert_memory_equal(buf, "0x", 2); /* no NUL written */
+    assert_int_equal(util_dec_u64(buf, 7), 1);
+    assert_memory_equal(buf, "7", 1);
+    assert_int_equal(util_dec_u64(buf, 30000), 5);
+    assert_memory_equal(buf, "30000", 5);
+    assert_int_equal(util_dec_u64(buf, 2147483647u), 10);
+    assert_memory_equal(buf, "2147483647", 10);
+    assert_int_equal(util_dec_u64(buf, UINT64_MAX), 20);
+    assert_memory_equal(buf, "18446744073709551615", 20);
+}
+
 static void test_fnv1a(void **state)
 {
     (void)state;
@@ -257,6 +274,7 @@ int main(void)
         cmocka_unit_test(test_hex_value),
         cmocka_unit_test(test_hex_lower_value),
         cmocka_unit_test(test_hex_encode),
+        cmocka_unit_test(test_dec_u64),
         cmocka_unit_test(test_fnv1a),
         cmocka_unit_test(test_htable),
     };
