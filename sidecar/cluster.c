@@ -11,7 +11,8 @@
  *              and the same bytes to every node
  *   release, extend, complete, rollback
  *              gathered per node during the loop turn into one script over
- *              their keys (struct batch), sent at its end
+ *              their keys, sent at its end: batch.c, which hands each
+ *              entry's answer back to its op (op_batch_answer_cb)
  *
  * Which nodes sit out after a restart, and their repair, are quarantine.c's:
  * it hears the nodes' state changes, and rounds skip the nodes it names.
@@ -30,6 +31,7 @@
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
 
+#include "batch.h"
 #include "config.h"
 #include "locks.h"
 #include "log.h"
@@ -43,12 +45,6 @@
 #include "tls.h"
 
 #define KEY_INLINE 600 /* prefix (<= 64) + "lock:" + resource (<= 512) */
-
-/* Keys per batched script: past a few dozen the per-key work dominates
- * (measured: 7.0 us of redis CPU per key alone, 2.9 at 8, 2.1 at 32, 2.0
- * at 64, 2.2 at 128), and a bounded batch bounds the script's run time. */
-#define BATCH_MAX 64
-#define BLOOM_WORDS 16  /* 1024 bits per node */
 
 enum op_phase {
     PHASE_MAIN = 0,  /* the operation's own script on every node */
@@ -88,7 +84,7 @@ struct cluster_op {
     struct node_prep prep_fence;    /* fence write-back */
     bool rollback_sent;             /* compare-and-delete after a loss */
     uint64_t keep_ms;               /* complete: the done mark's PX */
-    uint32_t key_hash;              /* of key: batch ordering (batch.c) */
+    uint32_t key_hash;              /* of key: batch_order */
     struct event *deadline_ev;      /* owned (kept across pool reuse): a round
                                        that cannot win any more ends early */
     bool dispatched;                /* counted in c->acquires_sent */
@@ -96,7 +92,7 @@ struct cluster_op {
                                        node's answer goes to its record */
     uint32_t miss_ttl_ms;           /* release: the lock's longest ttl, to
                                        remember the nodes that did not
-                                       confirm it (given_up_owe); 0 never */
+                                       confirm it (op_owe); 0 never */
     uint32_t confirmed;             /* nodes that answered ok or not held */
     uint32_t refused;               /* nodes that answered an error reply */
     uint32_t quarantined;           /* nodes not asked: quarantined */
@@ -132,17 +128,8 @@ struct cluster {
         struct log_limit log; /* the warnings that name the refusals */
     } refusal[REDLOCK_MAX_NODES];
     /* Release, extend and complete (and rollbacks) gathered per node
-     * during a loop turn, sent as one script over their keys at its end
-     * (batch_ev), when full, or before an acquire of one of their keys on
-     * that node (order on a connection is order on the node). */
-    struct batch *open[REDLOCK_MAX_NODES];
-    uint64_t open_bloom[REDLOCK_MAX_NODES][BLOOM_WORDS]; /* their key
-                                                             hashes */
-    struct event *batch_ev; /* owned */
-    bool batch_armed;
-    unsigned wake_turn; /* whose turn to announce (batch_publishers) */
-    struct batch *free_batches;
-    int free_batch_count;
+     * during a loop turn, sent as one script over their keys. */
+    struct batcher *batches; /* owned */
     struct cluster_op *free_ops;
     int free_count;
     /* Locks given up (cluster_give_up), by token, oldest first. */
@@ -166,17 +153,6 @@ struct cluster {
 static struct node *send_node(const struct cluster *c, int i)
 {
     return c->closing ? NULL : c->nodes[i];
-}
-
-/* FNV-1a of a key: batch ordering only, so collisions only cost an early
- * send. */
-static uint32_t key_hash(const char *s, size_t n)
-{
-    uint32_t h = 2166136261u;
-    for (size_t i = 0; i < n; i++) {
-        h = (h ^ (unsigned char)s[i]) * 16777619u;
-    }
-    return h;
 }
 
 /* ---- op pool ---------------------------------------------------------- */
@@ -237,7 +213,7 @@ static struct cluster_op *op_new(struct cluster *c, enum redlock_op kind,
     op->prep_main.buf = op->prep_fence.buf = NULL;
     op->rollback_sent = false;
     op->keep_ms = 0;
-    op->key_hash = key_hash(op->key, op->key_len);
+    op->key_hash = batch_key_hash(op->key, op->key_len);
     op->prep_native.buf = NULL;
     op->want_pttl = false;
     op->pttl_pending = 0;
@@ -254,7 +230,7 @@ static struct cluster_op *op_new(struct cluster *c, enum redlock_op kind,
 }
 
 static void queue_drain(struct cluster *c);
-static void given_up_owe(struct cluster_op *op, uint32_t ttl_ms, uint32_t mask);
+static void op_owe(struct cluster_op *op, uint32_t ttl_ms, uint32_t mask);
 
 static void op_release_if_finished(struct cluster_op *op)
 {
@@ -263,8 +239,7 @@ static void op_release_if_finished(struct cluster_op *op)
     }
     struct cluster *c = op->c;
     if (op->miss_ttl_ms != 0) {
-        given_up_owe(op, op->miss_ttl_ms,
-                     redlock_all_nodes(c->n) & ~op->confirmed);
+        op_owe(op, op->miss_ttl_ms, redlock_all_nodes(c->n) & ~op->confirmed);
     }
     bool was_dispatched = op->dispatched;
     c->ops_inflight--;
@@ -345,75 +320,58 @@ static void note_refusal(struct cluster *c, struct cluster_op *op, int i,
     }
 }
 
-/* ---- batches ---------------------------------------------------------- */
-
-/* One entry of a batch: an op's script on this node. */
-struct batch_entry {
-    struct cluster_op *op; /* borrowed: kept alive by op->outstanding */
-    bool rollback;         /* the compare-and-delete after a lost acquire */
-};
-
-/* Up to BATCH_MAX releases, extends, completes and rollbacks on one node,
- * in the order issued, in one script call. Open (owned by the cluster,
- * c->open) until sent, then owned by its node callback, which answers
- * every entry and frees it. Each entry still compares its own token:
- * batching changes the number of calls, not what each key's check does. */
-struct batch {
-    struct cluster *c;
-    int node;
-    int n;
-    struct batch_entry e[BATCH_MAX];
-    struct node_prep prep;
-    /* Nodes mostly get the same entries in a turn: the command is then
-     * formatted once. owner is the batch whose prep went out (itself, or
-     * an identical batch of another node), refs the batches still due to
-     * answer that send that prep (the owner is recycled at 0). */
-    struct batch *owner;
-    int refs;
-    bool publish; /* this node announces its releases and completes */
-    struct batch *next_free;
-};
+/* ---- batched scripts ------------------------------------------------ */
 
 static void op_node_answer(struct cluster_op *op, int i, struct node *node,
                            enum redlock_node_result res, int64_t fence,
                            int64_t pttl);
-static void op_release_if_finished(struct cluster_op *op);
-
-static void batch_recycle(struct batch *b)
-{
-    struct cluster *c = b->c;
-    node_prep_free(&b->prep);
-    if (c->free_batch_count < 64 && !c->closing) {
-        b->next_free = c->free_batches;
-        c->free_batches = b;
-        c->free_batch_count++;
-    } else {
-        free(b);
-    }
-}
-
-/* b has answered its entries: it and the prep it sent may go. */
-static void batch_free(struct batch *b)
-{
-    struct batch *o = b->owner;
-    if (o != b) {
-        batch_recycle(b);
-    }
-    if (--o->refs == 0) {
-        batch_recycle(o);
-    }
-}
-
 static void given_up_answered(struct cluster *c, const char *token, int i,
                               enum redlock_node_result res);
 static void given_up_resent(struct cluster *c);
 
-/* One entry's answer from its node. */
-static void batch_entry_answer(const struct batch_entry *e, int i,
-                               enum redlock_node_result res)
+/* Adds op's script on node i to the node's batch (batch.h): its key, token
+ * and channel stay in op, alive until the entry is answered
+ * (op->outstanding). Returns 0, or -1 (the node is not up, or no memory):
+ * not sent. */
+static int op_batch_add(struct cluster_op *op, int i, bool rollback)
 {
-    struct cluster_op *op = e->op;
-    if (!e->rollback) {
+    bool release = rollback || op->kind == RL_OP_RELEASE;
+    bool extend = !release && op->kind == RL_OP_EXTEND;
+    struct batch_entry e = {
+        .priv = op,
+        .key = op->key,
+        .token = op->token,
+        .channel = op->channel,
+        .num = extend ? op->ttl_ms : op->keep_ms,
+        .key_len = (uint32_t)op->key_len,
+        .channel_len = (uint32_t)op->channel_len,
+        .key_hash = op->key_hash,
+        .action = release  ? BATCH_RELEASE
+                  : extend ? BATCH_EXTEND
+                           : BATCH_COMPLETE,
+        .rollback = rollback,
+    };
+    /* Counted first: a full batch goes out at once, and a send that fails
+     * answers its entries before batch_add returns. */
+    op->outstanding++;
+    if (batch_add(op->c->batches, i, &e) != 0) {
+        op->outstanding--;
+        return -1;
+    }
+    return 0;
+}
+
+/* One entry's answer from node i (batch_answer_fn). */
+static void op_batch_answer_cb(void *priv, int i, bool rollback,
+                               enum redlock_node_result res,
+                               const char *refusal)
+{
+    struct cluster_op *op = priv;
+    if (refusal != NULL) {
+        note_refusal(op->c, rollback ? NULL : op, i, "script on one key",
+                     refusal);
+    }
+    if (!rollback) {
         op_node_answer(op, i, NULL, res, 0, -1);
         return;
     }
@@ -426,308 +384,13 @@ static void batch_entry_answer(const struct batch_entry *e, int i,
     } else if (res != RL_OK && res != RL_BUSY) {
         /* The SET may still run there (waiting in a dropped connection's
          * socket, say): that node is sent the delete when it is back. */
-        given_up_owe(op, op->ttl_ms, 1u << i);
+        op_owe(op, op->ttl_ms, 1u << i);
     }
     op->outstanding--;
     op_release_if_finished(op);
 }
 
-static void batch_cb(struct node *node, struct redisReply *reply,
-                     enum node_status status, void *privdata)
-{
-    struct batch *b = privdata;
-    bool whole = status == NODE_REPLY && b->n > 1 &&
-                 reply->type == REDIS_REPLY_ARRAY &&
-                 reply->elements == (size_t)b->n;
-    if (status == NODE_REPLY && b->n > 1 && !whole) {
-        log_warn(NULL, "node %d: batched script over %d keys: %s",
-                 node_index(node) + 1, b->n, replyview_text(reply));
-    } else if (status != NODE_REPLY) {
-        log_debug(NULL, "node %d: batched script over %d keys %s",
-                  node_index(node) + 1, b->n,
-                  status == NODE_TIMEOUT ? "timed out" : "dropped");
-    }
-    for (int j = 0; j < b->n; j++) {
-        enum redlock_node_result res = RL_FAILED;
-        if (status == NODE_REPLY && (b->n == 1 || whole)) {
-            /* Each key's own answer: 1, 0, or the error it met. */
-            const struct redisReply *el = b->n == 1 ? reply : reply->element[j];
-            struct replyview v;
-            res = redlock_classify_flag(replyview_of(&v, el));
-            if (res == RL_FAILED) {
-                note_refusal(b->e[j].op->c,
-                             b->e[j].rollback ? NULL : b->e[j].op,
-                             node_index(node), "script on one key",
-                             el->type == REDIS_REPLY_STRING ||
-                                     el->type == REDIS_REPLY_ERROR
-                                 ? el->str
-                                 : "(unexpected reply)");
-            }
-        }
-        batch_entry_answer(&b->e[j], b->node, res);
-    }
-    batch_free(b);
-}
-
-static bool batch_entry_is_release(const struct batch_entry *e)
-{
-    return e->rollback || e->op->kind == RL_OP_RELEASE;
-}
-
-/* The batch script for b's entries: the release or the extend one when
- * every entry is of that kind (the common turns: a cycle's releases, a
- * renewal's extends), SCRIPT_BATCH for a mix. */
-static enum node_script batch_script(const struct batch *b)
-{
-    bool all_release = true;
-    bool all_extend = true;
-    for (int j = 0; j < b->n; j++) {
-        bool release = batch_entry_is_release(&b->e[j]);
-        all_release = all_release && release;
-        all_extend = all_extend && !release && b->e[j].op->kind == RL_OP_EXTEND;
-    }
-    return all_release  ? SCRIPT_BATCH_RELEASE
-           : all_extend ? SCRIPT_BATCH_EXTEND
-                        : SCRIPT_BATCH;
-}
-
-/* The channel entry j announces on, "" when none: a rollback publishes
- * nothing (the key was never ours to announce), an extend has nothing to
- * announce, and only the turn's publishers announce. */
-static const char *batch_entry_channel(const struct batch *b, int j,
-                                       size_t *len)
-{
-    const struct batch_entry *e = &b->e[j];
-    if (e->rollback || e->op->kind == RL_OP_EXTEND || !b->publish) {
-        *len = 0;
-        return "";
-    }
-    *len = e->op->channel_len;
-    return e->op->channel;
-}
-
-/* A batch of one goes as the single-key script of its op, the cheapest
- * call for a lone key. */
-static int batch_prepare_one(struct batch *b)
-{
-    const struct cluster_op *op = b->e[0].op;
-    char num[24];
-    size_t ch_len;
-    const char *ch = batch_entry_channel(b, 0, &ch_len);
-    const char *argv[4] = {op->key, op->token, num, ch};
-    size_t lens[4] = {op->key_len, PROTO_TOKEN_LEN, 0, ch_len};
-    if (batch_entry_is_release(&b->e[0])) {
-        argv[2] = ch;
-        lens[2] = ch_len;
-        return node_prepare(&b->prep, SCRIPT_RELEASE, 3, argv, lens);
-    }
-    if (op->kind == RL_OP_EXTEND) {
-        lens[2] = util_dec_u64(num, op->ttl_ms);
-        return node_prepare(&b->prep, SCRIPT_EXTEND, 3, argv, lens);
-    }
-    lens[2] = util_dec_u64(num, op->keep_ms);
-    return node_prepare(&b->prep, SCRIPT_COMPLETE, 4, argv, lens);
-}
-
-/* The arguments of b's batch script (scripts.h): the keys, then for
- * SCRIPT_BATCH per key its action, token, number (ttl or keep_ms) and
- * channel; for the release one the tokens, then the channels on a node
- * that announces; for the extend one the tokens, then the ttls. */
-static int batch_prepare(struct batch *b)
-{
-    const char *argv[BATCH_MAX * 5];
-    size_t lens[BATCH_MAX * 5];
-    char nums[BATCH_MAX][24];
-    enum node_script script = batch_script(b);
-    int a = 0;
-    for (int j = 0; j < b->n; j++) {
-        argv[a] = b->e[j].op->key;
-        lens[a++] = b->e[j].op->key_len;
-    }
-    if (script != SCRIPT_BATCH) {
-        for (int j = 0; j < b->n; j++) {
-            argv[a] = b->e[j].op->token;
-            lens[a++] = PROTO_TOKEN_LEN;
-        }
-        if (script == SCRIPT_BATCH_EXTEND) {
-            for (int j = 0; j < b->n; j++) {
-                argv[a] = nums[j];
-                lens[a++] = util_dec_u64(nums[j], b->e[j].op->ttl_ms);
-            }
-        } else if (b->publish) {
-            for (int j = 0; j < b->n; j++) {
-                argv[a] = batch_entry_channel(b, j, &lens[a]);
-                a++;
-            }
-        }
-        return node_prepare_keys(&b->prep, script, b->n, a, argv, lens);
-    }
-    for (int j = 0; j < b->n; j++) {
-        const struct cluster_op *op = b->e[j].op;
-        bool release = batch_entry_is_release(&b->e[j]);
-        argv[a] = release ? "r" : op->kind == RL_OP_EXTEND ? "e" : "c";
-        lens[a++] = 1;
-        argv[a] = op->token;
-        lens[a++] = PROTO_TOKEN_LEN;
-        argv[a] = nums[j];
-        lens[a++] = release ? 0
-                            : util_dec_u64(nums[j], op->kind == RL_OP_EXTEND
-                                                        ? op->ttl_ms
-                                                        : op->keep_ms);
-        argv[a] = batch_entry_channel(b, j, &lens[a]);
-        a++;
-    }
-    return node_prepare_keys(&b->prep, SCRIPT_BATCH, b->n, a, argv, lens);
-}
-
-/* Whether batches a and b hold the same entries in the same order. */
-static bool batch_same(const struct batch *a, const struct batch *b)
-{
-    if (a->n != b->n || a->publish != b->publish) {
-        return false;
-    }
-    for (int j = 0; j < a->n; j++) {
-        if (a->e[j].op != b->e[j].op || a->e[j].rollback != b->e[j].rollback) {
-            return false;
-        }
-    }
-    return true;
-}
-
-/* Sends node i's open batch, if any, with like's command when like (sent
- * in this turn, its answer not yet in) holds the same entries; when it
- * cannot be sent, every entry fails there at once. Returns the batch sent
- * with a command of its own (a template for the next node), else NULL. */
-static struct batch *batch_send_like(struct cluster *c, int i,
-                                     struct batch *like, uint32_t publishers)
-{
-    struct batch *b = c->open[i];
-    if (b == NULL) {
-        return NULL;
-    }
-    b->publish = (publishers >> i) & 1u;
-    c->open[i] = NULL; /* entries added from here on start anew */
-    memset(c->open_bloom[i], 0, sizeof(c->open_bloom[i]));
-    struct node *node = send_node(c, i);
-    int rc = 0;
-    if (like != NULL && batch_same(like, b)) {
-        b->owner = like;
-    } else {
-        b->owner = b;
-        rc = b->n == 1 ? batch_prepare_one(b) : batch_prepare(b);
-    }
-    b->owner->refs++;
-    if (rc == 0 && node != NULL &&
-        node_send_prepared(node, &b->owner->prep, util_now_us(), batch_cb,
-                           b) == 0) {
-        return b->owner == b ? b : NULL;
-    }
-    /* Down since the entries were added: as if never sent. */
-    for (int j = 0; j < b->n; j++) {
-        batch_entry_answer(&b->e[j], i, RL_FAILED);
-    }
-    batch_free(b);
-    return NULL;
-}
-
-/* The nodes that announce this turn's releases and completes; the turn
- * moves on to the next ones at its end (batch_ev_cb). */
-static uint32_t batch_publishers(const struct cluster *c)
-{
-    uint32_t up = 0;
-    for (int i = 0; i < c->n; i++) {
-        struct node *node = send_node(c, i);
-        if (node != NULL && node_is_up(node)) {
-            up |= 1u << i;
-        }
-    }
-    return redlock_wake_publishers(up, c->n, c->quorum, c->wake_turn);
-}
-
-static void batch_send(struct cluster *c, int i)
-{
-    (void)batch_send_like(c, i, NULL, batch_publishers(c));
-}
-
-/* End of the loop turn: every open batch goes out. Batches opened by the
- * answers this gives (a failed send answers at once) are sent too, or
- * wait for the next turn. */
-static void batch_ev_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct cluster *c = arg;
-    c->batch_armed = false;
-    uint32_t publishers = batch_publishers(c);
-    c->wake_turn++;
-    /* One template for the nodes that announce, one for the others. */
-    struct batch *like[2] = {NULL, NULL};
-    for (int i = 0; i < c->n; i++) {
-        int p = (int)((publishers >> i) & 1u);
-        struct batch *sent = batch_send_like(c, i, like[p], publishers);
-        if (sent != NULL) {
-            like[p] = sent;
-        }
-    }
-}
-
-/* Before an acquire of op's key goes to node i: a batch that may hold
- * that key goes first, so the node applies them in the order the daemon
- * issued them (a release, then the next waiter's SET NX). Other keys'
- * commands may overtake a batch: commands on different keys commute. */
-static void batch_order(struct cluster *c, int i, const struct cluster_op *op)
-{
-    uint32_t h = op->key_hash;
-    if (c->open_bloom[i][(h >> 6) % BLOOM_WORDS] & (1ull << (h & 63))) {
-        batch_send(c, i);
-    }
-}
-
-/* Adds op's script on node i to the node's open batch. The op stays alive
- * until the entry is answered (op->outstanding). Returns 0, or -1 (the
- * node is not up, or no memory): not sent. */
-static int batch_add(struct cluster *c, int i, struct cluster_op *op,
-                     bool rollback)
-{
-    struct node *node = send_node(c, i);
-    if (node == NULL || !node_is_up(node)) {
-        return -1;
-    }
-    struct batch *b = c->open[i];
-    if (b == NULL) {
-        b = c->free_batches;
-        if (b != NULL) {
-            c->free_batches = b->next_free;
-            c->free_batch_count--;
-        } else if ((b = malloc(sizeof(*b))) == NULL) {
-            return -1;
-        }
-        b->c = c;
-        b->node = i;
-        b->n = 0;
-        b->prep.buf = NULL;
-        b->owner = NULL;
-        b->refs = 0;
-        c->open[i] = b;
-    }
-    uint32_t h = op->key_hash;
-    b->e[b->n].op = op;
-    b->e[b->n].rollback = rollback;
-    b->n++;
-    op->outstanding++;
-    c->open_bloom[i][(h >> 6) % BLOOM_WORDS] |= 1ull << (h & 63);
-    if (b->n == BATCH_MAX) {
-        batch_send(c, i);
-    } else if (!c->batch_armed) {
-        c->batch_armed = true;
-        event_active(c->batch_ev, EV_TIMEOUT, 1);
-    }
-    return 0;
-}
-
 /* ---- fire-and-forget commands ---------------------------------------- */
-
-static void op_release_if_finished(struct cluster_op *op);
 
 /* Compare-and-delete the op's key on the nodes in mask (no publish: the
  * key was never ours to announce), batched with other compare-and-deletes
@@ -743,12 +406,12 @@ static void op_remove_keys(struct cluster_op *op, uint32_t mask)
     for (int i = 0; i < c->n; i++) {
         /* A node that is down now lost the connection the SET went on,
          * but a paused one runs it when it runs again: it is sent the
-         * delete when it is back (given_up_owe). */
-        if ((mask & (1u << i)) && batch_add(c, i, op, true) != 0) {
+         * delete when it is back (op_owe). */
+        if ((mask & (1u << i)) && op_batch_add(op, i, true) != 0) {
             missed |= 1u << i;
         }
     }
-    given_up_owe(op, op->ttl_ms, missed);
+    op_owe(op, op->ttl_ms, missed);
 }
 
 /* ---- reply decoding --------------------------------------------------- */
@@ -1255,9 +918,9 @@ static void op_dispatch(struct cluster_op *op)
             /* Release, extend, complete: one script per node per loop
              * turn over every such key (the round's clock started above,
              * before the batch goes out). */
-            asked = batch_add(c, i, op, false) == 0;
+            asked = op_batch_add(op, i, false) == 0;
         } else if (asked) {
-            batch_order(c, i, op);
+            batch_order(c->batches, i, op->key_hash);
             prep = acquire_prep(op, i);
             asked = prep != NULL &&
                     node_send_prepared(send_node(c, i), prep, now, op_main_cb,
@@ -1449,7 +1112,7 @@ static int given_up_add(struct cluster *c, const char *resource, size_t len,
  * are sent the delete as they come back (a SET that waits in a node paused
  * longer than that still runs when it resumes). Nothing when mask is 0, the
  * common case, so a lock's cycle costs no more when every node answers. */
-static void given_up_owe(struct cluster_op *op, uint32_t ttl_ms, uint32_t mask)
+static void op_owe(struct cluster_op *op, uint32_t ttl_ms, uint32_t mask)
 {
     struct cluster *c = op->c;
     if (mask == 0 || c->closing) {
@@ -1504,7 +1167,7 @@ static void given_up_send(struct cluster *c, int i, const struct given_up *g)
     }
     op->answered = true; /* nobody waits for it */
     op->given_up = true;
-    if (batch_add(c, i, op, true) == 0) {
+    if (op_batch_add(op, i, true) == 0) {
         c->gu_inflight++;
     }
     op_release_if_finished(op);
@@ -1693,8 +1356,9 @@ struct cluster *cluster_create(struct event_base *base,
         .dataset_key = c->dataset_key,
         .dataset_mark = locks_new_token,
     };
-    c->batch_ev = event_new(base, -1, 0, batch_ev_cb, c);
-    if (c->batch_ev == NULL) {
+    c->batches = batch_create(base, c->nodes, c->n, c->quorum,
+                              op_batch_answer_cb);
+    if (c->batches == NULL) {
         free(c);
         return NULL;
     }
@@ -1740,10 +1404,9 @@ void cluster_destroy(struct cluster *c)
     }
     /* Open batches go out first, so that node_destroy answers their
      * entries (as dropped) and their ops are freed. */
-    for (int i = 0; i < c->n; i++) {
-        if (c->nodes[i] != NULL) {
-            batch_send(c, i);
-        }
+    if (c->batches != NULL) {
+        batch_flush(c->batches);
+        batch_stop(c->batches);
     }
     /* node_destroy runs the node's pending callbacks (a fence repair's,
      * an op's): with closing set they send nothing and arm no timer,
@@ -1776,14 +1439,7 @@ void cluster_destroy(struct cluster *c)
         event_free(op->deadline_ev);
         free(op);
     }
-    while (c->free_batches != NULL) {
-        struct batch *b = c->free_batches;
-        c->free_batches = b->next_free;
-        free(b);
-    }
-    if (c->batch_ev != NULL) {
-        event_free(c->batch_ev);
-    }
+    batch_destroy(c->batches);
     while (c->gu_head != NULL) {
         given_up_free(c, c->gu_head);
     }

@@ -2,10 +2,10 @@
  *
  * redlock.c decides from struct redlock_reply and knows no Redis client;
  * this is the one place that turns a hiredis reply into that view, for the
- * daemon (cluster.c) and for the benchmark's in-process limit (rlbench),
- * so that both classify node replies with the same functions. Inline: it
- * runs once per node reply, and a call per reply showed in the limit's
- * instruction count. No I/O, no allocation. */
+ * daemon (cluster.c, batch.c) and for the benchmark's in-process limit
+ * (rlbench), so that both classify node replies with the same functions.
+ * Inline: it runs once per node reply, and a call per reply showed in the
+ * limit's instruction count. No I/O, no allocation. */
 #ifndef REDLOCKD_REPLYVIEW_H
 #define REDLOCKD_REPLYVIEW_H
 

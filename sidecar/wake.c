@@ -3,7 +3,7 @@
  * One subscriber connection per node, alive only while some resource is
  * watched. Every watched resource is subscribed on every node: a release
  * publishes from n - quorum + 1 of the nodes up (those that held the lock;
- * cluster.c, redlock_wake_publishers), so any one node suffices to hear of
+ * batch.c, redlock_wake_publishers), so any one node suffices to hear of
  * it, and n - quorum nodes failing still leave one announcement.
  * The connections are node.c's (plain or TLS, the same deadlines, back-off
  * and heartbeat as the lock connections), in subscriber mode: a connection
