@@ -17,10 +17,10 @@
  * Which nodes sit out after a restart, and their repair, are quarantine.c's:
  * it hears the nodes' state changes, and rounds skip the nodes it names.
  *
- *   give-up    a release, and a record (struct given_up) of the nodes that
- *              have not confirmed it; a node that comes up is sent it
- *              again (given_up_resend_cb), until every node confirmed or
- *              the key can stand nowhere (redlock_given_up_until_us) */
+ *   give-up    a release, and a record (givenup.c) of the nodes that have
+ *              not confirmed it; a node that comes up is sent it again
+ *              (op_resend_cb), until every node confirmed or the key can
+ *              stand nowhere (redlock_given_up_until_us) */
 #include "cluster.h"
 
 #include <stdio.h>
@@ -33,6 +33,7 @@
 
 #include "batch.h"
 #include "config.h"
+#include "givenup.h"
 #include "locks.h"
 #include "log.h"
 #include "metrics.h"
@@ -130,18 +131,9 @@ struct cluster {
     /* Release, extend and complete (and rollbacks) gathered per node
      * during a loop turn, sent as one script over their keys. */
     struct batcher *batches; /* owned */
+    struct givenup *gu;      /* owned: locks given up (cluster_give_up) */
     struct cluster_op *free_ops;
     int free_count;
-    /* Locks given up (cluster_give_up), by token, oldest first. */
-    struct util_htable gu_table;
-    struct given_up *gu_head, *gu_tail;
-    size_t gu_count;
-    struct given_up *gu_cursor[REDLOCK_MAX_NODES]; /* next record to send
-                                                     node i; NULL: none */
-    struct event *gu_resend_ev; /* owned: sends to the nodes that came up */
-    struct event *gu_timer;     /* owned: frees records past their bound */
-    int gu_inflight;            /* deletes sent again, not yet answered */
-    struct log_limit gu_log;    /* records dropped for room */
     /* Restart quarantine (see README, "Fencing and restarts"). */
     struct quarantine *quar; /* owned */
     int64_t fence_max_seen;  /* largest fence this daemon handed out */
@@ -325,9 +317,6 @@ static void note_refusal(struct cluster *c, struct cluster_op *op, int i,
 static void op_node_answer(struct cluster_op *op, int i, struct node *node,
                            enum redlock_node_result res, int64_t fence,
                            int64_t pttl);
-static void given_up_answered(struct cluster *c, const char *token, int i,
-                              enum redlock_node_result res);
-static void given_up_resent(struct cluster *c);
 
 /* Adds op's script on node i to the node's batch (batch.h): its key, token
  * and channel stay in op, alive until the entry is answered
@@ -379,8 +368,8 @@ static void op_batch_answer_cb(void *priv, int i, bool rollback,
      * longer) ours there. A given-up lock's delete sent again says whether
      * that node still owes it. */
     if (op->given_up) {
-        given_up_answered(op->c, op->token, i, res);
-        given_up_resent(op->c);
+        givenup_answered(op->c->gu, op->token, i, res);
+        givenup_resent(op->c->gu);
     } else if (res != RL_OK && res != RL_BUSY) {
         /* The SET may still run there (waiting in a dropped connection's
          * socket, say): that node is sent the delete when it is back. */
@@ -649,7 +638,7 @@ static void op_node_answer(struct cluster_op *op, int i, struct node *node,
         op->confirmed |= 1u << i;
     }
     if (op->given_up) {
-        given_up_answered(op->c, op->token, i, res);
+        givenup_answered(op->c->gu, op->token, i, res);
     }
     bool was_decided = op->round.outcome != RL_UNDECIDED;
     /* node: NULL for a batch's answer, never an acquire's. */
@@ -963,149 +952,6 @@ static void op_dispatch(struct cluster_op *op)
 
 /* ---- locks given up --------------------------------------------------- */
 
-/* A lock this daemon gave up (or released, or failed to acquire, while nodes
- * missed the delete): its token is refused (cluster_given_up), and its
- * compare-and-delete is owed to every node that has not confirmed it
- * (deleted, or never had it): a node down, dropped or paused then may run
- * the renewals (or the SET) waiting in its socket when it runs again, and
- * would keep the key, held by nobody, for a ttl. Kept until until_us, past
- * which no node can hold the key, or until no node owes the delete. */
-struct given_up {
-    struct util_hnode hn;         /* c->gu_table, by token */
-    struct given_up *prev, *next; /* c->gu_head..gu_tail, oldest first */
-    uint64_t until_us;            /* never less than the previous one's */
-    uint32_t owed;                /* nodes that may still hold the key */
-    char token[PROTO_TOKEN_LEN + 1];
-    size_t resource_len;
-    char resource[]; /* NUL-terminated, part of this allocation */
-};
-
-/* Deletes sent again at once, across the nodes: a node back after a
- * give-up of 100,000 locks gets them in steps, not all in one turn. */
-#define GIVEN_UP_INFLIGHT_MAX 256
-
-/* Records looked at per node and turn while sending again. */
-#define GIVEN_UP_STEP 4096
-
-/* At most one line a minute for records dropped for want of room. */
-#define GIVEN_UP_LOG_US 60000000u
-
-static struct given_up *given_up_find(const struct cluster *c,
-                                      const char *token)
-{
-    struct util_hnode *n =
-        util_htable_find(&c->gu_table, token, PROTO_TOKEN_LEN);
-    return n != NULL ? UTIL_CONTAINER_OF(n, struct given_up, hn) : NULL;
-}
-
-static void given_up_free(struct cluster *c, struct given_up *g)
-{
-    for (int i = 0; i < c->n; i++) {
-        if (c->gu_cursor[i] == g) {
-            c->gu_cursor[i] = g->next;
-        }
-    }
-    util_htable_remove(&c->gu_table, &g->hn);
-    if (g->prev != NULL) {
-        g->prev->next = g->next;
-    } else {
-        c->gu_head = g->next;
-    }
-    if (g->next != NULL) {
-        g->next->prev = g->prev;
-    } else {
-        c->gu_tail = g->prev;
-    }
-    c->gu_count--;
-    free(g);
-}
-
-/* Arms the timer for the oldest record's bound. */
-static void given_up_timer_arm(struct cluster *c)
-{
-    if (c->gu_head == NULL || c->closing) {
-        return;
-    }
-    uint64_t now = util_now_us();
-    uint64_t wait = c->gu_head->until_us > now ? c->gu_head->until_us - now : 0;
-    struct timeval tv = {(time_t)(wait / 1000000u),
-                         (suseconds_t)(wait % 1000000u)};
-    evtimer_add(c->gu_timer, &tv);
-}
-
-static void given_up_timer_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct cluster *c = arg;
-    uint64_t now = util_now_us();
-    while (c->gu_head != NULL && c->gu_head->until_us <= now) {
-        given_up_free(c, c->gu_head);
-    }
-    given_up_timer_arm(c);
-}
-
-/* Remembers token on resource[0..len) as given up until until_us, owed by
- * the nodes in owed (and by those a record of the same token still named).
- * Returns 0, or -1 out of memory (not remembered). */
-static int given_up_add(struct cluster *c, const char *resource, size_t len,
-                        const char *token, uint64_t until_us, uint32_t owed)
-{
-    struct given_up *g = given_up_find(c, token);
-    if (g != NULL) {
-        /* The same token again: the later bound counts, at the tail. */
-        owed |= g->owed;
-        if (g->until_us > until_us) {
-            until_us = g->until_us;
-        }
-        given_up_free(c, g);
-    }
-    if (c->gu_count >= (size_t)c->cfg->max_locks && c->gu_head != NULL) {
-        /* Every record was a lock of this daemon, so this takes more
-         * give-ups within two ttls than --max-locks: the oldest goes. */
-        unsigned long skipped;
-        if (log_limit_pass(&c->gu_log, util_now_us(), GIVEN_UP_LOG_US,
-                           &skipped)) {
-            log_warn(NULL,
-                     "%lu lock(s) given up forgotten before their bound "
-                     "(more than --max-locks given up within their ttls): "
-                     "their keys may stay on the nodes that missed the "
-                     "release until their ttl",
-                     skipped + 1);
-        }
-        given_up_free(c, c->gu_head);
-    }
-    g = malloc(sizeof(*g) + len + 1);
-    if (g == NULL) {
-        return -1;
-    }
-    memcpy(g->token, token, PROTO_TOKEN_LEN);
-    g->token[PROTO_TOKEN_LEN] = '\0';
-    memcpy(g->resource, resource, len);
-    g->resource[len] = '\0';
-    g->resource_len = len;
-    g->owed = owed;
-    /* Oldest first with bounds that never decrease, so the timer needs
-     * only the head: a shorter bound waits for the longer one before it. */
-    g->until_us = c->gu_tail != NULL && c->gu_tail->until_us > until_us
-                      ? c->gu_tail->until_us
-                      : until_us;
-    g->next = NULL;
-    g->prev = c->gu_tail;
-    if (c->gu_tail != NULL) {
-        c->gu_tail->next = g;
-    } else {
-        c->gu_head = g;
-    }
-    c->gu_tail = g;
-    c->gu_count++;
-    util_htable_add(&c->gu_table, &g->hn, g->token, PROTO_TOKEN_LEN);
-    if (g == c->gu_head) {
-        given_up_timer_arm(c);
-    }
-    return 0;
-}
-
 /* The nodes in mask did not confirm op's delete (a release proved, or a lost
  * acquisition's rollback): its token is remembered as given up for as long
  * as a key of ttl_ms may stand (redlock_given_up_until_us), and those nodes
@@ -1134,83 +980,28 @@ static void op_owe(struct cluster_op *op, uint32_t ttl_ms, uint32_t mask)
     }
     uint64_t until =
         redlock_given_up_until_us(util_now_us(), ttl_ms, c->cfg->drift_factor);
-    if (given_up_add(c, name, len, op->token, until, mask) != 0) {
+    if (givenup_add(c->gu, name, len, op->token, until, mask) != 0) {
         log_error(NULL, "delete: out of memory remembering the nodes that "
                         "missed a delete");
     }
 }
 
-/* Node i answered res to the delete of given-up token: deleted, or not
- * held there, it owes it no more; anything else (timeout, drop, error)
- * is sent again when the node next comes up. */
-static void given_up_answered(struct cluster *c, const char *token, int i,
-                              enum redlock_node_result res)
+/* Sends node i the delete of a given-up token again (givenup_send_fn), on
+ * its own: a rollback entry of a batch, no announcement, no round. */
+static int op_resend_cb(void *priv, int i, const char *resource, size_t len,
+                        const char *token)
 {
-    struct given_up *g = given_up_find(c, token);
-    if (g == NULL || (res != RL_OK && res != RL_BUSY)) {
-        return;
-    }
-    g->owed &= ~(1u << i);
-    if (g->owed == 0) {
-        given_up_free(c, g);
-    }
-}
-
-/* Sends node i the delete of g again, on its own (a rollback entry of a
- * batch: no announcement, no round). */
-static void given_up_send(struct cluster *c, int i, const struct given_up *g)
-{
-    struct cluster_op *op = op_new(c, RL_OP_RELEASE, g->resource,
-                                   g->resource_len, g->token, NULL, NULL);
+    struct cluster *c = priv;
+    struct cluster_op *op =
+        op_new(c, RL_OP_RELEASE, resource, len, token, NULL, NULL);
     if (op == NULL) {
-        return; /* out of memory: owed still, sent at the next come-back */
+        return -1; /* out of memory: owed still, sent at the next come-back */
     }
     op->answered = true; /* nobody waits for it */
     op->given_up = true;
-    if (op_batch_add(op, i, true) == 0) {
-        c->gu_inflight++;
-    }
+    int rc = op_batch_add(op, i, true);
     op_release_if_finished(op);
-}
-
-/* Sends the nodes that came up the deletes they owe, in steps. */
-static void given_up_resend_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct cluster *c = arg;
-    uint64_t now = util_now_us();
-    bool more = false;
-    for (int i = 0; i < c->n && !c->closing; i++) {
-        struct node *node = send_node(c, i);
-        if (node == NULL || !node_is_up(node)) {
-            c->gu_cursor[i] = NULL; /* its next come-back starts again */
-            continue;
-        }
-        for (int step = 0; c->gu_cursor[i] != NULL && step < GIVEN_UP_STEP;
-             step++) {
-            if (c->gu_inflight >= GIVEN_UP_INFLIGHT_MAX) {
-                return; /* given_up_resent goes on */
-            }
-            struct given_up *g = c->gu_cursor[i];
-            c->gu_cursor[i] = g->next;
-            if ((g->owed & (1u << i)) && g->until_us > now) {
-                given_up_send(c, i, g);
-            }
-        }
-        more = more || c->gu_cursor[i] != NULL;
-    }
-    if (more) {
-        event_active(c->gu_resend_ev, EV_TIMEOUT, 1);
-    }
-}
-
-/* A delete sent again was answered: a step waiting for room goes on. */
-static void given_up_resent(struct cluster *c)
-{
-    if (--c->gu_inflight == GIVEN_UP_INFLIGHT_MAX - 1 && !c->closing) {
-        event_active(c->gu_resend_ev, EV_TIMEOUT, 1);
-    }
+    return rc;
 }
 
 /* Every node's state change: the quarantine's, and for a node that came
@@ -1219,11 +1010,10 @@ static void node_state_cb(struct node *node, enum node_state state, void *priv)
 {
     struct cluster *c = priv;
     quarantine_node_cb(node, state, c->quar);
-    if (state != NODE_UP || c->closing || c->gu_head == NULL) {
+    if (state != NODE_UP || c->closing) {
         return;
     }
-    c->gu_cursor[node_index(node)] = c->gu_head;
-    event_active(c->gu_resend_ev, EV_TIMEOUT, 1);
+    givenup_node_up(c->gu, node_index(node));
 }
 
 /* ---- public operations ------------------------------------------------ */
@@ -1277,8 +1067,8 @@ int cluster_give_up(struct cluster *c, const char *resource, size_t len,
                     const char *token, uint64_t until_us, cluster_done_fn *cb,
                     void *priv)
 {
-    if (given_up_add(c, resource, len, token, until_us,
-                     redlock_all_nodes(c->n)) != 0) {
+    if (givenup_add(c->gu, resource, len, token, until_us,
+                    redlock_all_nodes(c->n)) != 0) {
         log_error(NULL, "give-up: out of memory remembering a lock");
     }
     struct cluster_op *op =
@@ -1294,20 +1084,7 @@ int cluster_give_up(struct cluster *c, const char *resource, size_t len,
 bool cluster_given_up(const struct cluster *c, const char *token,
                       const char *resource, size_t len)
 {
-    const struct given_up *g = given_up_find(c, token);
-    if (g == NULL || g->until_us <= util_now_us()) {
-        return false;
-    }
-    if (len == 0 ||
-        (len == g->resource_len && memcmp(resource, g->resource, len) == 0)) {
-        return true;
-    }
-    /* A permit asked for by its semaphore's name, without "permit". */
-    const char *r;
-    size_t rl;
-    int k;
-    return sem_parse(g->resource, g->resource_len, &r, &rl, &k) && k >= 0 &&
-           rl == len && memcmp(resource, r, len) == 0;
+    return givenup_refuses(c->gu, token, resource, len);
 }
 
 int cluster_complete(struct cluster *c, const char *resource, size_t len,
@@ -1358,14 +1135,8 @@ struct cluster *cluster_create(struct event_base *base,
     };
     c->batches = batch_create(base, c->nodes, c->n, c->quorum,
                               op_batch_answer_cb);
-    if (c->batches == NULL) {
-        free(c);
-        return NULL;
-    }
-    c->gu_resend_ev = event_new(base, -1, 0, given_up_resend_cb, c);
-    c->gu_timer = evtimer_new(base, given_up_timer_cb, c);
-    if (c->gu_resend_ev == NULL || c->gu_timer == NULL ||
-        util_htable_init(&c->gu_table, 16384) != 0) {
+    c->gu = givenup_create(base, cfg, c->nodes, c->n, op_resend_cb, c);
+    if (c->batches == NULL || c->gu == NULL) {
         cluster_destroy(c);
         return NULL;
     }
@@ -1412,6 +1183,9 @@ void cluster_destroy(struct cluster *c)
      * an op's): with closing set they send nothing and arm no timer,
      * and every timer is freed only once no callback can run any more. */
     c->closing = true;
+    if (c->gu != NULL) {
+        givenup_stop(c->gu);
+    }
     quarantine_stop(c->quar);
     for (int i = 0; i < c->n; i++) {
         node_destroy(c->nodes[i]);
@@ -1440,16 +1214,7 @@ void cluster_destroy(struct cluster *c)
         free(op);
     }
     batch_destroy(c->batches);
-    while (c->gu_head != NULL) {
-        given_up_free(c, c->gu_head);
-    }
-    util_htable_free(&c->gu_table);
-    if (c->gu_resend_ev != NULL) {
-        event_free(c->gu_resend_ev);
-    }
-    if (c->gu_timer != NULL) {
-        event_free(c->gu_timer);
-    }
+    givenup_destroy(c->gu);
     tls_ctx_destroy(c->tls); /* after every node's session */
     free(c);
 }

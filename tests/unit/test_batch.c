@@ -1,7 +1,8 @@
-/* test_batch.c: the pure decisions of the per-node batches (batch.h): the
- * key filter that orders an acquire behind a batch, which entries
- * announce, which script a batch uses, and when two nodes' batches share
- * one command. */
+/* test_batch.c: the pure decisions of the per-node batches (batch.h) and
+ * of the given-up records (givenup.h): the key filter that orders an
+ * acquire behind a batch, which entries announce, which script a batch
+ * uses, when two nodes' batches share one command, and when a given-up
+ * record is sent again, bounded, answered for, or dropped. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -12,6 +13,9 @@
 #include <cmocka.h>
 
 #include "batch.h"
+#include "givenup.h"
+
+#define S 1000000ULL /* µs per second */
 
 static int op_a, op_b, op_c; /* stand-ins for the ops behind entries */
 
@@ -138,12 +142,78 @@ static void test_same(void **state)
     assert_true(batch_same(a, 0, true, b, 0, true));
 }
 
+static void test_owed_after(void **state)
+{
+    (void)state;
+    uint32_t owed = 0x15; /* nodes 1, 3, 5 */
+    /* deleted, or not held: that node owes it no more */
+    assert_int_equal(givenup_owed_after(owed, 0, RL_OK), 0x14);
+    assert_int_equal(givenup_owed_after(owed, 2, RL_BUSY), 0x11);
+    /* a node that did not owe it changes nothing */
+    assert_int_equal(givenup_owed_after(owed, 1, RL_OK), owed);
+    /* timeout, drop, error: still owed, sent at its next come-back */
+    assert_int_equal(givenup_owed_after(owed, 0, RL_FAILED), owed);
+    assert_int_equal(givenup_owed_after(owed, 4, RL_SKIPPED), owed);
+    /* the last confirmation leaves none: the record goes */
+    uint32_t left = owed;
+    left = givenup_owed_after(left, 0, RL_OK);
+    left = givenup_owed_after(left, 2, RL_BUSY);
+    assert_int_not_equal(left, 0);
+    left = givenup_owed_after(left, 4, RL_OK);
+    assert_int_equal(left, 0);
+}
+
+static void test_bound(void **state)
+{
+    (void)state;
+    /* the first record keeps its bound */
+    assert_int_equal(givenup_bound(0, 30 * S), 30 * S);
+    /* a later, longer bound is its own */
+    assert_int_equal(givenup_bound(30 * S, 40 * S), 40 * S);
+    /* a shorter one waits for the one before it: bounds never decrease */
+    assert_int_equal(givenup_bound(30 * S, 10 * S), 30 * S);
+    assert_int_equal(givenup_bound(30 * S, 30 * S), 30 * S);
+}
+
+static void test_due(void **state)
+{
+    (void)state;
+    assert_true(givenup_due(0x2, 1, 10 * S, 5 * S));
+    /* not owed by that node */
+    assert_false(givenup_due(0x2, 0, 10 * S, 5 * S));
+    /* past its bound no node can hold the key */
+    assert_false(givenup_due(0x2, 1, 10 * S, 10 * S));
+    assert_false(givenup_due(0x2, 1, 10 * S, 11 * S));
+    assert_true(givenup_due(0xffffffffu, 31, 10 * S, 0));
+}
+
+static void test_names(void **state)
+{
+    (void)state;
+    assert_true(givenup_names("orders", 6, "orders", 6));
+    assert_true(givenup_names("orders", 6, "", 0)); /* any resource */
+    assert_false(givenup_names("orders", 6, "order", 5));
+    assert_false(givenup_names("orders", 6, "orderz", 6));
+    /* a semaphore's permit, asked for by its semaphore's name */
+    char slot[SEM_NAME_MAX + 1];
+    size_t n = sem_slot_name("orders", 6, 3, slot);
+    assert_true(givenup_names(slot, n, slot, n));
+    assert_true(givenup_names(slot, n, "orders", 6));
+    assert_false(givenup_names(slot, n, "other", 5));
+    /* the semaphore's queue name is no permit */
+    char queue[SEM_NAME_MAX + 1];
+    size_t q = sem_queue_name("orders", 6, queue);
+    assert_false(givenup_names(queue, q, "orders", 6));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_hash),  cmocka_unit_test(test_bloom),
         cmocka_unit_test(test_announces), cmocka_unit_test(test_script),
-        cmocka_unit_test(test_same),
+        cmocka_unit_test(test_same),      cmocka_unit_test(test_owed_after),
+        cmocka_unit_test(test_bound),     cmocka_unit_test(test_due),
+        cmocka_unit_test(test_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
