@@ -633,7 +633,10 @@ static void op_node_answer(struct cluster_op *op, int i, struct node *node,
                            enum redlock_node_result res, int64_t fence,
                            int64_t pttl)
 {
-    op->outstanding--;
+    /* This answer's own count is dropped only at the end: the decision
+     * below may send rollbacks whose batch fails at once and answers
+     * (here, nested) before it returns, which must not free the op under
+     * this call. */
     if (res == RL_OK || res == RL_BUSY) {
         op->confirmed |= 1u << i;
     }
@@ -655,6 +658,7 @@ static void op_node_answer(struct cluster_op *op, int i, struct node *node,
     } else if (out != RL_UNDECIDED) {
         op_finish(op);
     }
+    op->outstanding--;
     op_release_if_finished(op);
 }
 
@@ -691,7 +695,6 @@ static void op_fence_cb(struct node *node, struct redisReply *reply,
                         enum node_status status, void *privdata)
 {
     struct cluster_op *op = privdata;
-    op->outstanding--;
     enum redlock_node_result res = status == NODE_REPLY
                                        ? decode_flag(op, node, reply)
                                        : decode_status(status);
@@ -699,8 +702,9 @@ static void op_fence_cb(struct node *node, struct redisReply *reply,
     enum redlock_outcome out = redlock_round_answer(
         &op->fence_round, node_index(node), res, 0, -1, util_now_us);
     if (!was_decided && out != RL_UNDECIDED) {
-        op_fence_finish(op);
+        op_fence_finish(op); /* may roll back: see op_node_answer */
     }
+    op->outstanding--;
     op_release_if_finished(op);
 }
 
@@ -999,7 +1003,11 @@ static int op_resend_cb(void *priv, int i, const char *resource, size_t len,
     }
     op->answered = true; /* nobody waits for it */
     op->given_up = true;
+    /* Held across the add: a full batch whose send fails answers the entry
+     * (and would free the op) before op_batch_add returns. */
+    op->outstanding++;
     int rc = op_batch_add(op, i, true);
+    op->outstanding--;
     op_release_if_finished(op);
     return rc;
 }
