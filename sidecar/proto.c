@@ -294,18 +294,6 @@ const char *proto_op_name(enum proto_op op)
     return op_names[op];
 }
 
-/* op_from_name: the op a request may name in "op"; metrics is HTTP only
- * (GET /metrics) and so not one of them. */
-static enum proto_op op_from_name(const char *s)
-{
-    for (unsigned i = OP_ACQUIRE; i < OP__COUNT; i++) {
-        if (i != OP_METRICS && strcmp(s, op_names[i]) == 0) {
-            return (enum proto_op)i;
-        }
-    }
-    return OP_NONE;
-}
-
 /* ---- validation ------------------------------------------------------- */
 
 /* fail: formats a message into err (when there is one); returns -1. */
@@ -322,41 +310,6 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
         va_end(ap);
     }
     return -1;
-}
-
-/*
- * proto_validate_resource: s[0..len) must be 1..PROTO_RESOURCE_MAX bytes of
- * well-formed UTF-8 without control characters (C0, DEL and the C1 range
- * U+0080..U+009F). Returns 0, or -1 with a message that names "resource" in
- * err (which may be NULL).
- */
-int proto_validate_resource(const char *s, size_t len, char *err, size_t errlen)
-{
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-
-    if (len == 0 || len > PROTO_RESOURCE_MAX) {
-        return fail(err, errlen, "resource: must be 1..%d bytes",
-                    PROTO_RESOURCE_MAX);
-    }
-    while (i < len) {
-        if (u[i] >= 0x20 && u[i] < 0x7f) {
-            i++; /* printable ASCII, the usual resource name */
-            continue;
-        }
-        size_t k = utf8_len(u + i, len - i);
-
-        if (k == 0) {
-            return fail(err, errlen, "resource: must be valid UTF-8");
-        }
-        if ((k == 1 && (u[i] < 0x20 || u[i] == 0x7f)) ||
-            (k == 2 && u[i] == 0xc2 && u[i + 1] < 0xa0)) {
-            return fail(err, errlen,
-                        "resource: must not contain control characters");
-        }
-        i += k;
-    }
-    return 0;
 }
 
 /*
@@ -671,32 +624,99 @@ enum field {
     F__COUNT
 };
 
-static const char *const field_names[F__COUNT] = {
-    [F_OP] = "op",
-    [F_ID] = "id",
-    [F_RESOURCE] = "resource",
-    [F_LOCK] = "lock",
-    [F_TTL] = "ttl_ms",
-    [F_WAIT] = "wait_ms",
-    [F_RENEW] = "renew",
-    [F_FENCE] = "fence",
-    [F_KEEP] = "keep_ms",
-    [F_RENEW_MAX] = "renew_max_ms",
-    [F_PREFIX] = "prefix",
-    [F_LIMIT] = "limit",
-    [F_CURSOR] = "cursor",
-    [F_PERMITS] = "permits",
-    [F_PERMIT] = "permit",
+/* Members seen so far are bits of an unsigned. */
+_Static_assert(F__COUNT <= 32, "too many fields for the seen mask");
+/* An offset of 0 in the table means none: it must be op's. */
+_Static_assert(offsetof(struct request, op) == 0, "op must come first");
+
+#define XSTR(x) #x
+#define STR(x) XSTR(x)
+/* AT: where a member's value goes; LEN, HAS: its length and its flag. */
+#define AT(f)                                                                  \
+    .off = offsetof(struct request, f), .size = sizeof(((struct request *)0)->f)
+#define LEN(f) .len_off = offsetof(struct request, f)
+#define HAS(f) .has_off = offsetof(struct request, f)
+/* A prefix is a resource's beginning: any bad one gets the one answer. */
+#define PREFIX_BAD_VALUE                                                       \
+    "at most " STR(PROTO_RESOURCE_MAX) " bytes of UTF-8, "                     \
+                                       "no control characters"
+
+/* The order is the fast path's lookup order: common members first. */
+const struct proto_field proto_fields[F__COUNT] = {
+    [F_OP] = {"op", PROTO_FT_OP, 0, 0, NULL, NULL, false, AT(op)},
+    [F_ID] = {"id", PROTO_FT_ID, 0, PROTO_ID_MAX, NULL, NULL, false, AT(id),
+              LEN(id_len)},
+    [F_RESOURCE] = {"resource", PROTO_FT_TEXT, 1, PROTO_RESOURCE_MAX, NULL,
+                    NULL, false, AT(resource), LEN(resource_len)},
+    [F_LOCK] = {"lock", PROTO_FT_TOKEN, PROTO_TOKEN_LEN, PROTO_TOKEN_LEN, NULL,
+                NULL, false, AT(lock), HAS(has_lock)},
+    [F_TTL] = {"ttl_ms", PROTO_FT_UINT, PROTO_TTL_MIN, PROTO_TTL_MAX, NULL,
+               NULL, false, AT(ttl_ms), HAS(has_ttl)},
+    [F_WAIT] = {"wait_ms", PROTO_FT_UINT, 0, PROTO_WAIT_MAX, NULL, NULL, false,
+                AT(wait_ms)},
+    /* Renewal lives as long as an NDJSON connection; an HTTP lock would
+     * silently expire, so say so instead. */
+    [F_RENEW] = {"renew", PROTO_FT_BOOL, 0, 1, NULL, NULL, true, AT(renew)},
+    [F_FENCE] = {"fence", PROTO_FT_BOOL, 0, 1, NULL, NULL, false, AT(fence)},
+    [F_KEEP] = {"keep_ms", PROTO_FT_UINT, PROTO_KEEP_MIN, PROTO_KEEP_MAX, NULL,
+                NULL, false, AT(keep_ms)},
+    [F_RENEW_MAX] = {"renew_max_ms", PROTO_FT_UINT, 0, PROTO_RENEW_MAX_MAX,
+                     NULL, NULL, false, AT(renew_max_ms)},
+    [F_PREFIX] = {"prefix", PROTO_FT_TEXT, 0, PROTO_RESOURCE_MAX,
+                  "must be a string without control characters",
+                  PREFIX_BAD_VALUE, false, AT(prefix), LEN(prefix_len)},
+    [F_LIMIT] = {"limit", PROTO_FT_UINT, 1, PROTO_LIMIT_MAX, NULL, NULL, false,
+                 AT(limit)},
+    [F_CURSOR] = {"cursor", PROTO_FT_CURSOR, 1, PROTO_CURSOR_MAX,
+                  "must be the \"next\" of an earlier answer",
+                  "must be the \"next\" of an earlier answer", false,
+                  AT(cursor)},
+    [F_PERMITS] = {"permits", PROTO_FT_UINT, PROTO_PERMITS_MIN,
+                   PROTO_PERMITS_MAX, NULL, NULL, false, AT(permits)},
+    [F_PERMIT] = {"permit", PROTO_FT_UINT, 0, PROTO_PERMITS_MAX - 1, NULL, NULL,
+                  false, AT(permit), HAS(has_permit)},
 };
 
-static int field_from_name(const char *s)
+const size_t proto_fields_count = F__COUNT;
+
+#undef AT
+#undef LEN
+#undef HAS
+#undef PREFIX_BAD_VALUE
+
+/* name_is: whether s[0..n) is the NUL-terminated name lit. */
+static bool name_is(const char *s, size_t n, const char *lit)
+{
+    /* The first byte rules out almost every candidate name at once. */
+    if (n == 0 || s[0] != lit[0]) {
+        return false;
+    }
+    return strlen(lit) == n && memcmp(s, lit, n) == 0;
+}
+
+/* field_from_name: the index in proto_fields of the member named s[0..n),
+ * or -1; a strcmp-like pass over at most F__COUNT names, most of them
+ * refused by their first byte. */
+static int field_from_name(const char *s, size_t n)
 {
     for (int f = 0; f < F__COUNT; f++) {
-        if (strcmp(s, field_names[f]) == 0) {
+        if (name_is(s, n, proto_fields[f].name)) {
             return f;
         }
     }
     return -1;
+}
+
+/* op_from_name: the op a request may name in "op" (s[0..n)); metrics is
+ * HTTP only (GET /metrics) and so not one of them. */
+static enum proto_op op_from_name(const char *s, size_t n)
+{
+    for (unsigned i = OP_ACQUIRE; i < OP__COUNT; i++) {
+        if (i != OP_METRICS && name_is(s, n, op_names[i])) {
+            return (enum proto_op)i;
+        }
+    }
+    return OP_NONE;
 }
 
 /* clip_name: a client-chosen name for a message: at most NAME_CLIP bytes
@@ -725,213 +745,287 @@ static const char *member_name(const struct member *m, const cJSON *c,
     return clip_name(c->string, strlen(c->string), buf);
 }
 
-/* decode_id: the id's compact JSON text into req->id. Strings are decoded
- * and escaped again (one canonical form), numbers are copied as sent. */
-static int decode_id(const cJSON *c, const struct member *m,
-                     struct request *req, char *err, size_t errlen)
+/* A member's value as either decoder read it: what field_set judges. */
+enum value_kind {
+    V_STRING,
+    V_NUMBER,
+    V_TRUE,
+    V_FALSE,
+    V_NULL,
+    V_NESTED, /* an object or an array */
+};
+
+struct value {
+    enum value_kind kind;
+    const char *s; /* V_STRING: the decoded bytes, not NUL-terminated */
+    size_t n;
+    bool nul;        /* V_STRING: it held \u0000 (s stops before it) */
+    double d;        /* V_NUMBER */
+    const char *raw; /* the text as sent, a string with its quotes */
+    size_t raw_len;
+};
+
+/* value_of: c, the cJSON item of member m, as a value. */
+static struct value value_of(const cJSON *c, const struct member *m)
 {
-    struct out o = {req->id, 0, PROTO_ID_MAX, false};
+    struct value v = {V_NESTED, NULL, 0, false, 0, m->val, m->val_len};
+
+    if (cJSON_IsString(c)) {
+        v.kind = V_STRING;
+        v.s = c->valuestring;
+        v.n = strlen(c->valuestring);
+        v.nul = m->val_nul;
+    } else if (cJSON_IsNumber(c)) {
+        v.kind = V_NUMBER;
+        v.d = c->valuedouble;
+    } else if (cJSON_IsTrue(c)) {
+        v.kind = V_TRUE;
+    } else if (cJSON_IsFalse(c)) {
+        v.kind = V_FALSE;
+    } else if (cJSON_IsNull(c)) {
+        v.kind = V_NULL;
+    }
+    return v;
+}
+
+/* field_fail: "<name>: <text>" into err; returns -1. */
+static int field_fail(const struct proto_field *fd, const char *text, char *err,
+                      size_t errlen)
+{
+    return fail(err, errlen, "%s: %s", fd->name, text);
+}
+
+/* text_check: s[0..len) against fd's bounds as a PROTO_FT_TEXT: fd->min..
+ * fd->max bytes of well-formed UTF-8 without control characters (C0, DEL
+ * and the C1 range U+0080..U+009F). Returns 0, or -1 with fd->bad_value
+ * in err, or when that is NULL the reason. */
+static int text_check(const struct proto_field *fd, const char *s, size_t len,
+                      char *err, size_t errlen)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    const char *why = NULL;
+    size_t i = 0;
+
+    if (len < fd->min || len > fd->max) {
+        if (fd->bad_value != NULL) {
+            return field_fail(fd, fd->bad_value, err, errlen);
+        }
+        return fail(err, errlen, "%s: must be %llu..%llu bytes", fd->name,
+                    (unsigned long long)fd->min, (unsigned long long)fd->max);
+    }
+    while (i < len && why == NULL) {
+        if (u[i] >= 0x20 && u[i] < 0x7f) {
+            i++; /* printable ASCII, the usual resource name */
+            continue;
+        }
+        size_t k = utf8_len(u + i, len - i);
+
+        if (k == 0) {
+            why = "must be valid UTF-8";
+        } else if ((k == 1 && (u[i] < 0x20 || u[i] == 0x7f)) ||
+                   (k == 2 && u[i] == 0xc2 && u[i + 1] < 0xa0)) {
+            why = "must not contain control characters";
+        }
+        i += k;
+    }
+    if (why == NULL) {
+        return 0;
+    }
+    return field_fail(fd, fd->bad_value != NULL ? fd->bad_value : why, err,
+                      errlen);
+}
+
+/*
+ * proto_validate_resource: s[0..len) must be 1..PROTO_RESOURCE_MAX bytes of
+ * well-formed UTF-8 without control characters (C0, DEL and the C1 range
+ * U+0080..U+009F): the bounds of the "resource" member. Returns 0, or -1
+ * with a message that names "resource" in err (which may be NULL).
+ */
+int proto_validate_resource(const char *s, size_t len, char *err, size_t errlen)
+{
+    return text_check(&proto_fields[F_RESOURCE], s, len, err, errlen);
+}
+
+/* uint_of: d, when integral and in min..max (both <= 2^53, where doubles
+ * stay exact), into *u. Returns 0 or -1. */
+static int uint_of(double d, uint64_t min, uint64_t max, uint64_t *u)
+{
+    /* The comparisons also refuse NaN and the infinities. */
+    if (d >= (double)min && d <= (double)max && d <= INT_EXACT_MAX) {
+        uint64_t x = (uint64_t)d;
+        if ((double)x == d) {
+            *u = x;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* set_op: "op" names an op, the route's when there is one. */
+static int set_op(const struct proto_field *fd, const struct value *v,
+                  enum proto_op op, struct request *req, char *err,
+                  size_t errlen)
+{
+    char name[NAME_CLIP + 4];
+    enum proto_op named;
+
+    if (v->kind != V_STRING) {
+        return field_fail(fd, "must be a string", err, errlen);
+    }
+    named = v->nul ? OP_NONE : op_from_name(v->s, v->n);
+    if (named == OP_NONE) {
+        /* cJSON's copy stops at a \u0000: quote the raw text instead. */
+        const char *s = v->nul ? v->raw + 1 : v->s;
+        size_t n = v->nul ? v->raw_len - 2 : v->n;
+
+        if (!v->nul && name_is(s, n, "metrics")) {
+            return fail(err, errlen,
+                        "%s: unknown operation 'metrics' (HTTP only: "
+                        "GET /metrics)",
+                        fd->name);
+        }
+        return fail(err, errlen, "%s: unknown operation '%s'", fd->name,
+                    clip_name(s, n, name));
+    }
+    if (op != OP_NONE && named != op) {
+        return fail(err, errlen, "%s: '%s' does not match the route (%s)",
+                    fd->name, op_names[named], proto_op_name(op));
+    }
+    req->op = named;
+    return 0;
+}
+
+/* set_id: the id's compact JSON text, at most fd->max bytes, into req->id.
+ * Strings are decoded and escaped again (one canonical form), numbers are
+ * copied as sent. */
+static int set_id(const struct proto_field *fd, const struct value *v,
+                  struct request *req, char *err, size_t errlen)
+{
+    struct out o = {req->id, 0, fd->max, false};
 
     req->id_len = 0;
     req->id[0] = '\0';
-    if (cJSON_IsString(c)) {
-        size_t n = strlen(c->valuestring);
-        if (m->val_nul) {
-            return fail(err, errlen, "id: must not contain \\u0000");
+    switch (v->kind) {
+    case V_STRING:
+        if (v->nul) {
+            return field_fail(fd, "must not contain \\u0000", err, errlen);
         }
-        if (!utf8_valid(c->valuestring, n)) {
-            return fail(err, errlen, "id: must be valid UTF-8");
+        if (!utf8_valid(v->s, v->n)) {
+            return field_fail(fd, "must be valid UTF-8", err, errlen);
         }
-        out_qesc(&o, c->valuestring, n);
-    } else if (cJSON_IsNumber(c) && m->val != NULL) {
-        out_mem(&o, m->val, m->val_len);
-    } else if (cJSON_IsTrue(c)) {
+        out_qesc(&o, v->s, v->n);
+        break;
+    case V_NUMBER:
+        if (v->raw == NULL) {
+            return field_fail(fd, "must be a JSON scalar", err, errlen);
+        }
+        out_mem(&o, v->raw, v->raw_len);
+        break;
+    case V_TRUE:
         out_lit(&o, "true");
-    } else if (cJSON_IsFalse(c)) {
+        break;
+    case V_FALSE:
         out_lit(&o, "false");
-    } else if (cJSON_IsNull(c)) {
+        break;
+    case V_NULL:
         out_lit(&o, "null");
-    } else {
-        return fail(err, errlen, "id: must be a JSON scalar");
+        break;
+    default:
+        return field_fail(fd, "must be a JSON scalar", err, errlen);
     }
     if (o.full) {
-        return fail(err, errlen, "id: too long (max %d bytes of JSON)",
-                    PROTO_ID_MAX);
+        return fail(err, errlen, "%s: too long (max %llu bytes of JSON)",
+                    fd->name, (unsigned long long)fd->max);
     }
     req->id[o.len] = '\0';
     req->id_len = o.len;
     return 0;
 }
 
-/* get_uint: an integral JSON number in min..max into *v. */
-static int get_uint(const cJSON *c, const char *name, uint64_t min,
-                    uint64_t max, uint64_t *v, char *err, size_t errlen)
+/* field_set: v, the value of member fd, judged against fd's bounds and
+ * stored where fd says. op is the op implied by the HTTP route, OP_NONE
+ * over NDJSON. Returns 0, or -1 with the member's message in err (which
+ * may be NULL: the fast path only asks whether it may decide). */
+static int field_set(const struct proto_field *fd, const struct value *v,
+                     enum proto_op op, struct request *req, char *err,
+                     size_t errlen)
 {
-    if (cJSON_IsNumber(c)) {
-        double d = c->valuedouble;
+    char *at = (char *)req + fd->off;
+    uint64_t u = 0;
+    bool b;
 
-        /* The comparisons also refuse NaN and the infinities. */
-        if (d >= (double)min && d <= (double)max && d <= INT_EXACT_MAX) {
-            uint64_t u = (uint64_t)d;
-            if ((double)u == d) {
-                *v = u;
-                return 0;
+    switch (fd->type) {
+    case PROTO_FT_OP:
+        return set_op(fd, v, op, req, err, errlen);
+    case PROTO_FT_ID:
+        return set_id(fd, v, req, err, errlen);
+    case PROTO_FT_UINT:
+        if (v->kind != V_NUMBER || uint_of(v->d, fd->min, fd->max, &u) < 0) {
+            return fail(err, errlen, "%s: must be an integer in %llu..%llu",
+                        fd->name, (unsigned long long)fd->min,
+                        (unsigned long long)fd->max);
+        }
+        if (fd->size == sizeof(uint32_t)) {
+            uint32_t x = (uint32_t)u;
+            memcpy(at, &x, sizeof(x));
+        } else {
+            memcpy(at, &u, sizeof(u));
+        }
+        break;
+    case PROTO_FT_BOOL:
+        if (v->kind != V_TRUE && v->kind != V_FALSE) {
+            return field_fail(fd, "must be true or false", err, errlen);
+        }
+        b = v->kind == V_TRUE;
+        if (b && fd->ndjson_only && op != OP_NONE) {
+            return field_fail(fd, "only available over NDJSON", err, errlen);
+        }
+        memcpy(at, &b, sizeof(b));
+        break;
+    case PROTO_FT_TEXT:
+        if (v->kind != V_STRING || v->nul) {
+            const char *text = fd->bad_type;
+            if (text == NULL) {
+                text = v->kind != V_STRING
+                           ? "must be a string"
+                           : "must not contain control characters";
             }
+            return field_fail(fd, text, err, errlen);
         }
-    }
-    return fail(err, errlen, "%s: must be an integer in %llu..%llu", name,
-                (unsigned long long)min, (unsigned long long)max);
-}
-
-static int get_bool(const cJSON *c, const char *name, bool *v, char *err,
-                    size_t errlen)
-{
-    if (!cJSON_IsBool(c)) {
-        return fail(err, errlen, "%s: must be true or false", name);
-    }
-    *v = cJSON_IsTrue(c);
-    return 0;
-}
-
-/* decode_member: one known member f (first of its name) into req. op is the
- * op implied by the HTTP route, OP_NONE over NDJSON. */
-static int decode_member(int f, const cJSON *c, const struct member *m,
-                         enum proto_op op, struct request *req, char *err,
-                         size_t errlen)
-{
-    char name[NAME_CLIP + 4];
-    uint64_t v = 0;
-    enum proto_op named;
-    size_t n;
-
-    switch (f) {
-    case F_OP:
-        if (!cJSON_IsString(c)) {
-            return fail(err, errlen, "op: must be a string");
-        }
-        named = m->val_nul ? OP_NONE : op_from_name(c->valuestring);
-        if (named == OP_NONE) {
-            const char *s = m->val_nul ? m->val + 1 : c->valuestring;
-            n = m->val_nul ? m->val_len - 2 : strlen(s);
-            clip_name(s, n, name);
-            if (!m->val_nul && strcmp(s, "metrics") == 0) {
-                return fail(err, errlen,
-                            "op: unknown operation 'metrics' (HTTP only: "
-                            "GET /metrics)");
-            }
-            return fail(err, errlen, "op: unknown operation '%s'", name);
-        }
-        if (op != OP_NONE && named != op) {
-            return fail(err, errlen, "op: '%s' does not match the route (%s)",
-                        op_names[named], proto_op_name(op));
-        }
-        req->op = named;
-        return 0;
-    case F_RESOURCE:
-        if (!cJSON_IsString(c)) {
-            return fail(err, errlen, "resource: must be a string");
-        }
-        if (m->val_nul) {
-            return fail(err, errlen,
-                        "resource: must not contain control characters");
-        }
-        n = strlen(c->valuestring);
-        if (proto_validate_resource(c->valuestring, n, err, errlen) < 0) {
+        if (text_check(fd, v->s, v->n, err, errlen) < 0) {
             return -1;
         }
-        memcpy(req->resource, c->valuestring, n);
-        req->resource[n] = '\0';
-        req->resource_len = n;
-        return 0;
-    case F_LOCK:
-        if (!cJSON_IsString(c) || m->val_nul ||
-            proto_validate_token(c->valuestring, strlen(c->valuestring)) < 0) {
-            return fail(err, errlen, "lock: must be a %d-character hex token",
-                        PROTO_TOKEN_LEN);
+        memcpy(at, v->s, v->n);
+        at[v->n] = '\0';
+        memcpy((char *)req + fd->len_off, &v->n, sizeof(v->n));
+        break;
+    case PROTO_FT_TOKEN:
+        if (v->kind != V_STRING || v->nul || v->n != fd->max ||
+            proto_validate_token(v->s, v->n) < 0) {
+            return fail(err, errlen, "%s: must be a %llu-character hex token",
+                        fd->name, (unsigned long long)fd->max);
         }
-        memcpy(req->lock, c->valuestring, PROTO_TOKEN_LEN + 1);
-        req->has_lock = true;
-        return 0;
-    case F_TTL:
-        if (get_uint(c, "ttl_ms", PROTO_TTL_MIN, PROTO_TTL_MAX, &v, err,
-                     errlen) < 0) {
-            return -1;
+        memcpy(at, v->s, v->n);
+        at[v->n] = '\0';
+        break;
+    case PROTO_FT_CURSOR:
+        if (v->kind != V_STRING || v->nul) {
+            return field_fail(fd, fd->bad_type, err, errlen);
         }
-        req->ttl_ms = (uint32_t)v;
-        req->has_ttl = true;
-        return 0;
-    case F_WAIT:
-        if (get_uint(c, "wait_ms", 0, PROTO_WAIT_MAX, &v, err, errlen) < 0) {
-            return -1;
+        if (v->n < fd->min || v->n > fd->max ||
+            proto_cursor_decode(v->s, v->n, &u) < 0) {
+            return field_fail(fd, fd->bad_value, err, errlen);
         }
-        req->wait_ms = (uint32_t)v;
-        return 0;
-    case F_RENEW:
-        if (get_bool(c, "renew", &req->renew, err, errlen) < 0) {
-            return -1;
-        }
-        /* Renewal lives as long as an NDJSON connection; an HTTP lock
-         * would silently expire, so say so instead. */
-        if (req->renew && op != OP_NONE) {
-            return fail(err, errlen, "renew: only available over NDJSON");
-        }
-        return 0;
-    case F_FENCE:
-        return get_bool(c, "fence", &req->fence, err, errlen);
-    case F_KEEP:
-        return get_uint(c, "keep_ms", PROTO_KEEP_MIN, PROTO_KEEP_MAX,
-                        &req->keep_ms, err, errlen);
-    case F_RENEW_MAX:
-        return get_uint(c, "renew_max_ms", 0, PROTO_RENEW_MAX_MAX,
-                        &req->renew_max_ms, err, errlen);
-    case F_PREFIX:
-        if (!cJSON_IsString(c) || m->val_nul) {
-            return fail(err, errlen,
-                        "prefix: must be a string without "
-                        "control characters");
-        }
-        n = strlen(c->valuestring);
-        if (n > 0 && proto_validate_resource(c->valuestring, n, NULL, 0) < 0) {
-            return fail(err, errlen,
-                        "prefix: at most %d bytes of UTF-8, no control "
-                        "characters",
-                        PROTO_RESOURCE_MAX);
-        }
-        memcpy(req->prefix, c->valuestring, n + 1);
-        req->prefix_len = n;
-        return 0;
-    case F_LIMIT:
-        if (get_uint(c, "limit", 1, PROTO_LIMIT_MAX, &v, err, errlen) < 0) {
-            return -1;
-        }
-        req->limit = (uint32_t)v;
-        return 0;
-    case F_PERMITS:
-        if (get_uint(c, "permits", PROTO_PERMITS_MIN, PROTO_PERMITS_MAX, &v,
-                     err, errlen) < 0) {
-            return -1;
-        }
-        req->permits = (uint32_t)v;
-        return 0;
-    case F_PERMIT:
-        if (get_uint(c, "permit", 0, PROTO_PERMITS_MAX - 1, &v, err, errlen) <
-            0) {
-            return -1;
-        }
-        req->permit = (uint32_t)v;
-        req->has_permit = true;
-        return 0;
-    case F_CURSOR:
-        if (!cJSON_IsString(c) || m->val_nul ||
-            proto_cursor_decode(c->valuestring, strlen(c->valuestring),
-                                &req->cursor) < 0) {
-            return fail(err, errlen,
-                        "cursor: must be the \"next\" of an earlier answer");
-        }
-        return 0;
+        memcpy(at, &u, sizeof(u));
+        break;
     default:
-        return fail(err, errlen, "internal: field %d", f);
+        return fail(err, errlen, "internal: field %s", fd->name);
     }
+    if (fd->has_off != 0) {
+        b = true;
+        memcpy((char *)req + fd->has_off, &b, sizeof(b));
+    }
+    return 0;
 }
 
 /* decode_object: every member of root (mem[i] describes its i-th child).
@@ -941,6 +1035,7 @@ static int decode_object(const cJSON *root, const struct member *mem,
                          enum proto_op op, struct request *req, char *err,
                          size_t errlen)
 {
+    const struct proto_field *id_fd = &proto_fields[F_ID];
     const cJSON *c;
     const cJSON *id = NULL;
     const struct member *id_m = NULL;
@@ -950,39 +1045,43 @@ static int decode_object(const cJSON *root, const struct member *mem,
     size_t i;
 
     for (c = root->child, i = 0; c != NULL; c = c->next, i++) {
-        if (!mem[i].key_nul && strcmp(c->string, "id") == 0) {
+        if (!mem[i].key_nul && strcmp(c->string, id_fd->name) == 0) {
             id = c;
             id_m = &mem[i];
             ids++;
         }
     }
     if (ids == 1) {
+        struct value v = value_of(id, id_m);
         /* An unreadable id is reported in document order below. */
-        (void)decode_id(id, id_m, req, NULL, 0);
+        (void)set_id(id_fd, &v, req, NULL, 0);
     }
 
     for (c = root->child, i = 0; c != NULL; c = c->next, i++) {
         const struct member *m = &mem[i];
-        int f = m->key_nul ? -1 : field_from_name(c->string);
+        int f = m->key_nul ? -1 : field_from_name(c->string, strlen(c->string));
+        struct value v;
 
         if (f < 0) {
             return fail(err, errlen, "unknown field '%s'",
                         member_name(m, c, name));
         }
         if (seen & (1u << f)) {
-            return fail(err, errlen, "duplicate field '%s'", field_names[f]);
+            return fail(err, errlen, "duplicate field '%s'",
+                        proto_fields[f].name);
         }
         seen |= 1u << f;
+        v = value_of(c, m);
         if (f == F_ID) {
             /* Filled ahead; decoded again only to report why not. Two
              * ids are ambiguous: neither is echoed. */
             if (ids == 1 && req->id_len == 0 &&
-                decode_id(c, m, req, err, errlen) < 0) {
+                set_id(id_fd, &v, req, err, errlen) < 0) {
                 return -1;
             }
             continue;
         }
-        if (decode_member(f, c, m, op, req, err, errlen) < 0) {
+        if (field_set(&proto_fields[f], &v, op, req, err, errlen) < 0) {
             return -1;
         }
     }
@@ -1043,8 +1142,10 @@ void proto_request_init(struct request *req)
  * and gives up (returns 0) on anything else: escapes, nesting, fractions,
  * signs, an unknown or repeated member, a value out of range, a type that
  * does not fit. The full path below then decides, so every refusal and its
- * message come from one place; the fast path only ever accepts what the
- * full path accepts, with the same result (the fuzz target checks it). */
+ * message come from one place. Each member is judged and stored by the
+ * same field_set() over proto_fields as in the full path, so the fast path
+ * only ever accepts what the full path accepts, with the same result (the
+ * fuzz target checks it). */
 
 struct fast_str {
     const char *p;
@@ -1082,17 +1183,9 @@ static size_t fast_string(const char *d, size_t len, size_t i,
     return 0;
 }
 
-static bool fast_is(const struct fast_str *s, const char *lit)
-{
-    /* The first byte rules out almost every candidate name at once. */
-    if (s->n == 0 || s->p[0] != lit[0]) {
-        return false;
-    }
-    size_t n = strlen(lit);
-    return s->n == n && memcmp(s->p, lit, n) == 0;
-}
-
-/* 1 decoded, 0 leave it to the full path. */
+/* 1 decoded, 0 leave it to the full path. Each member costs a pass over
+ * the field names (most refused by their first byte) and one field_set,
+ * the same judge the full path uses, told to write no message. */
 static int decode_fast(const char *d, size_t len, enum proto_op op,
                        struct request *req, char *err, size_t errlen)
 {
@@ -1108,17 +1201,12 @@ static int decode_fast(const char *d, size_t len, enum proto_op op,
     }
     for (;;) {
         struct fast_str key, str;
+        struct value v = {V_NULL, NULL, 0, false, 0, NULL, 0};
         i = fast_string(d, len, i, &key);
         if (i == 0) {
             return 0;
         }
-        int f = -1;
-        for (int k = 0; k < F__COUNT; k++) {
-            if (fast_is(&key, field_names[k])) {
-                f = k;
-                break;
-            }
-        }
+        int f = field_from_name(key.p, key.n);
         if (f < 0 || (seen & (1u << f))) {
             return 0;
         }
@@ -1132,106 +1220,30 @@ static int decode_fast(const char *d, size_t len, enum proto_op op,
             return 0;
         }
         unsigned char c = (unsigned char)d[i];
+        v.raw = d + i;
         if (c == '"') {
             i = fast_string(d, len, i, &str);
             if (i == 0) {
                 return 0;
             }
-            switch (f) {
-            case F_OP: {
-                enum proto_op named = OP_NONE;
-                for (unsigned o = OP_ACQUIRE; o < OP__COUNT; o++) {
-                    if (o != OP_METRICS && fast_is(&str, op_names[o])) {
-                        named = (enum proto_op)o;
-                        break;
-                    }
-                }
-                if (named == OP_NONE || (op != OP_NONE && named != op)) {
-                    return 0;
-                }
-                req->op = named;
-                break;
-            }
-            case F_RESOURCE:
-                if (str.n == 0 || str.n > PROTO_RESOURCE_MAX ||
-                    proto_validate_resource(str.p, str.n, NULL, 0) < 0) {
-                    return 0;
-                }
-                memcpy(req->resource, str.p, str.n);
-                req->resource[str.n] = '\0';
-                req->resource_len = str.n;
-                break;
-            case F_LOCK:
-                if (proto_validate_token(str.p, str.n) < 0) {
-                    return 0;
-                }
-                memcpy(req->lock, str.p, PROTO_TOKEN_LEN);
-                req->lock[PROTO_TOKEN_LEN] = '\0';
-                req->has_lock = true;
-                break;
-            case F_ID: {
-                if (!utf8_valid(str.p, str.n)) {
-                    return 0;
-                }
-                struct out o = {req->id, 0, PROTO_ID_MAX, false};
-                out_qesc(&o, str.p, str.n);
-                if (o.full) {
-                    return 0;
-                }
-                req->id[o.len] = '\0';
-                req->id_len = o.len;
-                break;
-            }
-            default:
-                return 0;
-            }
+            v.kind = V_STRING;
+            v.s = str.p;
+            v.n = str.n;
         } else if (c >= '0' && c <= '9') {
             size_t start = i;
-            uint64_t v = 0;
+            uint64_t u = 0;
+            /* 15 digits stay below 2^53: the double is exact. */
             while (i < len && d[i] >= '0' && d[i] <= '9' && i - start < 15) {
-                v = v * 10 + (uint64_t)(d[i] - '0');
+                u = u * 10 + (uint64_t)(d[i] - '0');
                 i++;
             }
-            size_t n = i - start;
-            if ((n > 1 && d[start] == '0') ||
+            if ((i - start > 1 && d[start] == '0') ||
                 (i < len && ((d[i] >= '0' && d[i] <= '9') || d[i] == '.' ||
                              d[i] == 'e' || d[i] == 'E'))) {
                 return 0;
             }
-            switch (f) {
-            case F_ID:
-                memcpy(req->id, d + start, n);
-                req->id[n] = '\0';
-                req->id_len = n;
-                break;
-            case F_TTL:
-                if (v < PROTO_TTL_MIN || v > PROTO_TTL_MAX) {
-                    return 0;
-                }
-                req->ttl_ms = (uint32_t)v;
-                req->has_ttl = true;
-                break;
-            case F_WAIT:
-                if (v > PROTO_WAIT_MAX) {
-                    return 0;
-                }
-                req->wait_ms = (uint32_t)v;
-                break;
-            case F_KEEP:
-                if (v < PROTO_KEEP_MIN || v > PROTO_KEEP_MAX) {
-                    return 0;
-                }
-                req->keep_ms = v;
-                break;
-            case F_RENEW_MAX:
-                if (v > PROTO_RENEW_MAX_MAX) {
-                    return 0;
-                }
-                req->renew_max_ms = v;
-                break;
-            default:
-                return 0;
-            }
+            v.kind = V_NUMBER;
+            v.d = (double)u;
         } else if (c == 't' || c == 'f' || c == 'n') {
             const char *lit = c == 't' ? "true" : c == 'f' ? "false" : "null";
             size_t n = strlen(lit);
@@ -1239,23 +1251,12 @@ static int decode_fast(const char *d, size_t len, enum proto_op op,
                 return 0;
             }
             i += n;
-            if (f == F_ID) {
-                memcpy(req->id, lit, n + 1);
-                req->id_len = n;
-            } else if ((f == F_RENEW || f == F_FENCE) && c != 'n') {
-                bool b = c == 't';
-                if (f == F_RENEW) {
-                    if (b && op != OP_NONE) {
-                        return 0;
-                    }
-                    req->renew = b;
-                } else {
-                    req->fence = b;
-                }
-            } else {
-                return 0;
-            }
+            v.kind = c == 't' ? V_TRUE : c == 'f' ? V_FALSE : V_NULL;
         } else {
+            return 0;
+        }
+        v.raw_len = (size_t)(d + i - v.raw);
+        if (field_set(&proto_fields[f], &v, op, req, NULL, 0) < 0) {
             return 0;
         }
         i = fast_ws(d, len, i);

@@ -84,6 +84,40 @@ struct request {
     bool has_permit;
 };
 
+/* How a request member is read, each with what its bounds mean. */
+enum proto_field_type {
+    PROTO_FT_OP,     /* a string naming an op (proto_op_name) */
+    PROTO_FT_ID,     /* any JSON scalar: at most max bytes of JSON text */
+    PROTO_FT_UINT,   /* an integral number in min..max */
+    PROTO_FT_BOOL,   /* true or false */
+    PROTO_FT_TEXT,   /* min..max bytes of UTF-8, no control characters */
+    PROTO_FT_TOKEN,  /* max lowercase hex digits (proto_validate_token) */
+    PROTO_FT_CURSOR, /* min..max lowercase hex digits, not all zero */
+};
+
+/* One member a request may carry: its bounds and its messages are written
+ * here once, and both decoders (the fast path and the full one) read them.
+ * A message is "<name>: <text>"; a text left NULL is made from the type
+ * and the bounds ("must be an integer in 10..86400000"). An offset of 0
+ * names nothing: offset 0 is op's, never a length or a flag. */
+struct proto_field {
+    const char *name;           /* the member's name on the wire */
+    enum proto_field_type type; /* how the value is read */
+    uint64_t min;               /* least value, or fewest bytes */
+    uint64_t max;               /* greatest value, or most bytes */
+    const char *bad_type;       /* text for a wrong type, or a \u0000 */
+    const char *bad_value;      /* text for any value out of bounds */
+    bool ndjson_only;           /* true is refused on an HTTP route (renew) */
+    size_t off;                 /* where the value goes in struct request */
+    size_t size;                /* its size there */
+    size_t len_off;             /* where its length (a size_t) goes, or 0 */
+    size_t has_off;             /* a bool set when it is given, or 0 */
+};
+
+/* Every member a request may carry, proto_fields_count of them. */
+extern const struct proto_field proto_fields[];
+extern const size_t proto_fields_count;
+
 /* proto_request_init: resets req to the defaults above. */
 void proto_request_init(struct request *req);
 

@@ -1,7 +1,8 @@
 /* test_proto.c: unit tests of proto.c. First every shared vector in
  * proto/vectors/ (requests.json and responses.json, which the client
  * libraries read too), one cmocka test per vector; then hand-written tests
- * of escaping, encoding, field limits, UTF-8, health and the error table.
+ * of escaping, encoding, field limits, UTF-8, health, the error table and
+ * the field table, each member walked through both decoders.
  *
  * The vectors are read from $VECTORS_DIR, or when it is unset from
  * proto/vectors or ../proto/vectors relative to the working directory. */
@@ -1689,6 +1690,306 @@ static void test_cursor_round_trip(void **state)
     }
 }
 
+/* ---- the field table ---------------------------------------------------- */
+
+/* What each member answers one past a bound and for a wrong type, written
+ * out by hand as the contract words it, so that a change to the table that
+ * changes an answer fails here. */
+static const struct {
+    const char *name;
+    const char *past;  /* one past a bound; NULL: the member has none */
+    const char *wrong; /* a value of the wrong type */
+} field_answers[] = {
+    {"op", NULL, "op: must be a string"},
+    {"id", "id: too long (max 256 bytes of JSON)", "id: must be a JSON scalar"},
+    {"resource", "resource: must be 1..512 bytes",
+     "resource: must be a string"},
+    {"lock", "lock: must be a 32-character hex token",
+     "lock: must be a 32-character hex token"},
+    {"ttl_ms", "ttl_ms: must be an integer in 10..86400000",
+     "ttl_ms: must be an integer in 10..86400000"},
+    {"wait_ms", "wait_ms: must be an integer in 0..300000",
+     "wait_ms: must be an integer in 0..300000"},
+    {"renew", "renew: only available over NDJSON",
+     "renew: must be true or false"},
+    {"fence", NULL, "fence: must be true or false"},
+    {"keep_ms", "keep_ms: must be an integer in 1..2592000000",
+     "keep_ms: must be an integer in 1..2592000000"},
+    {"renew_max_ms", "renew_max_ms: must be an integer in 0..2592000000",
+     "renew_max_ms: must be an integer in 0..2592000000"},
+    {"prefix", "prefix: at most 512 bytes of UTF-8, no control characters",
+     "prefix: must be a string without control characters"},
+    {"limit", "limit: must be an integer in 1..1000",
+     "limit: must be an integer in 1..1000"},
+    {"cursor", "cursor: must be the \"next\" of an earlier answer",
+     "cursor: must be the \"next\" of an earlier answer"},
+    {"permits", "permits: must be an integer in 2..1024",
+     "permits: must be an integer in 2..1024"},
+    {"permit", "permit: must be an integer in 0..1023",
+     "permit: must be an integer in 0..1023"},
+};
+
+#define FIELD_ANSWERS (sizeof(field_answers) / sizeof(field_answers[0]))
+
+static size_t field_answer(const char *name)
+{
+    for (size_t i = 0; i < FIELD_ANSWERS; i++) {
+        if (strcmp(field_answers[i].name, name) == 0) {
+            return i;
+        }
+    }
+    fail_msg("no answers written down for field '%s'", name);
+    return 0;
+}
+
+/* both_decoders: member name = value (JSON text) in an acquire, through
+ * the fast path (proto_decode) and through the cJSON decoder alone
+ * (proto_decode_full), each from an exact-size heap copy; they must give
+ * the same return, the same message and, on success, the same request.
+ * op is the route's op (OP_ACQUIRE: over HTTP, with no "op" member) or
+ * OP_NONE. Returns the return code; the message goes to err. */
+static int both_decoders(const char *name, const char *value, enum proto_op op,
+                         struct request *req, char err[PROTO_MSG_MAX])
+{
+    char line[2048];
+    struct request full;
+    char err_full[PROTO_MSG_MAX] = "";
+    const char *head = op == OP_NONE ? "{\"op\":\"acquire\"," : "{";
+    int n;
+
+    if (strcmp(name, "resource") == 0) {
+        n = snprintf(line, sizeof(line), "%s\"resource\":%s}", head, value);
+    } else if (strcmp(name, "op") == 0) {
+        n = snprintf(line, sizeof(line), "{\"op\":%s,\"resource\":\"r\"}",
+                     value);
+    } else {
+        n = snprintf(line, sizeof(line), "%s\"resource\":\"r\",\"%s\":%s}",
+                     head, name, value);
+    }
+    assert_true(n > 0 && (size_t)n < sizeof(line));
+
+    char *copy = malloc((size_t)n);
+    assert_non_null(copy);
+    memcpy(copy, line, (size_t)n);
+    err[0] = '\0';
+    int rc = proto_decode(copy, (size_t)n, op, req, err, PROTO_MSG_MAX);
+    int rc_full =
+        proto_decode_full(copy, (size_t)n, op, &full, err_full, PROTO_MSG_MAX);
+    free(copy);
+    if (rc != rc_full) {
+        fail_msg("%s: fast path %d, full decoder %d", line, rc, rc_full);
+    }
+    if (rc == 0) {
+        assert_memory_equal(req, &full, sizeof(full));
+    } else {
+        assert_string_equal(err, err_full);
+    }
+    return rc;
+}
+
+static void expect_field_ok(const char *name, const char *value,
+                            enum proto_op op, struct request *req)
+{
+    char err[PROTO_MSG_MAX];
+
+    if (both_decoders(name, value, op, req, err) != 0) {
+        fail_msg("%s=%s refused: %s", name, value, err);
+    }
+}
+
+static void expect_field_error(const char *name, const char *value,
+                               enum proto_op op, const char *message)
+{
+    struct request req;
+    char err[PROTO_MSG_MAX];
+
+    if (both_decoders(name, value, op, &req, err) != -1) {
+        fail_msg("%s=%s accepted, expected \"%s\"", name, value, message);
+    }
+    assert_string_equal(err, message);
+}
+
+/* stored_uint: the integer member fd of req, read where the table says. */
+static uint64_t stored_uint(const struct proto_field *fd,
+                            const struct request *req)
+{
+    const char *at = (const char *)req + fd->off;
+
+    if (fd->size == sizeof(uint32_t)) {
+        uint32_t x;
+        memcpy(&x, at, sizeof(x));
+        return x;
+    }
+    uint64_t x;
+    assert_int_equal(fd->size, sizeof(x));
+    memcpy(&x, at, sizeof(x));
+    return x;
+}
+
+static bool stored_flag(size_t off, const struct request *req)
+{
+    bool b;
+
+    memcpy(&b, (const char *)req + off, sizeof(b));
+    return b;
+}
+
+/* quoted: a JSON string of n copies of c, or of a JSON text of n bytes
+ * when whole (the quotes count). */
+static const char *quoted(char *buf, size_t cap, char c, size_t n, bool whole)
+{
+    size_t body = whole ? n - 2 : n;
+
+    assert_true(body + 3 <= cap);
+    buf[0] = '"';
+    memset(buf + 1, c, body);
+    buf[body + 1] = '"';
+    buf[body + 2] = '\0';
+    return buf;
+}
+
+/* Every member of the table at its bounds, one past them and with a wrong
+ * type, through both decoders: each bound and each message is written in
+ * the table once, and the two decoders answer alike. */
+static void test_field_table_bounds(void **state)
+{
+    char v[1024];
+    struct request req;
+
+    (void)state;
+    assert_int_equal(proto_fields_count, FIELD_ANSWERS);
+    for (size_t f = 0; f < proto_fields_count; f++) {
+        const struct proto_field *fd = &proto_fields[f];
+        size_t a = field_answer(fd->name);
+        const char *past = field_answers[a].past;
+        const char *wrong = field_answers[a].wrong;
+        uint64_t edges[2] = {fd->min, fd->max};
+
+        switch (fd->type) {
+        case PROTO_FT_OP:
+            expect_field_ok(fd->name, "\"ping\"", OP_NONE, &req);
+            assert_int_equal(req.op, OP_PING);
+            expect_field_error(fd->name, "1", OP_NONE, wrong);
+            expect_field_error(fd->name, "[\"ping\"]", OP_NONE, wrong);
+            break;
+        case PROTO_FT_ID:
+            expect_field_ok(fd->name, quoted(v, sizeof(v), 'i', fd->max, true),
+                            OP_NONE, &req);
+            assert_int_equal(req.id_len, fd->max);
+            expect_field_error(fd->name,
+                               quoted(v, sizeof(v), 'i', fd->max + 1, true),
+                               OP_NONE, past);
+            expect_field_error(fd->name, "[]", OP_NONE, wrong);
+            expect_field_error(fd->name, "{}", OP_NONE, wrong);
+            break;
+        case PROTO_FT_UINT:
+            for (int e = 0; e < 2; e++) {
+                snprintf(v, sizeof(v), "%llu", (unsigned long long)edges[e]);
+                expect_field_ok(fd->name, v, OP_NONE, &req);
+                assert_true(stored_uint(fd, &req) == edges[e]);
+                if (fd->has_off != 0) {
+                    assert_true(stored_flag(fd->has_off, &req));
+                }
+            }
+            if (fd->min > 0) {
+                snprintf(v, sizeof(v), "%llu", (unsigned long long)fd->min - 1);
+                expect_field_error(fd->name, v, OP_NONE, past);
+            }
+            snprintf(v, sizeof(v), "%llu", (unsigned long long)fd->max + 1);
+            expect_field_error(fd->name, v, OP_NONE, past);
+            expect_field_error(fd->name, "-1", OP_NONE, past);
+            snprintf(v, sizeof(v), "\"%llu\"", (unsigned long long)fd->min);
+            expect_field_error(fd->name, v, OP_NONE, wrong);
+            expect_field_error(fd->name, "true", OP_NONE, wrong);
+            expect_field_error(fd->name, "null", OP_NONE, wrong);
+            break;
+        case PROTO_FT_BOOL:
+            expect_field_ok(fd->name, "true", OP_NONE, &req);
+            assert_true(stored_flag(fd->off, &req));
+            expect_field_ok(fd->name, "false", OP_ACQUIRE, &req);
+            assert_false(stored_flag(fd->off, &req));
+            if (fd->ndjson_only) {
+                expect_field_error(fd->name, "true", OP_ACQUIRE, past);
+            } else {
+                expect_field_ok(fd->name, "true", OP_ACQUIRE, &req);
+                assert_null(past);
+            }
+            expect_field_error(fd->name, "1", OP_NONE, wrong);
+            expect_field_error(fd->name, "\"true\"", OP_NONE, wrong);
+            expect_field_error(fd->name, "null", OP_NONE, wrong);
+            break;
+        case PROTO_FT_TEXT:
+        case PROTO_FT_TOKEN:
+        case PROTO_FT_CURSOR: {
+            /* 'a' is a resource, a token digit and a cursor digit. */
+            for (int e = 0; e < 2; e++) {
+                quoted(v, sizeof(v), 'a', (size_t)edges[e], false);
+                expect_field_ok(fd->name, v, OP_NONE, &req);
+                if (fd->len_off != 0) {
+                    size_t n;
+                    memcpy(&n, (const char *)&req + fd->len_off, sizeof(n));
+                    assert_int_equal(n, edges[e]);
+                }
+                if (fd->has_off != 0) {
+                    assert_true(stored_flag(fd->has_off, &req));
+                }
+            }
+            if (fd->min > 0) {
+                expect_field_error(
+                    fd->name,
+                    quoted(v, sizeof(v), 'a', (size_t)fd->min - 1, false),
+                    OP_NONE, past);
+            }
+            expect_field_error(
+                fd->name, quoted(v, sizeof(v), 'a', (size_t)fd->max + 1, false),
+                OP_NONE, past);
+            expect_field_error(fd->name, "1", OP_NONE, wrong);
+            expect_field_error(fd->name, "[\"a\"]", OP_NONE, wrong);
+            break;
+        }
+        default:
+            fail_msg("field '%s' has no test for its type", fd->name);
+        }
+    }
+}
+
+/* The table itself: names unique, bounds in order, every value fits where
+ * it is stored. */
+static void test_field_table_shape(void **state)
+{
+    (void)state;
+    for (size_t f = 0; f < proto_fields_count; f++) {
+        const struct proto_field *fd = &proto_fields[f];
+
+        assert_true(fd->min <= fd->max);
+        assert_true(fd->off + fd->size <= sizeof(struct request));
+        for (size_t g = 0; g < f; g++) {
+            assert_string_not_equal(fd->name, proto_fields[g].name);
+        }
+        switch (fd->type) {
+        case PROTO_FT_UINT:
+            assert_true(fd->size == sizeof(uint32_t) ||
+                        fd->size == sizeof(uint64_t));
+            if (fd->size == sizeof(uint32_t)) {
+                assert_true(fd->max <= UINT32_MAX);
+            }
+            break;
+        case PROTO_FT_ID:
+        case PROTO_FT_TEXT:
+        case PROTO_FT_TOKEN:
+            assert_true(fd->max < fd->size); /* and its NUL */
+            break;
+        case PROTO_FT_CURSOR:
+            assert_int_equal(fd->size, sizeof(uint64_t));
+            assert_non_null(fd->bad_type);
+            assert_non_null(fd->bad_value);
+            break;
+        default:
+            break;
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1727,6 +2028,8 @@ int main(void)
         cmocka_unit_test(test_decode_short_err_buffer),
         cmocka_unit_test(test_decode_mutation_fuzz),
         cmocka_unit_test(test_cursor_round_trip),
+        cmocka_unit_test(test_field_table_shape),
+        cmocka_unit_test(test_field_table_bounds),
     };
     int failed = cmocka_run_group_tests_name("proto", tests, NULL, NULL);
     int rv;
