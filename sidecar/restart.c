@@ -130,3 +130,23 @@ void restart_scan_match(const char *prefix, char *buf, size_t size)
     }
     memcpy(buf + m, RESTART_SCAN_SUFFIX, sizeof(RESTART_SCAN_SUFFIX));
 }
+
+/* ---- a page of the done-mark copy ------------------------------------ */
+
+enum restart_step restart_page_step(size_t keys)
+{
+    return keys > 0 ? RESTART_STEP_READ : RESTART_STEP_SCAN;
+}
+
+long restart_read_marks(size_t elements, size_t keys)
+{
+    if (elements % 3 != 0 || elements / 3 > keys) {
+        return -1;
+    }
+    return (long)(elements / 3);
+}
+
+enum restart_step restart_read_step(long marks)
+{
+    return marks > 0 ? RESTART_STEP_COPY : RESTART_STEP_SCAN;
+}

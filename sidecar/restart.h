@@ -1,8 +1,9 @@
 /* restart.h: pure rules of a node restart (no I/O): whether a node that
  * came up must sit out, for how long a node seen only after its restart
  * still must, how the reads of a repair add up, and the bounds of one
- * SCAN step of the done-mark copy. quarantine.c carries them out; the
- * quarantine period itself is redlock_quarantine_ms (redlock.c). */
+ * SCAN step of the done-mark copy and what follows each page of it.
+ * quarantine.c carries them out; the quarantine period itself is
+ * redlock_quarantine_ms (redlock.c). */
 #ifndef REDLOCKD_RESTART_H
 #define REDLOCKD_RESTART_H
 
@@ -125,5 +126,29 @@ long restart_scan_marks(size_t elements);
  * into buf of size bytes, the prefix's glob characters escaped; the prefix
  * is cut short rather than overflow (size > sizeof(RESTART_SCAN_SUFFIX)). */
 void restart_scan_match(const char *prefix, char *buf, size_t size);
+
+/* A page of the done-mark copy: each SCAN step, a plain command, answers
+ * a page of keys; they go, as KEYS, to one SCRIPT_DONE_READ on the source,
+ * and the marks it answers, as KEYS and ARGV, to one SCRIPT_DONE_COPY on
+ * the target. No script reads a key it was not given. */
+enum restart_step {
+    RESTART_STEP_SCAN = 0, /* the source's next SCAN step (or it is over) */
+    RESTART_STEP_READ,     /* read the page's keys on the source */
+    RESTART_STEP_COPY,     /* copy the marks read to the target */
+};
+
+/* restart_page_step: what follows a SCAN page of keys keys: a page with
+ * none sends no read. */
+enum restart_step restart_page_step(size_t keys);
+
+/* restart_read_marks: the done marks in a SCRIPT_DONE_READ answer of
+ * elements entries to a read of keys keys ({key..., mark, pttl, ...}:
+ * three entries a mark, never more marks than keys read), or -1 when it
+ * is not of that shape. */
+long restart_read_marks(size_t elements, size_t keys);
+
+/* restart_read_step: what follows a read that answered marks done marks
+ * (restart_read_marks, not -1): a read with none sends no copy. */
+enum restart_step restart_read_step(long marks);
 
 #endif

@@ -1,8 +1,8 @@
 /* test_restart.c: the pure rules of a node restart (restart.c): which
  * restarts sit out the quarantine, the start-up check of a node seen only
- * after its restart, how a repair's reads add up, and the SCAN steps of
- * the done-mark copy. The quarantine period is redlock_quarantine_ms,
- * tested in test_redlock.c. */
+ * after its restart, how a repair's reads add up, and the SCAN steps and
+ * pages of the done-mark copy. The quarantine period is
+ * redlock_quarantine_ms, tested in test_redlock.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -202,6 +202,41 @@ static void test_scan_marks(void **state)
     assert_int_equal(restart_scan_marks(1 + 3 * 256), 256);
 }
 
+static void test_page_step(void **state)
+{
+    (void)state;
+    /* a page without keys sends no read: the next SCAN step */
+    assert_int_equal(restart_page_step(0), RESTART_STEP_SCAN);
+    assert_int_equal(restart_page_step(1), RESTART_STEP_READ);
+    assert_int_equal(restart_page_step(256), RESTART_STEP_READ);
+    assert_int_equal(restart_page_step(1000), RESTART_STEP_READ);
+}
+
+static void test_read_marks(void **state)
+{
+    (void)state;
+    assert_int_equal(restart_read_marks(0, 1), 0); /* no mark among them */
+    assert_int_equal(restart_read_marks(1, 1), -1);
+    assert_int_equal(restart_read_marks(2, 1), -1);
+    assert_int_equal(restart_read_marks(3, 1), 1);
+    assert_int_equal(restart_read_marks(4, 2), -1);
+    assert_int_equal(restart_read_marks(6, 2), 2);
+    /* never more marks than keys read */
+    assert_int_equal(restart_read_marks(3, 0), -1);
+    assert_int_equal(restart_read_marks(6, 1), -1);
+    assert_int_equal(restart_read_marks(3 * 256, 256), 256);
+    assert_int_equal(restart_read_marks(3 * 10, 256), 10);
+}
+
+static void test_read_step(void **state)
+{
+    (void)state;
+    /* a read without marks sends no copy: the next SCAN step */
+    assert_int_equal(restart_read_step(0), RESTART_STEP_SCAN);
+    assert_int_equal(restart_read_step(1), RESTART_STEP_COPY);
+    assert_int_equal(restart_read_step(256), RESTART_STEP_COPY);
+}
+
 static void test_scan_match(void **state)
 {
     (void)state;
@@ -243,6 +278,9 @@ int main(void)
         cmocka_unit_test(test_raised),
         cmocka_unit_test(test_scan_cursor),
         cmocka_unit_test(test_scan_marks),
+        cmocka_unit_test(test_page_step),
+        cmocka_unit_test(test_read_marks),
+        cmocka_unit_test(test_read_step),
         cmocka_unit_test(test_scan_match),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
