@@ -7,9 +7,10 @@
  *     |  at once, the repair's reads and copies from the nodes up (early:
  *     |  ends nothing, keeps the marks of a rolling restart)
  *     |  timer; node down: back-off and again
- *   repair: GET the fence counter and SCAN the done marks of enough nodes
- *     |  that kept their data (redlock_repair_plan), copying each step's
- *     |  marks to the target; then raise the target's counter to the max
+ *   repair: GET the fence counter and SCAN the keys of enough nodes that
+ *     |  kept their data (redlock_repair_plan); each page's done marks are
+ *     |  read on its source and copied to the target (restart_page_step);
+ *     |  then raise the target's counter to the max
  *   counts again                (any failure: back-off, repair afresh) */
 #include "quarantine.h"
 
@@ -29,8 +30,9 @@
 #include "util.h"
 
 /* One source of a repair: a node that kept its data, whose fence counter
- * is read and whose done marks are copied to the target one SCAN step at
- * a time. */
+ * is read and whose done marks are copied to the target one SCAN page at
+ * a time: SCAN, then the read of the page's keys, then the copy, one at a
+ * time, so a source has one page in hand. */
 struct repair_src {
     struct repair *r;
     int node;
@@ -39,6 +41,11 @@ struct repair_src {
     bool failed;       /* a command failed: it does not count */
     char cursor[24];   /* the next SCAN cursor; "" before the first */
     char run_id[48];   /* the server read: a cursor means nothing to another */
+    size_t page_keys;  /* keys of the page being read */
+    /* The read's and the copy's commands, which node.c borrows until
+     * their callbacks ran (a NOSCRIPT re-sends them). */
+    struct node_prep read_prep;
+    struct node_prep copy_prep;
 };
 
 /* One repair of a restarted node before it counts again: copy the done
@@ -182,6 +189,10 @@ static void repair_retry_later(struct quarantine *q, int target)
 static void repair_release(struct repair *r)
 {
     if (r->outstanding == 0) {
+        for (int i = 0; i < REDLOCK_MAX_NODES; i++) {
+            node_prep_free(&r->src[i].read_prep);
+            node_prep_free(&r->src[i].copy_prep);
+        }
         free(r);
     }
 }
@@ -316,11 +327,13 @@ static void repair_scan_next(struct repair_src *s)
         repair_src_failed(s);
         return;
     }
-    const char *argv[3] = {cursor, q->scan_match, RESTART_SCAN_COUNT};
-    size_t lens[3] = {strlen(cursor), strlen(q->scan_match),
-                      sizeof(RESTART_SCAN_COUNT) - 1};
-    if (node_script(q->nodes[s->node], SCRIPT_DONE_SCAN, 3, argv, lens,
-                    repair_scan_cb, s) == 0) {
+    const char *argv[6] = {"SCAN",        cursor,  "MATCH",
+                           q->scan_match, "COUNT", RESTART_SCAN_COUNT};
+    size_t lens[6] = {4, strlen(cursor),
+                      5, strlen(q->scan_match),
+                      5, sizeof(RESTART_SCAN_COUNT) - 1};
+    if (node_command(q->nodes[s->node], 6, argv, lens, repair_scan_cb, s) ==
+        0) {
         r->outstanding++;
     } else {
         repair_src_failed(s);
@@ -334,6 +347,7 @@ static void repair_copy_cb(struct node *node, struct redisReply *reply,
     struct repair_src *s = privdata;
     struct repair *r = s->r;
     r->outstanding--;
+    node_prep_free(&s->copy_prep);
     if (repair_live(r) && !s->failed) {
         if (status == NODE_REPLY && reply->type == REDIS_REPLY_INTEGER) {
             r->marks += (uint64_t)reply->integer;
@@ -348,8 +362,98 @@ static void repair_copy_cb(struct node *node, struct redisReply *reply,
     repair_release(r);
 }
 
-/* The marks one SCAN step found: copied to the target, then the next
- * step. */
+/* The n strings of elems as a command's arguments into *argv and *lens
+ * (malloc'd, freed by the caller; NULL when n is 0). Returns 0, -1 when an
+ * element is not a string, or -2 when memory ran out. */
+static int reply_strings(struct redisReply **elems, size_t n,
+                         const char ***argv, size_t **lens)
+{
+    *argv = n > 0 ? malloc(n * sizeof(**argv)) : NULL;
+    *lens = n > 0 ? malloc(n * sizeof(**lens)) : NULL;
+    if (n > 0 && (*argv == NULL || *lens == NULL)) {
+        return -2;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (elems[i]->type != REDIS_REPLY_STRING) {
+            return -1;
+        }
+        (*argv)[i] = elems[i]->str;
+        (*lens)[i] = elems[i]->len;
+    }
+    return 0;
+}
+
+/* Sends script on node with the n arguments of argv, the first numkeys
+ * of them its KEYS, formatted into p (which must outlive the callback).
+ * Returns 0 (cb will run once, and counts as outstanding) or -1. */
+static int repair_send_keys(struct node *node, struct node_prep *p,
+                            enum node_script script, size_t numkeys, size_t n,
+                            const char **argv, const size_t *lens,
+                            node_reply_fn *cb, struct repair_src *s)
+{
+    node_prep_free(p);
+    if (node_prepare_keys(p, script, (int)numkeys, (int)n, argv, lens) != 0) {
+        return -1;
+    }
+    if (node_send_prepared(node, p, util_now_us(), cb, s) != 0) {
+        node_prep_free(p);
+        return -1;
+    }
+    s->r->outstanding++;
+    return 0;
+}
+
+/* A page's SCAN or read that failed, got as reply_strings answered (-2:
+ * out of memory): said, and s is not read in full. */
+static void repair_page_failed(struct repair_src *s, int got,
+                               enum node_status status,
+                               const struct redisReply *reply)
+{
+    log_warn(NULL, "node %d: done-mark scan: %s", s->node + 1,
+             got == -2 ? "out of memory"
+                       : repair_reply_why(status, reply, "unexpected reply"));
+    repair_src_failed(s);
+}
+
+/* The done marks a page's read found: copied to the target, then the next
+ * SCAN step. */
+static void repair_read_cb(struct node *node, struct redisReply *reply,
+                           enum node_status status, void *privdata)
+{
+    (void)node;
+    struct repair_src *s = privdata;
+    struct repair *r = s->r;
+    r->outstanding--;
+    node_prep_free(&s->read_prep);
+    if (!repair_live(r) || s->failed) {
+        repair_release(r);
+        return;
+    }
+    long marks = status == NODE_REPLY && reply->type == REDIS_REPLY_ARRAY
+                     ? restart_read_marks(reply->elements, s->page_keys)
+                     : -1;
+    const char **argv = NULL;
+    size_t *lens = NULL;
+    int got = marks < 0 ? -1
+                        : reply_strings(reply->element, reply->elements, &argv,
+                                        &lens);
+    if (got != 0) {
+        repair_page_failed(s, got, status, reply);
+    } else if (restart_read_step(marks) == RESTART_STEP_SCAN) {
+        repair_scan_next(s);
+    } else if (repair_send_keys(r->q->nodes[r->target], &s->copy_prep,
+                                SCRIPT_DONE_COPY, (size_t)marks,
+                                reply->elements, argv, lens, repair_copy_cb,
+                                s) != 0) {
+        repair_fail(r, "copying done marks not sent");
+    }
+    free(argv);
+    free(lens);
+    repair_release(r);
+}
+
+/* A SCAN page of s: its keys read for done marks on s, or the next step
+ * when it has none. */
 static void repair_scan_cb(struct node *node, struct redisReply *reply,
                            enum node_status status, void *privdata)
 {
@@ -360,44 +464,30 @@ static void repair_scan_cb(struct node *node, struct redisReply *reply,
         repair_release(r);
         return;
     }
-    if (status != NODE_REPLY || reply->type != REDIS_REPLY_ARRAY ||
-        restart_scan_marks(reply->elements) < 0) {
-        log_warn(NULL, "node %d: done-mark scan: %s", node_index(node) + 1,
-                 repair_reply_why(status, reply, "unexpected reply"));
-        repair_src_failed(s);
-        repair_release(r);
-        return;
-    }
-    size_t argc = reply->elements - 1;
-    const char **argv = argc > 0 ? malloc(argc * sizeof(*argv)) : NULL;
-    size_t *lens = argc > 0 ? malloc(argc * sizeof(*lens)) : NULL;
-    bool ok = reply->element[0]->type == REDIS_REPLY_STRING &&
-              reply->element[0]->len < sizeof(s->cursor) &&
-              (argc == 0 || (argv != NULL && lens != NULL));
-    for (size_t i = 0; ok && i < argc; i++) {
-        const struct redisReply *e = reply->element[i + 1];
-        ok = e->type == REDIS_REPLY_STRING;
-        if (ok) {
-            argv[i] = e->str;
-            lens[i] = e->len;
-        }
-    }
-    if (!ok) {
-        log_warn(NULL, "node %d: done-mark scan: %s", node_index(node) + 1,
-                 argc > 0 && (argv == NULL || lens == NULL)
-                     ? "out of memory"
-                     : "unexpected reply");
-        repair_src_failed(s);
+    bool shaped = status == NODE_REPLY && reply->type == REDIS_REPLY_ARRAY &&
+                  reply->elements == 2 &&
+                  reply->element[0]->type == REDIS_REPLY_STRING &&
+                  reply->element[0]->len < sizeof(s->cursor) &&
+                  reply->element[1]->type == REDIS_REPLY_ARRAY;
+    const char **argv = NULL;
+    size_t *lens = NULL;
+    int got = !shaped
+                  ? -1
+                  : reply_strings(reply->element[1]->element,
+                                  reply->element[1]->elements, &argv, &lens);
+    if (got != 0) {
+        repair_page_failed(s, got, status, reply);
     } else {
+        const struct redisReply *page = reply->element[1];
         memcpy(s->cursor, reply->element[0]->str, reply->element[0]->len);
         s->cursor[reply->element[0]->len] = '\0';
-        if (argc == 0) {
+        s->page_keys = page->elements;
+        if (restart_page_step(page->elements) == RESTART_STEP_SCAN) {
             repair_scan_next(s);
-        } else if (node_script(r->q->nodes[r->target], SCRIPT_DONE_COPY,
-                               (int)argc, argv, lens, repair_copy_cb, s) == 0) {
-            r->outstanding++;
-        } else {
-            repair_fail(r, "copying done marks not sent");
+        } else if (repair_send_keys(node, &s->read_prep, SCRIPT_DONE_READ,
+                                    page->elements, page->elements, argv, lens,
+                                    repair_read_cb, s) != 0) {
+            repair_src_failed(s);
         }
     }
     free(argv);

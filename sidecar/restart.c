@@ -109,14 +109,6 @@ const char *restart_scan_cursor(const char *cursor)
     return cursor[0] != '\0' ? cursor : "0";
 }
 
-long restart_scan_marks(size_t elements)
-{
-    if (elements < 1 || (elements - 1) % 3 != 0) {
-        return -1;
-    }
-    return (long)((elements - 1) / 3);
-}
-
 void restart_scan_match(const char *prefix, char *buf, size_t size)
 {
     size_t m = 0;

@@ -109,11 +109,6 @@ bool restart_raised(int64_t counter, int64_t max);
  * full). */
 const char *restart_scan_cursor(const char *cursor);
 
-/* restart_scan_marks: the done marks in a SCAN step's answer of elements
- * entries ({cursor, key, mark, pttl, ...}), or -1 when it is not of that
- * shape. */
-long restart_scan_marks(size_t elements);
-
 /* What restart_scan_match puts after the prefix: done marks stand on lock
  * keys (<prefix>lock:<resource>) and on semaphores' slot keys
  * (<prefix>sem:<k>:<resource>, a completed permit); one glob matches both

@@ -1,5 +1,8 @@
 /* scripts.c: the Lua scripts, as Redis runs them. Every script touches
- * only the keys it is given, all under the daemon's prefix; each is atomic
+ * only the keys it is given in KEYS, all under the daemon's prefix: no key
+ * comes from ARGV or from a reply inside the script, so a server that
+ * refuses undeclared keys (Dragonfly) runs them as they are
+ * (tests/repo/test_script_keys.py checks the sources). Each is atomic
  * on its node, which is what makes check-and-set safe without WATCH. The
  * reply shapes are in scripts.h. */
 #include "scripts.h"
@@ -122,26 +125,32 @@ const char *const script_source[SCRIPT__COUNT] = {
         "    else r[i] = e end\n"
         BATCH_END,
     /* clang-format on */
-    [SCRIPT_DONE_SCAN] =
-        "local r = redis.call('SCAN', ARGV[1], 'MATCH', ARGV[2], 'COUNT', "
-        "ARGV[3])\n"
-        "local out = {r[1]}\n"
-        "for _, k in ipairs(r[2]) do\n"
+    /* The done marks among a page of keys that SCAN answered, with their
+     * PTTLs: keys first, then a mark and a PTTL per key, so that the answer
+     * is DONE_COPY's arguments as they stand. A key of another type is no
+     * mark (redis.pcall). */
+    [SCRIPT_DONE_READ] =
+        "local ks, ms = {}, {}\n"
+        "for i = 1, #KEYS do\n"
+        "  local k = KEYS[i]\n"
         "  local v = redis.pcall('GET', k)\n"
         "  if type(v) == 'string' and string.sub(v, 1, 5) == 'done:' then\n"
         "    local t = redis.call('PTTL', k)\n"
         "    if t > 0 then\n"
-        "      out[#out + 1] = k\n"
-        "      out[#out + 1] = v\n"
-        "      out[#out + 1] = tostring(t)\n"
+        "      ks[#ks + 1] = k\n"
+        "      ms[#ms + 1] = v\n"
+        "      ms[#ms + 1] = tostring(t)\n"
         "    end\n"
         "  end\n"
         "end\n"
-        "return out\n",
+        "local n = #ks\n"
+        "for i = 1, #ms do ks[n + i] = ms[i] end\n"
+        "return ks\n",
     [SCRIPT_DONE_COPY] =
         "local n = 0\n"
-        "for i = 1, #ARGV - 2, 3 do\n"
-        "  local k, v, t = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])\n"
+        "for i = 1, #KEYS do\n"
+        "  local k = KEYS[i]\n"
+        "  local v, t = ARGV[2 * i - 1], tonumber(ARGV[2 * i])\n"
         "  local cur = redis.pcall('GET', k)\n"
         "  if cur == false then\n"
         "    redis.call('SET', k, v, 'PX', t)\n"
@@ -157,7 +166,7 @@ const int script_numkeys[SCRIPT__COUNT] = {
     [SCRIPT_ACQUIRE] = 2,      [SCRIPT_RELEASE] = 1,
     [SCRIPT_EXTEND] = 1,       [SCRIPT_COMPLETE] = 1,
     [SCRIPT_FENCE_RAISE] = 2,  [SCRIPT_FENCE_REPAIR] = 1,
-    [SCRIPT_DONE_SCAN] = 0,    [SCRIPT_DONE_COPY] = 0,
+    [SCRIPT_DONE_READ] = 0,    [SCRIPT_DONE_COPY] = 0,
     [SCRIPT_BATCH] = 0,        [SCRIPT_BATCH_RELEASE] = 0,
     [SCRIPT_BATCH_EXTEND] = 0,
 };

@@ -11,11 +11,11 @@
  *                {2, pttl}    done mark present
  *   release, extend, complete, fence raise: 1 applied, 0 not held.
  *   fence repair: the counter after raising it to at least ARGV[1].
- *   done scan, done copy (restart repair): one SCAN step on a sound node
- *   and the done marks it found with their PTTLs (as strings); the copy
- *   sets each where its key is missing (or lengthens an equal mark) and
- *   answers how many it set. Their keys come from SCAN, so they are ARGV
- *   rather than KEYS: the daemon does not support Redis Cluster. */
+ *   done read, done copy (restart repair): the done marks among the keys
+ *   of one SCAN page of a sound node, with their PTTLs (as strings); the
+ *   copy sets each on the target where its key is missing (or lengthens
+ *   an equal mark) and answers how many it set. The keys come from a SCAN
+ *   the daemon sends as a plain command, and are KEYS of both. */
 enum node_script {
     SCRIPT_ACQUIRE = 0,  /* KEYS lock, fence; ARGV token, ttl, fence?1:0 */
     SCRIPT_RELEASE,      /* KEYS lock; ARGV token, channel -> 1/0 */
@@ -38,15 +38,16 @@ enum node_script {
     /* SCRIPT_BATCH when every key is an extend: KEYS k1..kn; ARGV
      * t1..tn, ttl1..ttln. Same answers. */
     SCRIPT_BATCH_EXTEND,
-    SCRIPT_DONE_SCAN,    /* ARGV cursor, match, count -> {cursor,
-                            key, mark, pttl, key, mark, pttl, ...} */
-    SCRIPT_DONE_COPY,    /* ARGV key, mark, pttl, ... -> marks set */
+    SCRIPT_DONE_READ, /* KEYS k1..kn -> {key1..keym, mark1, pttl1,
+                         ..., markm, pttlm}: m marks */
+    SCRIPT_DONE_COPY, /* KEYS k1..km; ARGV mark1, pttl1, ...
+                         -> marks set */
     SCRIPT__COUNT
 };
 
 /* Indexed by enum node_script; static storage, never freed. The batch
- * scripts take any number of keys: their script_numkeys is 0 and the
- * caller gives the count (node_prepare_keys). */
+ * and done-mark scripts take any number of keys: their script_numkeys is
+ * 0 and the caller gives the count (node_prepare_keys). */
 extern const char *const script_source[SCRIPT__COUNT];
 extern const int script_numkeys[SCRIPT__COUNT];
 

@@ -189,19 +189,6 @@ static void test_scan_cursor(void **state)
                         "18446744073709551615");
 }
 
-static void test_scan_marks(void **state)
-{
-    (void)state;
-    assert_int_equal(restart_scan_marks(0), -1); /* no cursor */
-    assert_int_equal(restart_scan_marks(1), 0);  /* a step without marks */
-    assert_int_equal(restart_scan_marks(2), -1);
-    assert_int_equal(restart_scan_marks(3), -1);
-    assert_int_equal(restart_scan_marks(4), 1);
-    assert_int_equal(restart_scan_marks(7), 2);
-    /* a step of COUNT keys holds at most as many marks */
-    assert_int_equal(restart_scan_marks(1 + 3 * 256), 256);
-}
-
 static void test_page_step(void **state)
 {
     (void)state;
@@ -277,7 +264,6 @@ int main(void)
         cmocka_unit_test(test_reads_start),
         cmocka_unit_test(test_raised),
         cmocka_unit_test(test_scan_cursor),
-        cmocka_unit_test(test_scan_marks),
         cmocka_unit_test(test_page_step),
         cmocka_unit_test(test_read_marks),
         cmocka_unit_test(test_read_step),
