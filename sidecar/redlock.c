@@ -17,6 +17,8 @@
  *   decided -> redlock_acquire_verdict(): the answer, the rollback set, or
  *         the fence write-back first (its own round: redlock_fence_verdict)
  *   no decision by the validity's end -> redlock_round_expire()
+ *   the acquire call (ops.c) -> redlock_acquire_decide(): won, the next
+ *         semaphore slot, wait (redlock_wait_delay) or answer
  */
 #include "redlock.h"
 
@@ -949,4 +951,60 @@ uint64_t redlock_handoff_delay_ms(bool held, bool semaphore,
     uint64_t d =
         held && !semaphore && validity_ms >= 0 ? (uint64_t)validity_ms + 1 : 0;
     return d < wait_left_ms ? d : wait_left_ms;
+}
+
+void redlock_acquire_decide(const struct redlock_acquire_in *in,
+                            struct redlock_sem_walk *w,
+                            struct redlock_acquire_step *step)
+{
+    enum redlock_got got = in->got;
+    int64_t pttl = in->pttl_min;
+    memset(step, 0, sizeof(*step));
+    if (in->permits > 0 && (got == RL_GOT_BUSY || got == RL_GOT_DONE)) {
+        w->done += got == RL_GOT_DONE;
+        w->pttl = w->tried == 0 ? pttl : redlock_sem_pttl_min(w->pttl, pttl);
+        if (++w->tried < in->permits && !in->stop) {
+            /* That slot is taken or completed; another may be free. */
+            step->action = RL_ACQ_NEXT_SLOT;
+            return;
+        }
+        /* A completed permit is one the semaphore lacks until its done mark
+         * expires, not the end of the semaphore: done only when all are,
+         * so the answer does not hang on the slot a round starts from. */
+        got = w->done == in->permits ? RL_GOT_DONE : RL_GOT_BUSY;
+        /* The back-off waits for the first slot to free, not the last
+         * tried. */
+        pttl = w->pttl;
+    }
+    w->tried = 0;
+    if (got == RL_GOT_OK) {
+        step->action = in->stop ? RL_ACQ_GIVE_BACK : RL_ACQ_WON;
+        step->fence = in->fence;
+        step->renew = in->renew && in->session;
+        return;
+    }
+    step->answer = got;
+    step->pttl_min = pttl;
+    /* Done and other failures do not pass while waiting; busy and
+     * no_quorum may. */
+    bool may_pass = got == RL_GOT_BUSY || got == RL_GOT_NO_QUORUM;
+    step->action =
+        may_pass && in->waiting && !in->stop ? RL_ACQ_WAIT : RL_ACQ_ANSWER;
+}
+
+bool redlock_wait_delay(const struct redlock_wait_in *in, uint64_t *delay_ms)
+{
+    if (!in->head) {
+        *delay_ms = in->wait_left_ms;
+        return true;
+    }
+    if (in->wait_left_ms == 0) {
+        return false;
+    }
+    *delay_ms =
+        in->woken
+            ? 0
+            : redlock_retry_delay_ms(in->attempt, in->polls ? -1 : in->pttl_min,
+                                     in->wait_left_ms, in->rand01);
+    return true;
 }

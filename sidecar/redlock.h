@@ -560,4 +560,94 @@ uint64_t redlock_given_up_until_us(uint64_t now_us, uint32_t ttl_ms,
 uint64_t redlock_handoff_delay_ms(bool held, bool semaphore,
                                   int64_t validity_ms, uint64_t wait_left_ms);
 
+/* ---- an acquire call's next step, once a round of it is answered --------
+ *
+ * ops.c carries the step out (a round, the table, the queue, the answer);
+ * which step it is, and with which delay, is decided here. */
+
+/* What one round of an acquire call came to. */
+enum redlock_got {
+    RL_GOT_OK = 0,    /* won: the key is set on a quorum */
+    RL_GOT_BUSY,      /* held by another token */
+    RL_GOT_DONE,      /* completed: its done mark has not expired */
+    RL_GOT_NO_QUORUM, /* too few nodes answered in time, or too late */
+    RL_GOT_OTHER,     /* any other failure: answered as the round said */
+};
+
+/* A semaphore call's walk over its slots in one attempt: each slot busy or
+ * done sends it to the next, until one is won or all were tried. */
+struct redlock_sem_walk {
+    unsigned tried; /* slots tried this attempt; 0: the walk starts */
+    unsigned done;  /* of them, completed (kept for the answer's message) */
+    int64_t pttl;   /* the PTTL to back off on over them, -1 unknown */
+};
+
+/* An acquire call's round, and what the call asked for. */
+struct redlock_acquire_in {
+    enum redlock_got got; /* the round's result */
+    int64_t pttl_min;     /* busy, done: the round's shortest holder PTTL,
+                             -1 unknown */
+    unsigned permits;     /* a semaphore's permits; 0 for a lock */
+    bool fence;           /* the call asked for a fence */
+    bool renew;           /* the call asked to be renewed */
+    bool session;         /* a session (NDJSON connection) would hold it */
+    bool stop;            /* its client left or the daemon stops: no new
+                             round, no wait, nobody to hold a lock won */
+    bool waiting;         /* its wait_ms has not run out */
+};
+
+/* What the call does next. */
+enum redlock_acquire_action {
+    RL_ACQ_ANSWER = 0, /* answer step.answer: the call is over */
+    RL_ACQ_WON,        /* take the lock into the table and answer ok */
+    RL_ACQ_GIVE_BACK,  /* won, but nobody will hold it: release it */
+    RL_ACQ_NEXT_SLOT,  /* semaphore: try its next slot now */
+    RL_ACQ_WAIT,       /* wait in the queue (redlock_wait_delay), answering
+                          step.answer once the wait is over */
+};
+
+struct redlock_acquire_step {
+    enum redlock_acquire_action action;
+    enum redlock_got answer; /* ANSWER, WAIT: the result to answer */
+    int64_t pttl_min;        /* WAIT: the holder PTTL to back off on */
+    bool fence;              /* WON: the table and the answer carry the
+                                round's fence */
+    bool renew;              /* WON: the daemon renews it for its session */
+};
+
+/* redlock_acquire_decide: the step after a round of an acquire call (in),
+ * and the semaphore's walk (w) brought up to date. A semaphore slot busy
+ * or done goes on to the next slot (unless in->stop) until every permit
+ * was tried; then the semaphore is done only when every slot was, else
+ * busy, and backs off on the slot that frees first. A won round is taken
+ * even after the wait ran out (it started within it), and given back when
+ * in->stop. Busy and no_quorum wait while in->waiting and not in->stop;
+ * done and other failures are answered at once. w->tried is 0 again after
+ * every step but RL_ACQ_NEXT_SLOT. No pointer may be NULL. */
+void redlock_acquire_decide(const struct redlock_acquire_in *in,
+                            struct redlock_sem_walk *w,
+                            struct redlock_acquire_step *step);
+
+/* A call that waits (RL_ACQ_WAIT), once in its queue. polls and rand01 are
+ * read only for a head that was not woken (its back-off). */
+struct redlock_wait_in {
+    bool head;             /* first in its queue: only the head tries */
+    bool woken;            /* a release was announced during its round */
+    bool polls;            /* no announcement may come (a subscription
+                              just made, or no node can announce): the
+                              holder's PTTL is not waited for */
+    unsigned attempt;      /* rounds tried so far */
+    int64_t pttl_min;      /* step.pttl_min */
+    uint64_t wait_left_ms; /* what is left of its wait_ms */
+    double rand01;         /* in [0, 1), the back-off's jitter */
+};
+
+/* redlock_wait_delay: when a waiting call's timer fires. A call behind the
+ * head waits for its turn at most until its wait runs out (*delay_ms = the
+ * wait left; when it fires, the wait is over). The head tries again at
+ * once when woken, else after the back-off, no sooner than the holder's
+ * PTTL unless it polls (redlock_retry_delay_ms). Returns false when the
+ * head's wait is over (answer step.answer), true when *delay_ms is set. */
+bool redlock_wait_delay(const struct redlock_wait_in *in, uint64_t *delay_ms);
+
 #endif

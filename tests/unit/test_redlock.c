@@ -1,5 +1,6 @@
 /* test_redlock.c: the pure Redlock decisions: validity arithmetic, quorum,
- * early decisions, failure codes, rollback sets, back-off. */
+ * early decisions, failure codes, rollback sets, back-off, an acquire
+ * call's next step. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1539,6 +1540,261 @@ static void test_handoff_delay(void **state)
     assert_int_equal(redlock_handoff_delay_ms(true, false, 980, 0), 0);
 }
 
+/* One round of an acquire call through redlock_acquire_decide. */
+static struct redlock_acquire_step decide(enum redlock_got got, int64_t pttl,
+                                          unsigned permits, bool waiting,
+                                          struct redlock_sem_walk *w)
+{
+    struct redlock_acquire_in in = {
+        .got = got,
+        .pttl_min = pttl,
+        .permits = permits,
+        .waiting = waiting,
+    };
+    struct redlock_acquire_step step;
+    redlock_acquire_decide(&in, w, &step);
+    return step;
+}
+
+/* A won round is taken whatever the wait says: it started within it. */
+static void test_acquire_decide_won(void **state)
+{
+    (void)state;
+    struct redlock_sem_walk w = {0, 0, -1};
+    struct redlock_acquire_step s = decide(RL_GOT_OK, -1, 0, true, &w);
+    assert_int_equal(s.action, RL_ACQ_WON);
+    assert_false(s.fence);
+    assert_false(s.renew);
+    /* the waiter's deadline passed while its round was out */
+    s = decide(RL_GOT_OK, -1, 0, false, &w);
+    assert_int_equal(s.action, RL_ACQ_WON);
+    /* nobody left to hold it, or the daemon stops: given back */
+    struct redlock_acquire_in in = {
+        .got = RL_GOT_OK, .pttl_min = -1, .stop = true};
+    redlock_acquire_decide(&in, &w, &s);
+    assert_int_equal(s.action, RL_ACQ_GIVE_BACK);
+    /* renewal needs a session to renew it for */
+    in = (struct redlock_acquire_in){
+        .got = RL_GOT_OK, .pttl_min = -1, .renew = true, .session = true};
+    redlock_acquire_decide(&in, &w, &s);
+    assert_int_equal(s.action, RL_ACQ_WON);
+    assert_true(s.renew);
+    in.session = false;
+    redlock_acquire_decide(&in, &w, &s);
+    assert_int_equal(s.action, RL_ACQ_WON);
+    assert_false(s.renew);
+    in.renew = false;
+    in.session = true;
+    redlock_acquire_decide(&in, &w, &s);
+    assert_false(s.renew);
+    /* a semaphore slot won after others were tried ends the walk */
+    w = (struct redlock_sem_walk){2, 1, 700};
+    s = decide(RL_GOT_OK, -1, 3, true, &w);
+    assert_int_equal(s.action, RL_ACQ_WON);
+    assert_int_equal(w.tried, 0);
+}
+
+/* Which failures wait, and which are answered at once, for a lock. */
+static void test_acquire_decide_failures(void **state)
+{
+    (void)state;
+    struct redlock_sem_walk w = {0, 0, -1};
+    struct redlock_acquire_step s = decide(RL_GOT_BUSY, 1500, 0, true, &w);
+    assert_int_equal(s.action, RL_ACQ_WAIT);
+    assert_int_equal(s.answer, RL_GOT_BUSY);
+    assert_int_equal(s.pttl_min, 1500);
+    s = decide(RL_GOT_NO_QUORUM, -1, 0, true, &w);
+    assert_int_equal(s.action, RL_ACQ_WAIT);
+    assert_int_equal(s.answer, RL_GOT_NO_QUORUM);
+    assert_int_equal(s.pttl_min, -1);
+    /* done does not pass while waiting, nor does any other failure */
+    s = decide(RL_GOT_DONE, 900, 0, true, &w);
+    assert_int_equal(s.action, RL_ACQ_ANSWER);
+    assert_int_equal(s.answer, RL_GOT_DONE);
+    s = decide(RL_GOT_OTHER, -1, 0, true, &w);
+    assert_int_equal(s.action, RL_ACQ_ANSWER);
+    assert_int_equal(s.answer, RL_GOT_OTHER);
+    /* the wait ran out: the round's own error is the answer */
+    s = decide(RL_GOT_BUSY, 1500, 0, false, &w);
+    assert_int_equal(s.action, RL_ACQ_ANSWER);
+    assert_int_equal(s.answer, RL_GOT_BUSY);
+    s = decide(RL_GOT_NO_QUORUM, -1, 0, false, &w);
+    assert_int_equal(s.action, RL_ACQ_ANSWER);
+    assert_int_equal(s.answer, RL_GOT_NO_QUORUM);
+    /* the client left or the daemon stops: no wait */
+    struct redlock_acquire_in in = {
+        .got = RL_GOT_BUSY, .pttl_min = 10, .waiting = true, .stop = true};
+    redlock_acquire_decide(&in, &w, &s);
+    assert_int_equal(s.action, RL_ACQ_ANSWER);
+    assert_int_equal(s.answer, RL_GOT_BUSY);
+    /* a lock never walks */
+    assert_int_equal(w.tried, 0);
+    assert_int_equal(w.done, 0);
+}
+
+/* A semaphore walks its slots, busy or done, until one is won or every
+ * permit was tried, and backs off on the slot that frees first. */
+static void test_acquire_decide_sem_walk(void **state)
+{
+    (void)state;
+    struct redlock_sem_walk w = {0, 0, 0};
+    struct redlock_acquire_step s = decide(RL_GOT_BUSY, 5000, 3, true, &w);
+    assert_int_equal(s.action, RL_ACQ_NEXT_SLOT);
+    assert_int_equal(w.tried, 1);
+    assert_int_equal(w.pttl, 5000);
+    s = decide(RL_GOT_DONE, 800, 3, true, &w);
+    assert_int_equal(s.action, RL_ACQ_NEXT_SLOT);
+    assert_int_equal(w.tried, 2);
+    assert_int_equal(w.done, 1);
+    assert_int_equal(w.pttl, 800);
+    /* the last slot stops the walk: busy (one completed is not all), on
+     * the shortest PTTL of the three, not the last slot's */
+    s = decide(RL_GOT_BUSY, 2000, 3, true, &w);
+    assert_int_equal(s.action, RL_ACQ_WAIT);
+    assert_int_equal(s.answer, RL_GOT_BUSY);
+    assert_int_equal(s.pttl_min, 800);
+    assert_int_equal(w.tried, 0);
+    assert_int_equal(w.done, 1); /* for the answer's message */
+    /* the next walk starts its PTTL over from its first slot */
+    w.done = 0;
+    s = decide(RL_GOT_BUSY, 9000, 2, true, &w);
+    assert_int_equal(s.action, RL_ACQ_NEXT_SLOT);
+    assert_int_equal(w.pttl, 9000);
+    /* a slot of unknown PTTL may free at any moment */
+    s = decide(RL_GOT_BUSY, -1, 2, false, &w);
+    assert_int_equal(s.action, RL_ACQ_ANSWER);
+    assert_int_equal(s.answer, RL_GOT_BUSY);
+    assert_int_equal(s.pttl_min, -1);
+}
+
+/* A semaphore is done only when every slot is; a stop ends the walk; a
+ * round without quorum ends it too, on that round's PTTL. */
+static void test_acquire_decide_sem_stop(void **state)
+{
+    (void)state;
+    struct redlock_sem_walk w = {0, 0, 0};
+    struct redlock_acquire_step s = decide(RL_GOT_DONE, 300, 2, true, &w);
+    assert_int_equal(s.action, RL_ACQ_NEXT_SLOT);
+    s = decide(RL_GOT_DONE, 400, 2, true, &w);
+    assert_int_equal(s.action, RL_ACQ_ANSWER);
+    assert_int_equal(s.answer, RL_GOT_DONE);
+    assert_int_equal(w.done, 2);
+    assert_int_equal(w.tried, 0);
+    /* done then busy: busy, and it may wait */
+    w = (struct redlock_sem_walk){0, 0, 0};
+    s = decide(RL_GOT_DONE, 300, 2, true, &w);
+    s = decide(RL_GOT_BUSY, 400, 2, true, &w);
+    assert_int_equal(s.action, RL_ACQ_WAIT);
+    assert_int_equal(s.answer, RL_GOT_BUSY);
+    assert_int_equal(s.pttl_min, 300);
+    /* a stop between slots: no next slot, busy at once */
+    w = (struct redlock_sem_walk){0, 0, 0};
+    struct redlock_acquire_in in = {.got = RL_GOT_BUSY,
+                                    .pttl_min = 50,
+                                    .permits = 4,
+                                    .waiting = true,
+                                    .stop = true};
+    redlock_acquire_decide(&in, &w, &s);
+    assert_int_equal(s.action, RL_ACQ_ANSWER);
+    assert_int_equal(s.answer, RL_GOT_BUSY);
+    assert_int_equal(w.tried, 0);
+    /* no quorum on the second slot: the walk ends, and waits on the
+     * round's own PTTL */
+    w = (struct redlock_sem_walk){0, 0, 0};
+    s = decide(RL_GOT_BUSY, 700, 4, true, &w);
+    s = decide(RL_GOT_NO_QUORUM, -1, 4, true, &w);
+    assert_int_equal(s.action, RL_ACQ_WAIT);
+    assert_int_equal(s.answer, RL_GOT_NO_QUORUM);
+    assert_int_equal(s.pttl_min, -1);
+    assert_int_equal(w.tried, 0);
+    /* any other failure is answered as it is */
+    s = decide(RL_GOT_OTHER, -1, 4, true, &w);
+    assert_int_equal(s.action, RL_ACQ_ANSWER);
+    assert_int_equal(s.answer, RL_GOT_OTHER);
+}
+
+/* A fenced acquire carries its fence when won; one whose write-back found
+ * no quorum waits and is answered like any other. */
+static void test_acquire_decide_fenced(void **state)
+{
+    (void)state;
+    struct redlock_sem_walk w = {0, 0, -1};
+    struct redlock_acquire_in in = {
+        .got = RL_GOT_OK, .pttl_min = -1, .fence = true, .waiting = false};
+    struct redlock_acquire_step s;
+    redlock_acquire_decide(&in, &w, &s);
+    assert_int_equal(s.action, RL_ACQ_WON);
+    assert_true(s.fence);
+    in.permits = 3;
+    redlock_acquire_decide(&in, &w, &s);
+    assert_int_equal(s.action, RL_ACQ_WON);
+    assert_true(s.fence);
+    in = (struct redlock_acquire_in){.got = RL_GOT_NO_QUORUM,
+                                     .pttl_min = -1,
+                                     .fence = true,
+                                     .waiting = true};
+    redlock_acquire_decide(&in, &w, &s);
+    assert_int_equal(s.action, RL_ACQ_WAIT);
+    assert_false(s.fence);
+    in.waiting = false;
+    redlock_acquire_decide(&in, &w, &s);
+    assert_int_equal(s.action, RL_ACQ_ANSWER);
+    assert_int_equal(s.answer, RL_GOT_NO_QUORUM);
+    in = (struct redlock_acquire_in){
+        .got = RL_GOT_OK, .pttl_min = -1, .fence = true, .stop = true};
+    redlock_acquire_decide(&in, &w, &s);
+    assert_int_equal(s.action, RL_ACQ_GIVE_BACK);
+}
+
+/* The delay of a waiting call that redlock_wait_delay arms. */
+static uint64_t armed_delay(const struct redlock_wait_in *in)
+{
+    uint64_t d = UINT64_MAX;
+    assert_true(redlock_wait_delay(in, &d));
+    return d;
+}
+
+/* When a waiting call's timer fires. */
+static void test_wait_delay(void **state)
+{
+    (void)state;
+    /* behind the head: its turn, at most until its wait runs out */
+    struct redlock_wait_in in = {
+        .head = false, .pttl_min = 200, .wait_left_ms = 4000};
+    assert_int_equal(armed_delay(&in), 4000);
+    in.wait_left_ms = 0;
+    assert_int_equal(armed_delay(&in), 0);
+    /* the head whose wait is over answers, woken or not */
+    in = (struct redlock_wait_in){
+        .head = true, .pttl_min = 200, .wait_left_ms = 0};
+    uint64_t d = 12345;
+    assert_false(redlock_wait_delay(&in, &d));
+    assert_int_equal(d, 12345);
+    in.woken = true;
+    assert_false(redlock_wait_delay(&in, &d));
+    /* woken by a release during its round: again at once */
+    in.wait_left_ms = 4000;
+    assert_int_equal(armed_delay(&in), 0);
+    /* no sooner than the holder's PTTL, nor past the wait left */
+    in.woken = false;
+    assert_int_equal(armed_delay(&in), 201);
+    in.wait_left_ms = 150;
+    assert_int_equal(armed_delay(&in), 150);
+    /* polling: the plain back-off, whatever the PTTL */
+    in = (struct redlock_wait_in){
+        .head = true, .polls = true, .pttl_min = 200, .wait_left_ms = 4000};
+    d = armed_delay(&in);
+    assert_true(d >= 1 && d <= 5);
+    in.attempt = 3;
+    assert_int_equal(armed_delay(&in),
+                     redlock_retry_delay_ms(3, -1, 4000, 0.0));
+    /* PTTL unknown (-1): the back-off too */
+    in.polls = false;
+    in.pttl_min = -1;
+    assert_int_equal(armed_delay(&in),
+                     redlock_retry_delay_ms(3, -1, 4000, 0.0));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1591,6 +1847,12 @@ int main(void)
         cmocka_unit_test(test_extend_failed_until),
         cmocka_unit_test(test_given_up_until),
         cmocka_unit_test(test_handoff_delay),
+        cmocka_unit_test(test_acquire_decide_won),
+        cmocka_unit_test(test_acquire_decide_failures),
+        cmocka_unit_test(test_acquire_decide_sem_walk),
+        cmocka_unit_test(test_acquire_decide_sem_stop),
+        cmocka_unit_test(test_acquire_decide_fenced),
+        cmocka_unit_test(test_wait_delay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
