@@ -15,7 +15,9 @@
  * the request's resource when one is given; only a request that names the
  * lock's own resource (or none) may change or drop the table's entry.
  *
- * Dispatch and replies live here; the wait queues are waitq.c's, and
+ * Dispatch and replies live here; what an acquire's round means next
+ * (answer, next semaphore slot, wait and its back-off) is decided in
+ * redlock.c (redlock_acquire_decide); the wait queues are waitq.c's, and
  * renewal, expiry and lost events renew.c's. Both report up by callback:
  * waitq when a head's attempt is due or a waiter's wait ran out, renew when
  * a lock left the table (its waiters may go). */
@@ -174,15 +176,15 @@ static const char *result_message(const struct cluster_result *res)
     "every permit of the semaphore was completed and their done marks have "   \
     "not expired"
 
-/* The message for a failed acquire call: result_message's, but a
- * semaphore's busy and done say so. */
-static const char *acquire_message(const struct call *call,
+/* The message for a failed acquire call answering err after its round res:
+ * result_message's, but a semaphore's busy and done say so. */
+static const char *acquire_message(const struct call *call, enum proto_err err,
                                    const struct cluster_result *res)
 {
-    if (res->err == ERR_BUSY && call->req.permits > 0) {
+    if (err == ERR_BUSY && call->req.permits > 0) {
         return call->slots_done > 0 ? SEM_BUSY_DONE_MESSAGE : SEM_BUSY_MESSAGE;
     }
-    if (res->err == ERR_DONE && call->req.permits > 0) {
+    if (err == ERR_DONE && call->req.permits > 0) {
         return SEM_DONE_MESSAGE;
     }
     return result_message(res);
@@ -347,16 +349,53 @@ static const char *lock_limit_refusal(const struct ops *o,
     return NULL;
 }
 
-/* Takes a won lock into the table and answers. Returns whether it is held:
- * false when it was given back on the nodes (the client left, shutdown,
- * a limit reached meanwhile, out of memory). */
+/* What a round's error is to redlock_acquire_decide. */
+static enum redlock_got acquire_got(enum proto_err err)
+{
+    switch (err) {
+    case ERR_NONE:
+        return RL_GOT_OK;
+    case ERR_BUSY:
+        return RL_GOT_BUSY;
+    case ERR_DONE:
+        return RL_GOT_DONE;
+    case ERR_NO_QUORUM:
+        return RL_GOT_NO_QUORUM;
+    default:
+        return RL_GOT_OTHER;
+    }
+}
+
+/* The error an acquire answers for got; other: the round's own. */
+static enum proto_err acquire_err(enum redlock_got got, enum proto_err other)
+{
+    switch (got) {
+    case RL_GOT_OK:
+        return ERR_NONE;
+    case RL_GOT_BUSY:
+        return ERR_BUSY;
+    case RL_GOT_DONE:
+        return ERR_DONE;
+    case RL_GOT_NO_QUORUM:
+        return ERR_NO_QUORUM;
+    case RL_GOT_OTHER:
+        return other;
+    }
+    return other;
+}
+
+/* Takes a won lock into the table and answers, as step (RL_ACQ_WON or
+ * RL_ACQ_GIVE_BACK) says. Returns whether it is held: false when it was
+ * given back on the nodes (the client left, shutdown, a limit reached
+ * meanwhile, out of memory). */
 static bool acquire_won(struct ops *o, struct call *call,
-                        const struct cluster_result *res)
+                        const struct cluster_result *res,
+                        const struct redlock_acquire_step *step)
 {
     uint64_t now = util_now_us();
     metrics_observe_acquire(now - call->start_us);
     observe_wait(call, now);
-    if (call->abandoned || o->shutting_down) {
+    if (step->action == RL_ACQ_GIVE_BACK) {
         /* Nobody is left to hold it, or everything is being let go. */
         cluster_release(o->cluster, call->req.resource, call->req.resource_len,
                         call->token, call->req.ttl_ms, NULL, NULL);
@@ -377,10 +416,10 @@ static bool acquire_won(struct ops *o, struct call *call,
         reply_error(call, ERR_LIMIT, over);
         return false;
     }
-    struct lock *l = locks_add(o->locks, call->token, call->req.resource,
-                               call->req.resource_len, call->session,
-                               call->req.ttl_ms, res->valid_until_us,
-                               call->req.fence ? &res->fence : NULL);
+    struct lock *l =
+        locks_add(o->locks, call->token, call->req.resource,
+                  call->req.resource_len, call->session, call->req.ttl_ms,
+                  res->valid_until_us, step->fence ? &res->fence : NULL);
     if (l == NULL) {
         log_error(NULL, "acquire: out of memory adding a lock");
         cluster_release(o->cluster, call->req.resource, call->req.resource_len,
@@ -392,7 +431,7 @@ static bool acquire_won(struct ops *o, struct call *call,
     METRIC_ADD(locks_held, 1);
     l->permits = call->req.permits;
     l->added_us = now;
-    if (call->req.renew && call->session != NULL) {
+    if (step->renew) {
         l->renew = true;
         _Static_assert(PROTO_RENEW_MAX_MAX <= UINT32_MAX,
                        "renew_max_ms is kept in 32 bits");
@@ -400,10 +439,97 @@ static bool acquire_won(struct ops *o, struct call *call,
     }
     renew_schedule(o->renew, l, now);
     reply_ok(call, call->token, l->resource, l->resource_len, res->validity_ms,
-             call->req.fence, res->fence);
+             step->fence, res->fence);
     return true;
 }
 
+/* A won round (RL_ACQ_WON, RL_ACQ_GIVE_BACK): a queued call leaves its
+ * queue, and the next in line waits for this lock's release (a local wake)
+ * or its expiry, whichever comes first, within its wait. */
+static void acquire_taken(struct ops *o, struct call *call,
+                          const struct cluster_result *res,
+                          const struct redlock_acquire_step *step)
+{
+    struct waitq *q = call->waitq;
+    if (q == NULL) {
+        acquire_won(o, call, res, step);
+        return;
+    }
+    waitq_unlink(o->waitqs, call);
+    q->woken = false;
+    /* Read before the answer gives the call back to the server. */
+    bool sem = call->req.permits > 0;
+    bool held = acquire_won(o, call, res, step);
+    if (q->head != NULL) {
+        uint64_t left = wait_left_ms(q->head, util_now_us());
+        waitq_arm(q->head,
+                  redlock_handoff_delay_ms(held, sem, res->validity_ms, left));
+    } else {
+        waitq_free_if_empty(o->waitqs, q);
+    }
+}
+
+/* Queues call (RL_ACQ_WAIT) unless it is already, and arms its timer as
+ * redlock_wait_delay says. Returns false when its wait is over and it is
+ * still to be answered; true when it waits, or was answered (a limit, out
+ * of memory). */
+static bool acquire_wait(struct ops *o, struct call *call,
+                         const struct redlock_acquire_step *step, uint64_t now)
+{
+    struct waitq *q = call->waitq;
+    bool fresh = false;
+    if (q == NULL) {
+        /* Refused before waitq_get(), which would leave an empty queue
+         * (and its wake-up watch) behind. */
+        const char *why = waiter_refusal(o, call);
+        if (why != NULL) {
+            METRIC_INC(acquire_error);
+            reply_error(call, ERR_LIMIT, why);
+            return true;
+        }
+        char qbuf[SEM_NAME_MAX + 1];
+        size_t qlen;
+        const char *qname = call_queue(call, qbuf, &qlen);
+        fresh = waitq_find(o->waitqs, qname, qlen) == NULL;
+        q = waitq_get(o->waitqs, qname, qlen);
+        if (q == NULL || waitq_push(o->waitqs, q, call) != 0) {
+            log_error(NULL, "acquire: out of memory queueing a waiter");
+            if (q != NULL) {
+                waitq_free_if_empty(o->waitqs, q);
+            }
+            METRIC_INC(acquire_error);
+            reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
+            return true;
+        }
+    }
+    struct redlock_wait_in in = {
+        .head = q->head == call,
+        .woken = q->woken,
+        .attempt = call->attempt,
+        .pttl_min = step->pttl_min,
+        .wait_left_ms = wait_left_ms(call, now),
+    };
+    if (in.head && !in.woken) {
+        /* Only a back-off reads them. Right after subscribing, a release
+         * may have slipped by before the subscription: retry once on the
+         * plain back-off. So does every retry when no wake-up can come
+         * (rediss:// nodes only). */
+        in.polls = fresh || !wake_possible(o->wake);
+        in.rand01 = (double)random() / RAND_MAX;
+    }
+    uint64_t delay;
+    bool armed = redlock_wait_delay(&in, &delay);
+    if (in.head) {
+        q->woken = false;
+    }
+    if (armed) {
+        waitq_arm(call, delay);
+    }
+    return armed;
+}
+
+/* A round of an acquire call was answered: the decision is
+ * redlock_acquire_decide's, carried out here. */
 static void acquire_done_cb(const struct cluster_result *res, void *priv)
 {
     struct call *call = priv;
@@ -412,114 +538,51 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
     if (q != NULL) {
         q->head_trying = false;
     }
-    call->round_us += util_now_us() - call->round_start_us;
-    struct cluster_result sem_res;
-    if (call->req.permits > 0 &&
-        (res->err == ERR_BUSY || res->err == ERR_DONE)) {
-        call->slots_done += res->err == ERR_DONE;
-        call->slots_pttl =
-            call->slots_tried == 0
-                ? res->pttl_min
-                : redlock_sem_pttl_min(call->slots_pttl, res->pttl_min);
-        if (++call->slots_tried < call->req.permits && !call->abandoned &&
-            !o->shutting_down) {
-            /* That slot is taken or completed; another may be free: try it
-             * now. */
-            if (q != NULL) {
-                q->head_trying = true;
-            }
-            acquire_start(o, call);
-            return;
-        }
-        /* A completed permit is one the semaphore lacks until its done mark
-         * expires, not the end of the semaphore: done only when all are,
-         * so the answer does not hang on the slot a round starts from. */
-        sem_res = *res;
-        sem_res.err =
-            call->slots_done == call->req.permits ? ERR_DONE : ERR_BUSY;
-        /* The back-off waits for the first slot to free, not the last
-         * tried. */
-        sem_res.pttl_min = call->slots_pttl;
-        res = &sem_res;
-    }
-    call->slots_tried = 0;
-
-    if (res->err == ERR_NONE) {
-        if (q != NULL) {
-            waitq_unlink(o->waitqs, call);
-            q->woken = false;
-            /* Read before the answer gives the call back to the server. */
-            bool sem = call->req.permits > 0;
-            bool held = acquire_won(o, call, res);
-            /* The next in line waits for this lock's release (a local wake)
-             * or its expiry, whichever comes first, within its wait. */
-            if (q->head != NULL) {
-                uint64_t left = wait_left_ms(q->head, util_now_us());
-                waitq_arm(q->head, redlock_handoff_delay_ms(
-                                       held, sem, res->validity_ms, left));
-            } else {
-                waitq_free_if_empty(o->waitqs, q);
-            }
-            return;
-        }
-        acquire_won(o, call, res);
-        return;
-    }
-
     uint64_t now = util_now_us();
-    bool can_wait = (res->err == ERR_BUSY || res->err == ERR_NO_QUORUM) &&
-                    call->wait_until_us > now && !call->abandoned &&
-                    !o->shutting_down;
-    if (can_wait) {
-        bool fresh = false;
-        if (q == NULL) {
-            /* Refused before waitq_get(), which would leave an empty queue
-             * (and its wake-up watch) behind. */
-            const char *why = waiter_refusal(o, call);
-            if (why != NULL) {
-                METRIC_INC(acquire_error);
-                reply_error(call, ERR_LIMIT, why);
-                return;
-            }
-            char qbuf[SEM_NAME_MAX + 1];
-            size_t qlen;
-            const char *qname = call_queue(call, qbuf, &qlen);
-            fresh = waitq_find(o->waitqs, qname, qlen) == NULL;
-            q = waitq_get(o->waitqs, qname, qlen);
-            if (q == NULL || waitq_push(o->waitqs, q, call) != 0) {
-                log_error(NULL, "acquire: out of memory queueing a waiter");
-                if (q != NULL) {
-                    waitq_free_if_empty(o->waitqs, q);
-                }
-                METRIC_INC(acquire_error);
-                reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
-                return;
-            }
-            if (q->head != call) {
-                /* Someone queued meanwhile is ahead: wait our turn, at most
-                 * until our own wait runs out. */
-                waitq_arm(call, wait_left_ms(call, now));
-                return;
-            }
+    call->round_us += now - call->round_start_us;
+    struct redlock_acquire_in in = {
+        .got = acquire_got(res->err),
+        .pttl_min = res->pttl_min,
+        .permits = call->req.permits,
+        .fence = call->req.fence,
+        .renew = call->req.renew,
+        .session = call->session != NULL,
+        .stop = call->abandoned || o->shutting_down,
+        .waiting = call->wait_until_us > now,
+    };
+    struct redlock_sem_walk walk = {
+        .tried = call->slots_tried,
+        .done = call->slots_done,
+        .pttl = call->slots_pttl,
+    };
+    struct redlock_acquire_step step;
+    redlock_acquire_decide(&in, &walk, &step);
+    call->slots_tried = walk.tried;
+    call->slots_done = walk.done;
+    call->slots_pttl = walk.pttl;
+
+    switch (step.action) {
+    case RL_ACQ_NEXT_SLOT:
+        if (q != NULL) {
+            q->head_trying = true;
         }
-        uint64_t left = wait_left_ms(call, now);
-        /* Right after subscribing, a release may have slipped by before
-         * the subscription: retry once on the plain back-off. So does
-         * every retry when no wake-up can come (rediss:// nodes only). */
-        bool polls = fresh || !wake_possible(o->wake);
-        uint32_t delay =
-            q->woken ? 0
-                     : redlock_retry_delay_ms(call->attempt,
-                                              polls ? -1 : res->pttl_min, left,
-                                              (double)random() / RAND_MAX);
-        q->woken = false;
-        if (left > 0) {
-            waitq_arm(call, delay);
+        acquire_start(o, call);
+        return;
+    case RL_ACQ_WON:
+    case RL_ACQ_GIVE_BACK:
+        acquire_taken(o, call, res, &step);
+        return;
+    case RL_ACQ_WAIT:
+        if (acquire_wait(o, call, &step, now)) {
             return;
         }
+        break;
+    case RL_ACQ_ANSWER:
+        break;
     }
 
-    switch (res->err) {
+    enum proto_err err = acquire_err(step.answer, res->err);
+    switch (err) {
     case ERR_BUSY:
         METRIC_INC(acquire_busy);
         break;
@@ -533,10 +596,11 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
         METRIC_INC(acquire_error);
         break;
     }
-    if (q != NULL) {
-        waiter_finish(o, call, res->err, acquire_message(call, res));
+    /* Queued by now when it waited (acquire_wait). */
+    if (call->waitq != NULL) {
+        waiter_finish(o, call, err, acquire_message(call, err, res));
     } else {
-        reply_error(call, res->err, acquire_message(call, res));
+        reply_error(call, err, acquire_message(call, err, res));
     }
 }
 
