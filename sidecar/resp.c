@@ -34,7 +34,7 @@ struct pooled_reply {
 static struct pooled_reply *reply_pool;
 static int reply_pool_len;
 
-static redisReply *reply_new(int type)
+redisReply *resp_reply_new(int type)
 {
     struct pooled_reply *p = reply_pool;
     if (p != NULL) {
@@ -49,6 +49,47 @@ static redisReply *reply_new(int type)
     memset(&p->r, 0, sizeof(p->r));
     p->r.type = type;
     return &p->r;
+}
+
+redisReply *resp_reply_string(int type, const char *s, size_t n)
+{
+    char *copy = malloc(n + 1);
+    if (copy == NULL) {
+        return NULL;
+    }
+    memcpy(copy, s, n);
+    copy[n] = '\0';
+    redisReply *r = resp_reply_new(type);
+    if (r == NULL) {
+        free(copy);
+        return NULL;
+    }
+    r->str = copy;
+    r->len = n;
+    return r;
+}
+
+redisReply *resp_reply_array(size_t n)
+{
+    redisReply *r = resp_reply_new(REDIS_REPLY_ARRAY);
+    if (r == NULL) {
+        return NULL;
+    }
+    struct pooled_reply *p = (struct pooled_reply *)r;
+    if (n > 0) {
+        if (n <= REPLY_INLINE) {
+            p->inl[0] = p->inl[1] = NULL;
+            r->element = p->inl;
+        } else {
+            r->element = calloc(n, sizeof(redisReply *));
+            if (r->element == NULL) {
+                resp_reply_free(r);
+                return NULL;
+            }
+        }
+    }
+    r->elements = n;
+    return r;
 }
 
 void resp_reply_free(redisReply *r)
@@ -175,21 +216,8 @@ static enum resp_status number_line(struct parser *p, long long *out,
 static enum resp_status string_reply(int type, const char *s, size_t n,
                                      redisReply **out)
 {
-    char *copy = malloc(n + 1);
-    if (copy == NULL) {
-        return RESP_NOMEM;
-    }
-    memcpy(copy, s, n);
-    copy[n] = '\0';
-    redisReply *r = reply_new(type);
-    if (r == NULL) {
-        free(copy);
-        return RESP_NOMEM;
-    }
-    r->str = copy;
-    r->len = n;
-    *out = r;
-    return RESP_OK;
+    *out = resp_reply_string(type, s, n);
+    return *out != NULL ? RESP_OK : RESP_NOMEM;
 }
 
 static enum resp_status parse_array(struct parser *p, long long count,
@@ -224,7 +252,7 @@ static enum resp_status parse_item(struct parser *p, int depth,
         if (rc != RESP_OK) {
             return rc;
         }
-        *out = reply_new(REDIS_REPLY_INTEGER);
+        *out = resp_reply_new(REDIS_REPLY_INTEGER);
         if (*out == NULL) {
             return RESP_NOMEM;
         }
@@ -240,7 +268,7 @@ static enum resp_status parse_item(struct parser *p, int depth,
             return protocol_error(p, "bad bulk length");
         }
         if (v == -1) {
-            *out = reply_new(REDIS_REPLY_NIL);
+            *out = resp_reply_new(REDIS_REPLY_NIL);
             if (*out == NULL) {
                 return RESP_NOMEM;
             }
@@ -269,7 +297,7 @@ static enum resp_status parse_item(struct parser *p, int depth,
         }
         p->pos = next;
         if (v == -1) {
-            *out = reply_new(REDIS_REPLY_NIL);
+            *out = resp_reply_new(REDIS_REPLY_NIL);
             return *out != NULL ? RESP_OK : RESP_NOMEM;
         }
         if (depth >= RESP_MAX_DEPTH) {
@@ -284,24 +312,10 @@ static enum resp_status parse_item(struct parser *p, int depth,
 static enum resp_status parse_array(struct parser *p, long long count,
                                     int depth, redisReply **out)
 {
-    redisReply *r = reply_new(REDIS_REPLY_ARRAY);
+    redisReply *r = resp_reply_array((size_t)count);
     if (r == NULL) {
         return RESP_NOMEM;
     }
-    struct pooled_reply *pr = (struct pooled_reply *)r;
-    if (count > 0) {
-        if (count <= REPLY_INLINE) {
-            pr->inl[0] = pr->inl[1] = NULL;
-            r->element = pr->inl;
-        } else {
-            r->element = calloc((size_t)count, sizeof(redisReply *));
-            if (r->element == NULL) {
-                resp_reply_free(r);
-                return RESP_NOMEM;
-            }
-        }
-    }
-    r->elements = (size_t)count;
     for (size_t i = 0; i < r->elements; i++) {
         enum resp_status rc = parse_item(p, depth + 1, &r->element[i]);
         if (rc != RESP_OK) {

@@ -39,7 +39,18 @@ enum resp_status {
 enum resp_status resp_parse(const char *buf, size_t len, size_t *used,
                             struct redisReply **out, char *err, size_t errlen);
 
-/* resp_reply_free: r and everything under it; NULL is fine. */
+/* resp_reply_new: a pooled reply object of type (REDIS_REPLY_*), all
+ * else zero; resp_reply_string: one of type (a string, status or error)
+ * holding a NUL-terminated copy of s[0..n); resp_reply_array: an array of
+ * n elements, all NULL until the caller fills them. Each returns NULL when
+ * out of memory; free with resp_reply_free. The parser builds its replies
+ * with these; so can another reader that wants the pool. */
+struct redisReply *resp_reply_new(int type);
+struct redisReply *resp_reply_string(int type, const char *s, size_t n);
+struct redisReply *resp_reply_array(size_t n);
+
+/* resp_reply_free: r and everything under it (NULL elements included);
+ * NULL is fine. */
 void resp_reply_free(struct redisReply *r);
 
 /* resp_pool_drain: frees the cached objects (at exit, for leak checkers). */

@@ -164,6 +164,82 @@ static void test_depth_limit(void **state)
     expect_protocol(deeper, strlen(deeper));
 }
 
+/* The size limits are decided on the header alone, before any of the
+ * bytes it announces has arrived: nothing is buffered or allocated for a
+ * length over them (hiredis 0.14's reader does both, CONTRIBUTING.md). */
+static void test_limits_from_the_header(void **state)
+{
+    (void)state;
+    char buf[64];
+    size_t used = 0;
+    redisReply *r = NULL;
+    char err[64] = "";
+    int n = snprintf(buf, sizeof(buf), "$%u\r\n", RESP_MAX_BULK);
+    assert_int_equal(resp_parse(buf, (size_t)n, &used, &r, err, sizeof(err)),
+                     RESP_INCOMPLETE); /* at the limit: wait for it */
+    assert_null(r);
+    n = snprintf(buf, sizeof(buf), "$%u\r\n", RESP_MAX_BULK + 1);
+    expect_protocol(buf, (size_t)n);
+    n = snprintf(buf, sizeof(buf), "*%d\r\n", RESP_MAX_ELEMENTS);
+    assert_int_equal(resp_parse(buf, (size_t)n, &used, &r, err, sizeof(err)),
+                     RESP_INCOMPLETE);
+    assert_null(r);
+    n = snprintf(buf, sizeof(buf), "*%d\r\n", RESP_MAX_ELEMENTS + 1);
+    expect_protocol(buf, (size_t)n);
+    expect_protocol("$3\r\nabcXY", 9); /* no CRLF after the bytes */
+}
+
+/* The pooled objects a reader builds replies from: what resp_parse
+ * returns, and what resp_reply_free takes back, partly filled arrays
+ * included (a reader that fails mid-array frees what it has). */
+static void test_reply_objects(void **state)
+{
+    (void)state;
+    redisReply *r = resp_reply_new(REDIS_REPLY_INTEGER);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    assert_int_equal(r->integer, 0);
+    assert_null(r->str);
+    assert_null(r->element);
+    resp_reply_free(r);
+
+    static const char bytes[] = "a\0b";
+    r = resp_reply_string(REDIS_REPLY_STRING, bytes, 3);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    assert_int_equal(r->len, 3);
+    assert_memory_equal(r->str, "a\0b", 3);
+    assert_int_equal(r->str[3], '\0');
+    assert_ptr_not_equal(r->str, bytes);
+    resp_reply_free(r);
+    r = resp_reply_string(REDIS_REPLY_STATUS, "OK", 0);
+    assert_string_equal(r->str, "");
+    resp_reply_free(r);
+
+    r = resp_reply_array(0);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(r->elements, 0);
+    resp_reply_free(r);
+    for (size_t n = 1; n <= 5; n++) { /* in the object, then on the heap */
+        r = resp_reply_array(n);
+        assert_non_null(r);
+        assert_int_equal(r->elements, n);
+        for (size_t i = 0; i < n; i++) {
+            assert_null(r->element[i]);
+        }
+        r->element[0] = resp_reply_new(REDIS_REPLY_NIL); /* the rest NULL */
+        resp_reply_free(r);
+    }
+
+    /* The same objects resp_parse hands out: one freed comes back. */
+    r = resp_reply_new(REDIS_REPLY_NIL);
+    resp_reply_free(r);
+    redisReply *again = parse_one(":5\r\n");
+    assert_ptr_equal(again, r);
+    assert_int_equal(again->integer, 5);
+    resp_reply_free(again);
+}
+
 static void test_unknown_type_and_bad_lines(void **state)
 {
     (void)state;
@@ -364,6 +440,8 @@ int main(void)
         cmocka_unit_test(test_bulk),
         cmocka_unit_test(test_arrays),
         cmocka_unit_test(test_depth_limit),
+        cmocka_unit_test(test_limits_from_the_header),
+        cmocka_unit_test(test_reply_objects),
         cmocka_unit_test(test_unknown_type_and_bad_lines),
         cmocka_unit_test(test_incomplete_at_every_split),
         cmocka_unit_test(test_free_null),
