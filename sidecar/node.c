@@ -25,9 +25,9 @@
  *
  * Reads: the socket is read into the node's input buffer and resp.c parses
  * the replies (into pooled redisReply objects); commands are kept in a FIFO
- * in send order and Redis answers in order, so each reply belongs to the
- * FIFO's head. Every command gets the same timeout, on util_now_us(), the
- * clock cluster.c measures validity on, so deadlines grow along the FIFO:
+ * (cmdq.c) in send order and Redis answers in order, so each reply belongs
+ * to the FIFO's head. Every command gets the same timeout, on util_now_us(),
+ * the clock cluster.c measures validity on, so deadlines grow along the FIFO:
  * one timer armed for the oldest live command serves them all. A command that
  * times out gets its callback at once (NODE_TIMEOUT) and stays in the FIFO,
  * marked done, until its reply arrives or the connection drops. */
@@ -49,6 +49,7 @@
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
 
+#include "cmdq.h"
 #include "config.h"
 #include "info.h"
 #include "log.h"
@@ -71,17 +72,17 @@
 #define HANDSHAKE_DATASET_DATE (-9)     /* ... PEXPIRE dataset_key */
 #define DATASET_MARK_LEN 32
 #define SHA_LEN 40
+#define CMD_POOL_MAX 4096 /* free commands kept: a busy node, not a leak */
 
-/* One command in flight. Owned by its node: taken from the node's free list
- * on send, returned there once its reply has been handled (or the connection
- * dropped). */
+/* One command in flight. Owned by its node's queue (cmdq.h): taken from
+ * its pool on send, returned there once its reply has been handled (or the
+ * connection dropped). q.done: the user callback already ran (timeout). */
 struct node_cmd {
-    struct node *node; /* borrowed: the node it was sent on */
-    node_reply_fn *cb; /* NULL for internal handshake commands */
+    struct cmdq_entry q; /* first: the FIFO's link and the deadline */
+    struct node *node;   /* borrowed: the node it was sent on */
+    node_reply_fn *cb;   /* NULL for internal handshake commands */
     void *privdata;
     uint64_t sent_us;
-    uint64_t deadline_us;
-    bool done;                    /* the user callback already ran (timeout) */
     bool prefix; /* a plain sequence's command before its last (MULTI,
                     a queued command): its reply is dropped */
     bool guarded; /* an acquire: handled only with a later guard's reply */
@@ -90,8 +91,10 @@ struct node_cmd {
     const struct node_prep *prep; /* borrowed: the script command, kept
                                      for an EVAL retry on NOSCRIPT */
     struct node_prep *owned_prep; /* node_script(): ours to free */
-    struct node_cmd *prev, *next; /* the node's FIFO or free list */
+    struct node_cmd *rec_next;    /* the NOSCRIPT re-send list */
 };
+/* cmdq allocates entries of sizeof(struct node_cmd) from their start. */
+_Static_assert(offsetof(struct node_cmd, q) == 0, "the entry comes first");
 
 /* The SHA1 of each script as the first node reported it; every node
  * computes the same, so one prepared EVALSHA serves them all. */
@@ -131,11 +134,7 @@ struct node {
     bool handshake_failed;
     char sha[SCRIPT__COUNT][SHA_LEN + 1];
     bool sha_ok[SCRIPT__COUNT];   /* sha equals known_sha: prepared sends ok */
-    struct node_cmd *head, *tail; /* FIFO of commands sent, in order */
-    struct node_cmd *live;        /* first command not yet timed out */
-    int pending;                  /* commands in the FIFO */
-    struct node_cmd *free_cmds;
-    int free_count;
+    struct cmdq fifo; /* of struct node_cmd: commands sent, in order */
     char last_error[160];
     /* The first error a plain sequence's prefix got (a command refused
      * while queued in MULTI: OOM, ...), for the sequence's last reply:
@@ -158,7 +157,7 @@ struct node {
     bool rec_active;
     struct node_cmd *rec_last; /* last command written when it began */
     struct node_cmd *rec_head; /* NOSCRIPT'd commands to re-send, in send */
-    struct node_cmd *rec_tail; /* order (linked by next; not in the FIFO) */
+    struct node_cmd *rec_tail; /* order (by rec_next; not in the FIFO) */
     struct node_cmd *held;     /* first held command in the FIFO, or NULL */
     char *hbuf;                /* owned: bytes of the held commands */
     size_t hlen, hcap;
@@ -387,30 +386,41 @@ static void node_attempt_failed(struct node *node, const char *msg)
 
 /* ---- command pool and FIFO ------------------------------------------- */
 
+/* The node's command of a queue entry; NULL for NULL. */
+static struct node_cmd *cmd_of(struct cmdq_entry *e)
+{
+    return e != NULL ? CMDQ_ITEM(e, struct node_cmd, q) : NULL;
+}
+
+static struct node_cmd *fifo_head(const struct node *node)
+{
+    return cmd_of(node->fifo.head);
+}
+
 static struct node_cmd *cmd_get(struct node *node)
 {
-    struct node_cmd *cmd = node->free_cmds;
-    if (cmd != NULL) {
-        node->free_cmds = cmd->next;
-        node->free_count--;
-    } else {
-        cmd = malloc(sizeof(*cmd));
-        if (cmd == NULL) {
-            return NULL;
-        }
+    struct node_cmd *cmd = cmd_of(cmdq_get(&node->fifo));
+    if (cmd == NULL) {
+        return NULL;
     }
     cmd->node = node;
     cmd->cb = NULL;
     cmd->privdata = NULL;
-    cmd->done = false;
     cmd->prefix = false;
     cmd->guarded = false;
     cmd->guard = false;
     cmd->script = -1;
     cmd->prep = NULL;
     cmd->owned_prep = NULL;
-    cmd->prev = cmd->next = NULL;
+    cmd->rec_next = NULL;
     return cmd;
+}
+
+/* The FIFO's head is a guarded command still awaiting its reply. */
+static bool head_guarded(const struct node *node)
+{
+    const struct node_cmd *head = fifo_head(node);
+    return head != NULL && head->guarded && !head->q.done;
 }
 
 static void cmd_put(struct node *node, struct node_cmd *cmd)
@@ -421,95 +431,32 @@ static void cmd_put(struct node *node, struct node_cmd *cmd)
         cmd->owned_prep = NULL;
     }
     cmd->prep = NULL;
-    /* Keep a bounded pool: enough for a busy node, not a leak after a
-     * burst. */
-    if (node->free_count >= 4096 || node->state == NODE_CLOSED) {
-        free(cmd);
-        return;
-    }
-    cmd->next = node->free_cmds;
-    node->free_cmds = cmd;
-    node->free_count++;
-}
-
-static void fifo_push(struct node *node, struct node_cmd *cmd)
-{
-    cmd->next = NULL;
-    cmd->prev = node->tail;
-    if (node->tail != NULL) {
-        node->tail->next = cmd;
-    } else {
-        node->head = cmd;
-    }
-    node->tail = cmd;
-    if (node->live == NULL) {
-        node->live = cmd;
-    }
-    node->pending++;
+    cmdq_put(&node->fifo, &cmd->q);
 }
 
 /* Puts cmd into the FIFO just before `before` (at the tail when NULL):
  * the bytes of commands written while a NOSCRIPT recovery ends go out
  * ahead of the held ones, and the FIFO must stay in wire order. Leaves
- * live to rec_close (fifo_find_live) unless before is NULL. */
+ * live to rec_close (cmdq_find_live) unless before is NULL. */
 static void fifo_insert_before(struct node *node, struct node_cmd *cmd,
                                struct node_cmd *before)
 {
-    if (before == NULL) {
-        fifo_push(node, cmd);
-        return;
-    }
-    cmd->next = before;
-    cmd->prev = before->prev;
-    if (before->prev != NULL) {
-        before->prev->next = cmd;
-    } else {
-        node->head = cmd;
-    }
-    before->prev = cmd;
-    node->pending++;
-}
-
-/* live: the first command not yet timed out. */
-static void fifo_find_live(struct node *node)
-{
-    node->live = node->head;
-    while (node->live != NULL && node->live->done) {
-        node->live = node->live->next;
-    }
-}
-
-static void fifo_unlink(struct node *node, struct node_cmd *cmd)
-{
-    if (node->live == cmd) {
-        node->live = cmd->next;
-    }
-    if (cmd->prev != NULL) {
-        cmd->prev->next = cmd->next;
-    } else {
-        node->head = cmd->next;
-    }
-    if (cmd->next != NULL) {
-        cmd->next->prev = cmd->prev;
-    } else {
-        node->tail = cmd->prev;
-    }
-    cmd->prev = cmd->next = NULL;
-    node->pending--;
+    cmdq_insert_before(&node->fifo, &cmd->q,
+                       before != NULL ? &before->q : NULL);
 }
 
 static void cmd_timer_arm(struct node *node)
 {
-    /* Deadlines only grow along the FIFO, so a timer already armed fires
-     * no later than needed; it is left armed when the FIFO empties rather
-     * than deleted and re-added for every batch. */
-    if (node->live == NULL ||
-        (node->cmd_timer_on && node->cmd_timer_at <= node->live->deadline_us)) {
+    /* A timer already armed fires no later than needed; it is left armed
+     * when the FIFO empties rather than deleted and re-added for every
+     * batch. */
+    uint64_t at;
+    if (!cmdq_timer_at(&node->fifo, node->cmd_timer_on, node->cmd_timer_at,
+                       &at)) {
         return;
     }
     uint64_t now = util_now_us();
-    uint64_t wait =
-        node->live->deadline_us > now ? node->live->deadline_us - now : 0;
+    uint64_t wait = at > now ? at - now : 0;
     struct timeval tv = {(time_t)(wait / 1000000u),
                          (suseconds_t)(wait % 1000000u)};
     evtimer_add(node->cmd_timer, &tv);
@@ -535,29 +482,27 @@ static void cmd_timer_cb(evutil_socket_t fd, short what, void *arg)
         node_drop(node, "TLS handshake timeout");
         return;
     }
-    while (node->live != NULL && node->live->deadline_us <= now) {
-        struct node_cmd *cmd = node->live;
-        node->live = cmd->next;
-        if (!cmd->done) {
-            cmd->done = true;
-            if (cmd->cb != NULL) {
-                cmd->cb(node, NULL, NODE_TIMEOUT, cmd->privdata);
-            }
+    struct cmdq_entry *due;
+    while ((due = cmdq_due(&node->fifo, now)) != NULL) {
+        struct node_cmd *cmd = cmd_of(due);
+        if (cmd->cb != NULL) {
+            cmd->cb(node, NULL, NODE_TIMEOUT, cmd->privdata);
         }
     }
     /* Stalled means no reply at all for stall_ms while commands wait; a
      * deep backlog that is still being answered is slow, not stuck. */
-    uint64_t since = node->head != NULL ? node->head->sent_us : now;
+    struct node_cmd *head = fifo_head(node);
+    uint64_t since = head != NULL ? head->sent_us : now;
     if (node->last_reply_us > since) {
         since = node->last_reply_us;
     }
-    if (node->head != NULL && node->state == NODE_UP &&
+    if (head != NULL && node->state == NODE_UP &&
         now - since >= (uint64_t)node->opts.stall_ms * 1000u) {
         node_set_error(node, "no reply for %s", "the stall limit");
         node_drop(node, "stalled");
         return;
     }
-    if (node->live == NULL && node->head != NULL) {
+    if (node->fifo.live == NULL && head != NULL) {
         /* Only timed-out commands remain: check again for the stall. */
         struct timeval tv = {(time_t)(node->opts.timeout_ms / 1000),
                              (suseconds_t)(node->opts.timeout_ms % 1000) *
@@ -921,15 +866,15 @@ static bool rec_fail_acquires(struct node *node)
         struct node_cmd *cmd = *pp;
         if (cmd->script != SCRIPT_ACQUIRE) {
             node->rec_tail = cmd;
-            pp = &cmd->next;
+            pp = &cmd->rec_next;
             continue;
         }
-        *pp = cmd->next;
-        cmd->next = NULL;
+        *pp = cmd->rec_next;
+        cmd->rec_next = NULL;
         static char msg[] = "NOSCRIPT not re-sent: a later command ran first";
         redisReply err = {
             .type = REDIS_REPLY_ERROR, .str = msg, .len = sizeof(msg) - 1};
-        cmd->done = true;
+        cmd->q.done = true;
         failed++;
         if (cmd->cb != NULL) {
             cmd->cb(node, &err, NODE_REPLY, cmd->privdata);
@@ -958,7 +903,8 @@ static int rec_close(struct node *node, uint64_t now)
     node->rec_last = NULL;
     while (node->rec_head != NULL) {
         struct node_cmd *cmd = node->rec_head;
-        node->rec_head = cmd->next;
+        node->rec_head = cmd->rec_next;
+        cmd->rec_next = NULL;
         if (node->rec_head == NULL) {
             node->rec_tail = NULL;
         }
@@ -1005,7 +951,7 @@ static int rec_close(struct node *node, uint64_t now)
         node->guard_due_held = false;
         node->guard_due = true;
     }
-    fifo_find_live(node);
+    cmdq_find_live(&node->fifo);
     if (node->hcap > 1024 * 1024) {
         free(node->hbuf);
         node->hbuf = NULL;
@@ -1051,28 +997,28 @@ static redisReply *queued_error_fold(const struct node *node, redisReply *reply,
 static void node_handle_reply(struct node *node, redisReply *reply,
                               uint64_t now)
 {
-    struct node_cmd *cmd = node->head;
+    struct node_cmd *cmd = fifo_head(node);
     uint64_t gen = node->conn_gen;
     bool noscript = reply_is_noscript(cmd, reply);
     if (noscript && !node->rec_active) {
         node->rec_active = true;
-        node->rec_last = node->tail;
+        node->rec_last = cmd_of(node->fifo.tail);
         log_warn(node->subject,
                  "NOSCRIPT: the server lost its scripts; re-sending in "
                  "order and reloading them");
     }
     bool window_end = node->rec_active && cmd == node->rec_last;
-    fifo_unlink(node, cmd);
+    cmdq_unlink(&node->fifo, &cmd->q);
     node->rtt_ms = (double)(now - cmd->sent_us) / 1000.0;
     node->last_reply_us = now;
     if (node->opts.push_cb == NULL) { /* not a subscriber */
         metrics_observe_node(node->index, now - cmd->sent_us);
     }
-    if (noscript && !cmd->done) {
+    if (noscript && !cmd->q.done) {
         /* Step 2: it did not run; it goes out again in its place. */
-        cmd->next = NULL;
+        cmd->rec_next = NULL;
         if (node->rec_tail != NULL) {
-            node->rec_tail->next = cmd;
+            node->rec_tail->rec_next = cmd;
         } else {
             node->rec_head = cmd;
         }
@@ -1084,8 +1030,8 @@ static void node_handle_reply(struct node *node, redisReply *reply,
             node->rec_head != NULL && !rec_fail_acquires(node)) {
             window_end = false;
         }
-        if (!cmd->done) {
-            cmd->done = true;
+        if (!cmd->q.done) {
+            cmd->q.done = true;
             if (cmd->prefix) {
                 queued_error_keep(node, reply);
             } else if (cmd->cb != NULL) {
@@ -1185,9 +1131,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
             if (off >= node->ilen) {
                 break;
             }
-            if (node->ahead_n > 0 ||
-                (node->head != NULL && node->head->guarded &&
-                 !node->head->done)) {
+            if (node->ahead_n > 0 || head_guarded(node)) {
                 int rc = guard_read(node, &off);
                 if (rc < 0) {
                     return; /* dropped, and the input with it */
@@ -1213,7 +1157,7 @@ static void read_cb(evutil_socket_t fd, short what, void *arg)
                 }
                 continue;
             }
-            if (rc == RESP_OK && node->head == NULL) {
+            if (rc == RESP_OK && node->fifo.head == NULL) {
                 resp_reply_free(r);
                 snprintf(why, sizeof(why), "a reply nobody asked for");
                 rc = RESP_PROTOCOL;
@@ -1262,10 +1206,10 @@ static int node_enqueue(struct node *node, struct node_cmd **cmds, int n,
     for (int k = 0; k < n; k++) {
         struct node_cmd *cmd = cmds[k];
         cmd->sent_us = now;
-        cmd->deadline_us = now + (uint64_t)timeout_ms * 1000u;
+        cmd->q.deadline_us = now + (uint64_t)timeout_ms * 1000u;
         if (node->held != NULL && !node->rec_active &&
-            node->held->deadline_us < cmd->deadline_us) {
-            cmd->deadline_us = node->held->deadline_us;
+            node->held->q.deadline_us < cmd->q.deadline_us) {
+            cmd->q.deadline_us = node->held->q.deadline_us;
         }
         fifo_insert_before(node, cmd, node->rec_active ? NULL : node->held);
         if (node->rec_active && node->held == NULL) {
@@ -1281,7 +1225,7 @@ static int node_enqueue(struct node *node, struct node_cmd **cmds, int n,
 static bool node_accepts(const struct node *node)
 {
     return node->state == NODE_UP && node->fd >= 0 &&
-           node->pending < node->opts.max_pending;
+           node->fifo.len < node->opts.max_pending;
 }
 
 int node_prepare(struct node_prep *p, enum node_script script, int argc,
@@ -1369,7 +1313,7 @@ static int node_send_plain(struct node *node, const struct node_prep *p,
 {
     struct node_cmd *cmds[8];
     if (p->n_cmds < 1 || p->n_cmds > 8 ||
-        node->pending + p->n_cmds > node->opts.max_pending) {
+        node->fifo.len + p->n_cmds > node->opts.max_pending) {
         return -1;
     }
     for (int k = 0; k < p->n_cmds; k++) {
@@ -2047,16 +1991,17 @@ static int guard_queue(struct node *node, bool held)
     /* The turn's last send time: an earlier clock reading only makes the
      * deadline stricter, and saves one. */
     cmd->sent_us = node->last_send_us;
-    cmd->deadline_us =
+    cmd->q.deadline_us =
         node->last_send_us + (uint64_t)node->opts.timeout_ms * 1000u;
     if (held) {
-        fifo_push(node, cmd);
+        cmdq_push(&node->fifo, &cmd->q);
     } else {
-        if (node->held != NULL && node->held->deadline_us < cmd->deadline_us) {
-            cmd->deadline_us = node->held->deadline_us;
+        if (node->held != NULL &&
+            node->held->q.deadline_us < cmd->q.deadline_us) {
+            cmd->q.deadline_us = node->held->q.deadline_us;
         }
         fifo_insert_before(node, cmd, node->held);
-        fifo_find_live(node);
+        cmdq_find_live(&node->fifo);
     }
     cmd_timer_arm(node);
     return 0;
@@ -2124,9 +2069,9 @@ static void node_protocol_error(struct node *node, enum resp_status rc,
 static int guard_read(struct node *node, size_t *off)
 {
     int k = 1;
-    const struct node_cmd *g = node->head;
+    const struct node_cmd *g = fifo_head(node);
     while (g != NULL && !g->guard) {
-        g = g->next;
+        g = cmd_of(g->q.next);
         k++;
     }
     if (g == NULL) {
@@ -2472,10 +2417,10 @@ static void node_drop(struct node *node, const char *why)
      * before any still in the FIFO: they fail first. */
     while (node->rec_head != NULL) {
         struct node_cmd *cmd = node->rec_head;
-        node->rec_head = cmd->next;
-        cmd->next = NULL;
-        if (!cmd->done) {
-            cmd->done = true;
+        node->rec_head = cmd->rec_next;
+        cmd->rec_next = NULL;
+        if (!cmd->q.done) {
+            cmd->q.done = true;
             if (cmd->cb != NULL) {
                 cmd->cb(node, NULL, NODE_DISCONNECTED, cmd->privdata);
             }
@@ -2483,11 +2428,11 @@ static void node_drop(struct node *node, const char *why)
         cmd_put(node, cmd);
     }
     node->rec_tail = NULL;
-    while (node->head != NULL) {
-        struct node_cmd *cmd = node->head;
-        fifo_unlink(node, cmd);
-        if (!cmd->done) {
-            cmd->done = true;
+    while (node->fifo.head != NULL) {
+        struct node_cmd *cmd = fifo_head(node);
+        cmdq_unlink(&node->fifo, &cmd->q);
+        if (!cmd->q.done) {
+            cmd->q.done = true;
             if (cmd->cb != NULL) {
                 cmd->cb(node, NULL, NODE_DISCONNECTED, cmd->privdata);
             }
@@ -2710,6 +2655,7 @@ struct node *node_create(struct event_base *base, int index,
     if (node == NULL) {
         return NULL;
     }
+    cmdq_init(&node->fifo, sizeof(struct node_cmd), CMD_POOL_MAX);
     node->index = index;
     node->addr = addr;
     node->opts = *opts;
@@ -2751,6 +2697,7 @@ void node_destroy(struct node *node)
         METRIC_ADD(nodes_up, -1);
     }
     node->state = NODE_CLOSED;
+    cmdq_close(&node->fifo); /* the commands node_drop puts back are freed */
     resolve_cancel(node->resolving);
     node->resolving = NULL;
     node_drop(node, "closed"); /* runs every pending callback */
@@ -2766,11 +2713,6 @@ void node_destroy(struct node *node)
     free(node->hbuf);
     free(node->guard_buf);
     free(node->ahead);
-    while (node->free_cmds != NULL) {
-        struct node_cmd *c = node->free_cmds;
-        node->free_cmds = c->next;
-        free(c);
-    }
     free(node);
 }
 
