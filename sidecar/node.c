@@ -70,7 +70,6 @@
 #define HANDSHAKE_DATASET_GET (-7)      /* ... GET dataset_key */
 #define HANDSHAKE_DATASET_PTTL (-8)     /* ... PTTL dataset_key */
 #define HANDSHAKE_DATASET_DATE (-9)     /* ... PEXPIRE dataset_key */
-#define DATASET_MARK_LEN 32
 #define SHA_LEN 40
 #define CMD_POOL_MAX 4096 /* free commands kept: a busy node, not a leak */
 
@@ -163,29 +162,16 @@ struct node {
     size_t hlen, hcap;
     int reload_failed;      /* SCRIPT LOADs of this reload that failed */
     char reload_error[120]; /* the first one's reason */
-    char run_id[48]; /* INFO server run_id of the last handshake */
-    /* The run_ids of the connection that last came up and of the one up
-     * before it. Only handshakes that reach NODE_UP count: one that fails
-     * after INFO (a node still loading its RDB answers INFO, then refuses
-     * SCRIPT LOAD) must not make the next handshake look like the same
-     * server, or a restarted node would skip its quarantine. */
-    char up_run_id[48];
-    char prev_up_run_id[48];
-    /* INFO replication's master_replid, likewise: of the last handshake,
-     * of the connection up, of the one up before it. It changes when the
-     * server syncs from a master (its keys replaced by the master's) or a
-     * replica is promoted, never for a primary left alone; "" when the
-     * server does not say (before Redis 4). */
-    char replid[48];
-    char up_replid[48];
-    char prev_up_replid[48];
-    /* The mark in the data-set key, likewise ("" not known: no key kept,
-     * refused, or not a string). dataset_refused: the ACL refused its
-     * commands on this connection (no check until the next handshake
-     * tries again); dataset_warned: that was told (once per node). */
-    char dataset[DATASET_MARK_LEN + 1];
-    char up_dataset[DATASET_MARK_LEN + 1];
-    char prev_up_dataset[DATASET_MARK_LEN + 1];
+    /* What the last handshake read (restart.h), and what the connection
+     * that last came up and the one up before it had read. Only
+     * handshakes that reach NODE_UP count: one that fails after INFO (a
+     * node still loading its RDB answers INFO, then refuses SCRIPT LOAD)
+     * must not make the next handshake look like the same server, or a
+     * restarted node would skip its quarantine. dataset_refused: the ACL
+     * refused the data-set key's commands on this connection (no check
+     * until the next handshake tries again); dataset_warned: that was
+     * told (once per node). */
+    struct node_ident last, up, prev_up;
     bool dataset_refused;
     bool dataset_warned;
     /* A lock connection up with no mark read and no ACL refusal: nothing
@@ -1348,7 +1334,7 @@ int node_send_prepared(struct node *node, const struct node_prep *p,
     }
     /* Guarded where there is a mark to compare (see guard_close). */
     bool guarded = p->guarded && node->guard_buf != NULL &&
-                   node->up_dataset[0] != '\0' && !node->dataset_refused;
+                   node->up.dataset[0] != '\0' && !node->dataset_refused;
     int rc;
     if (p->plain) {
         rc = node_send_plain(node, p, now, cb, privdata, guarded);
@@ -1560,7 +1546,7 @@ static void ping_timer_cb(evutil_socket_t fd, short what, void *arg)
                            (void *)(intptr_t)HANDSHAKE_INFO_REPLICATION);
         /* Likewise for a node emptied under the same run_id and
          * replication id (FLUSHALL, a server swapped behind a proxy). */
-        if (node->dataset[0] != '\0' && !node->dataset_refused) {
+        if (node->last.dataset[0] != '\0' && !node->dataset_refused) {
             argv[0] = "GET";
             lens[0] = 3;
             argv[1] = node->opts.dataset_key;
@@ -1686,10 +1672,10 @@ static void node_check_role(struct node *node, const char *info)
  * the quarantine of a restart. */
 static void node_check_replid(struct node *node, const char *info)
 {
-    char replid[sizeof(node->replid)];
+    char replid[sizeof(node->last.replid)];
     info_field(info, "master_replid", replid, sizeof(replid));
     if (node->state != NODE_UP || replid[0] == '\0' ||
-        node->up_replid[0] == '\0' || strcmp(replid, node->up_replid) == 0) {
+        node->up.replid[0] == '\0' || strcmp(replid, node->up.replid) == 0) {
         return;
     }
     node_set_error(node,
@@ -1737,7 +1723,7 @@ static bool dataset_refused(struct node *node, const char *text)
 static bool mark_unknown(const struct node *node)
 {
     return node->opts.dataset_key != NULL && node->opts.push_cb == NULL &&
-           !node->dataset_refused && node->dataset[0] == '\0';
+           !node->dataset_refused && node->last.dataset[0] == '\0';
 }
 
 /* Why the mark is unknown: the refusal, or a key found empty. */
@@ -1794,11 +1780,11 @@ static void date_refused(struct node *node, const char *step, const char *text)
 
 /* The mark a GET answered into out ("" for none). */
 static void dataset_read(const struct redisReply *reply,
-                         char out[DATASET_MARK_LEN + 1])
+                         char out[RESTART_MARK_LEN + 1])
 {
     size_t n = 0;
     if (reply->type == REDIS_REPLY_STRING) {
-        n = reply->len < DATASET_MARK_LEN ? reply->len : DATASET_MARK_LEN;
+        n = reply->len < RESTART_MARK_LEN ? reply->len : RESTART_MARK_LEN;
         memcpy(out, reply->str, n);
     }
     out[n] = '\0';
@@ -1821,14 +1807,14 @@ static const char *dataset_ttl_arg(void)
 static bool dataset_same(const struct node *node, const redisReply *reply,
                          bool *gone)
 {
-    char mark[DATASET_MARK_LEN + 1];
+    char mark[RESTART_MARK_LEN + 1];
     *gone = false;
-    if (reply->type == REDIS_REPLY_ERROR || node->up_dataset[0] == '\0') {
+    if (reply->type == REDIS_REPLY_ERROR || node->up.dataset[0] == '\0') {
         return true;
     }
     dataset_read(reply, mark);
     *gone = mark[0] == '\0';
-    return strcmp(mark, node->up_dataset) == 0;
+    return strcmp(mark, node->up.dataset) == 0;
 }
 
 /* The mark gone or changed since the handshake means the node was
@@ -1914,7 +1900,7 @@ static void mark_retry_cb(struct node *node, struct redisReply *reply,
                   mark_text(node));
         return;
     }
-    char mark[DATASET_MARK_LEN + 1];
+    char mark[RESTART_MARK_LEN + 1];
     if (!get) {
         return;
     }
@@ -1933,7 +1919,7 @@ static void mark_retry_cb(struct node *node, struct redisReply *reply,
 /* Sends the retry: SET NX as at the handshake, then GET. */
 static void mark_retry(struct node *node)
 {
-    char mark[DATASET_MARK_LEN + 1];
+    char mark[RESTART_MARK_LEN + 1];
     node->opts.dataset_mark(mark);
     const char *argv[6] = {"SET", node->opts.dataset_key, mark, "NX",
                            "PX",  dataset_ttl_arg()};
@@ -2186,7 +2172,8 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
     if (script == HANDSHAKE_INFO) {
         /* The server's run_id: a new one means the node restarted and may
          * have lost every key (restart quarantine, in cluster.c). */
-        info_field(info, "run_id", node->run_id, sizeof(node->run_id));
+        info_field(info, "run_id", node->last.run_id,
+                   sizeof(node->last.run_id));
         node->version = info_version(info);
         char up[24];
         info_field(info, "uptime_in_seconds", up, sizeof(up));
@@ -2199,11 +2186,12 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
     } else if (script == HANDSHAKE_INFO_MEMORY) {
         node_check_eviction(node, info);
     } else if (script == HANDSHAKE_INFO_REPLICATION) {
-        info_field(info, "master_replid", node->replid, sizeof(node->replid));
+        info_field(info, "master_replid", node->last.replid,
+                   sizeof(node->last.replid));
         node_check_role(node, info);
     } else if (script == HANDSHAKE_DATASET_GET) {
         if (reply->type != REDIS_REPLY_ERROR) {
-            dataset_read(reply, node->dataset);
+            dataset_read(reply, node->last.dataset);
         }
     } else if (script == HANDSHAKE_DATASET_PTTL) {
         if (reply->type == REDIS_REPLY_INTEGER) {
@@ -2238,19 +2226,9 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
     if (--node->handshake_left == 0) {
         evtimer_del(node->conn_timer);
         node->last_error[0] = '\0';
-        memcpy(node->prev_up_run_id, node->up_run_id, sizeof(node->up_run_id));
-        memcpy(node->up_run_id, node->run_id, sizeof(node->run_id));
-        memcpy(node->prev_up_replid, node->up_replid, sizeof(node->up_replid));
-        memcpy(node->up_replid, node->replid, sizeof(node->replid));
-        /* A mark not read this time leaves the last one known, and no
-         * change to see. */
-        memcpy(node->prev_up_dataset, node->up_dataset,
-               sizeof(node->up_dataset));
-        if (node->dataset[0] != '\0') {
-            memcpy(node->up_dataset, node->dataset, sizeof(node->dataset));
-        }
-        node->first_marked = !node->mark_seen && node->dataset[0] != '\0';
-        node->mark_seen = node->mark_seen || node->dataset[0] != '\0';
+        restart_ident_up(&node->prev_up, &node->up, &node->last);
+        node->first_marked = !node->mark_seen && node->last.dataset[0] != '\0';
+        node->mark_seen = node->mark_seen || node->last.dataset[0] != '\0';
         mark_tell(node);
         node_set_state(node, NODE_UP);
     }
@@ -2311,14 +2289,14 @@ static void handshake_start(struct node *node)
         argv[1] = "persistence";
         handshake_send(node, 2, argv, lens, HANDSHAKE_INFO_PERSISTENCE);
     }
-    node->dataset[0] = '\0';
+    node->last.dataset[0] = '\0';
     node->dataset_refused = false;
     node->dataset_born_us = 0;
     node->mark_why[0] = '\0';
     node->mark_retrying = false;
     if (node->opts.dataset_key != NULL) {
         /* The TTL never runs out: what is left of it dates the mark. */
-        char mark[DATASET_MARK_LEN + 1];
+        char mark[RESTART_MARK_LEN + 1];
         node->opts.dataset_mark(mark);
         argv[0] = "SET";
         argv[1] = node->opts.dataset_key;
@@ -2758,26 +2736,22 @@ double node_rtt_ms(const struct node *node)
 
 const char *node_run_id(const struct node *node)
 {
-    return node->run_id;
+    return node->last.run_id;
 }
 
 bool node_restarted(const struct node *node)
 {
-    return node->prev_up_run_id[0] != '\0' && node->up_run_id[0] != '\0' &&
-           strcmp(node->prev_up_run_id, node->up_run_id) != 0;
+    return restart_ident_restarted(&node->prev_up, &node->up);
 }
 
 bool node_emptied(const struct node *node)
 {
-    return node->prev_up_dataset[0] != '\0' && node->up_dataset[0] != '\0' &&
-           strcmp(node->prev_up_dataset, node->up_dataset) != 0;
+    return restart_ident_emptied(&node->prev_up, &node->up);
 }
 
 bool node_replaced(const struct node *node)
 {
-    return !node_restarted(node) && node->prev_up_replid[0] != '\0' &&
-           node->up_replid[0] != '\0' &&
-           strcmp(node->prev_up_replid, node->up_replid) != 0;
+    return restart_ident_replaced(&node->prev_up, &node->up);
 }
 
 bool node_first_attempt_pending(const struct node *node)
@@ -2787,8 +2761,7 @@ bool node_first_attempt_pending(const struct node *node)
 
 bool node_first_connection(const struct node *node)
 {
-    return (node->prev_up_run_id[0] == '\0' && node->up_run_id[0] != '\0') ||
-           node->first_marked;
+    return restart_ident_first(&node->prev_up, &node->up) || node->first_marked;
 }
 
 const char *node_unmarked(const struct node *node)

@@ -142,3 +142,47 @@ enum restart_step restart_read_step(long marks)
 {
     return marks > 0 ? RESTART_STEP_COPY : RESTART_STEP_SCAN;
 }
+
+/* ---- a node's identity ---------------------------------------------- */
+
+void restart_ident_up(struct node_ident *prev, struct node_ident *up,
+                      const struct node_ident *last)
+{
+    *prev = *up;
+    memcpy(up->run_id, last->run_id, sizeof(up->run_id));
+    memcpy(up->replid, last->replid, sizeof(up->replid));
+    if (last->dataset[0] != '\0') {
+        memcpy(up->dataset, last->dataset, sizeof(up->dataset));
+    }
+}
+
+/* Both known, and different. */
+static bool ident_changed(const char *before, const char *now)
+{
+    return before[0] != '\0' && now[0] != '\0' && strcmp(before, now) != 0;
+}
+
+bool restart_ident_restarted(const struct node_ident *prev,
+                             const struct node_ident *up)
+{
+    return ident_changed(prev->run_id, up->run_id);
+}
+
+bool restart_ident_emptied(const struct node_ident *prev,
+                           const struct node_ident *up)
+{
+    return ident_changed(prev->dataset, up->dataset);
+}
+
+bool restart_ident_replaced(const struct node_ident *prev,
+                            const struct node_ident *up)
+{
+    return !restart_ident_restarted(prev, up) &&
+           ident_changed(prev->replid, up->replid);
+}
+
+bool restart_ident_first(const struct node_ident *prev,
+                         const struct node_ident *up)
+{
+    return prev->run_id[0] == '\0' && up->run_id[0] != '\0';
+}

@@ -1,15 +1,62 @@
 /* restart.h: pure rules of a node restart (no I/O): whether a node that
  * came up must sit out, for how long a node seen only after its restart
  * still must, how the reads of a repair add up, and the bounds of one
- * SCAN step of the done-mark copy and what follows each page of it.
- * quarantine.c carries them out; the quarantine period itself is
- * redlock_quarantine_ms (redlock.c). */
+ * SCAN step of the done-mark copy and what follows each page of it, and
+ * what tells one server's run and data from the last (a node's identity,
+ * compared across the connections that came up). quarantine.c carries
+ * them out; the quarantine period itself is redlock_quarantine_ms
+ * (redlock.c). */
 #ifndef REDLOCKD_RESTART_H
 #define REDLOCKD_RESTART_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#define RESTART_ID_LEN 48   /* room for a run_id or a replication id */
+#define RESTART_MARK_LEN 32 /* a data-set mark, at most */
+
+/* What one handshake read of a node; each "" when not known. */
+struct node_ident {
+    char run_id[RESTART_ID_LEN]; /* INFO server run_id */
+    /* INFO replication's master_replid: it changes when the server syncs
+     * from a master (its keys replaced by the master's) or a replica is
+     * promoted, never for a primary left alone; "" before Redis 4. */
+    char replid[RESTART_ID_LEN];
+    /* The mark in the data-set key: "" when no key is kept, it was
+     * refused, or it is not a string. */
+    char dataset[RESTART_MARK_LEN + 1];
+};
+
+/* restart_ident_up: a connection came up with what its handshake read
+ * (last): the identity up so far becomes the previous one (*prev) and
+ * last's becomes the one up (*up). A mark not read this time leaves the
+ * one known in *up: no change to see. */
+void restart_ident_up(struct node_ident *prev, struct node_ident *up,
+                      const struct node_ident *last);
+
+/* restart_ident_restarted: whether the connection up (up) reached another
+ * server run than the one up before it (prev): both run_ids known and
+ * different. */
+bool restart_ident_restarted(const struct node_ident *prev,
+                             const struct node_ident *up);
+
+/* restart_ident_emptied: whether the data-set mark changed between the
+ * connection up before (prev) and the one up now (up), both known: the
+ * keys were flushed, whatever the run_id says. */
+bool restart_ident_emptied(const struct node_ident *prev,
+                           const struct node_ident *up);
+
+/* restart_ident_replaced: whether the same server run (no restart) came
+ * back with another replication id, both known: its keys were replaced
+ * by a master's, or it was promoted. */
+bool restart_ident_replaced(const struct node_ident *prev,
+                            const struct node_ident *up);
+
+/* restart_ident_first: whether the connection up is the first to have
+ * reported a run_id (none up before it did). */
+bool restart_ident_first(const struct node_ident *prev,
+                         const struct node_ident *up);
 
 /* What to do with a node that came up with a different run_id. */
 enum restart_action {

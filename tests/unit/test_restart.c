@@ -1,12 +1,14 @@
 /* test_restart.c: the pure rules of a node restart (restart.c): which
- * restarts sit out the quarantine, the start-up check of a node seen only
- * after its restart, how a repair's reads add up, and the SCAN steps and
- * pages of the done-mark copy. The quarantine period is
+ * restarts sit out the quarantine, how a node's identity moves as its
+ * connections come up and what a change of it means, the start-up check
+ * of a node seen only after its restart, how a repair's reads add up, and
+ * the SCAN steps and pages of the done-mark copy. The quarantine period is
  * redlock_quarantine_ms, tested in test_redlock.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -250,6 +252,93 @@ static void test_scan_match(void **state)
     assert_string_equal(small, "abc\\*[ls][oe][cm]*");
 }
 
+/* An identity of the given fields ("" unknown). */
+static struct node_ident ident(const char *run_id, const char *replid,
+                               const char *dataset)
+{
+    struct node_ident id;
+    memset(&id, 0, sizeof(id));
+    snprintf(id.run_id, sizeof(id.run_id), "%s", run_id);
+    snprintf(id.replid, sizeof(id.replid), "%s", replid);
+    snprintf(id.dataset, sizeof(id.dataset), "%s", dataset);
+    return id;
+}
+
+static void test_ident_up(void **state)
+{
+    (void)state;
+    struct node_ident prev = ident("", "", "");
+    struct node_ident up = ident("", "", "");
+    /* the first connection up: nothing before it */
+    struct node_ident last = ident("r1", "p1", "m1");
+    restart_ident_up(&prev, &up, &last);
+    assert_string_equal(prev.run_id, "");
+    assert_string_equal(up.run_id, "r1");
+    assert_string_equal(up.replid, "p1");
+    assert_string_equal(up.dataset, "m1");
+    assert_true(restart_ident_first(&prev, &up));
+    /* the next one: the one up before moves to prev */
+    last = ident("r2", "p2", "m2");
+    restart_ident_up(&prev, &up, &last);
+    assert_string_equal(prev.run_id, "r1");
+    assert_string_equal(prev.replid, "p1");
+    assert_string_equal(prev.dataset, "m1");
+    assert_string_equal(up.run_id, "r2");
+    assert_string_equal(up.dataset, "m2");
+    assert_false(restart_ident_first(&prev, &up));
+    /* a mark not read keeps the one known: no change to see; an unknown
+     * run_id or replid is taken as unknown */
+    last = ident("", "", "");
+    restart_ident_up(&prev, &up, &last);
+    assert_string_equal(prev.dataset, "m2");
+    assert_string_equal(up.dataset, "m2");
+    assert_false(restart_ident_emptied(&prev, &up));
+    assert_string_equal(up.run_id, "");
+    assert_string_equal(up.replid, "");
+    assert_false(restart_ident_restarted(&prev, &up));
+    assert_false(restart_ident_replaced(&prev, &up));
+}
+
+static void test_ident_compare(void **state)
+{
+    (void)state;
+    struct node_ident none = ident("", "", "");
+    struct node_ident a = ident("r1", "p1", "m1");
+    /* the same server, replication id and mark: nothing changed */
+    assert_false(restart_ident_restarted(&a, &a));
+    assert_false(restart_ident_emptied(&a, &a));
+    assert_false(restart_ident_replaced(&a, &a));
+    /* unknown on either side is no change */
+    assert_false(restart_ident_restarted(&none, &a));
+    assert_false(restart_ident_restarted(&a, &none));
+    assert_false(restart_ident_emptied(&none, &a));
+    assert_false(restart_ident_emptied(&a, &none));
+    assert_false(restart_ident_replaced(&none, &a));
+    assert_false(restart_ident_replaced(&a, &none));
+    /* a new run_id: restarted; a new replid with it is not "replaced" */
+    struct node_ident b = ident("r2", "p2", "m1");
+    assert_true(restart_ident_restarted(&a, &b));
+    assert_false(restart_ident_replaced(&a, &b));
+    assert_false(restart_ident_emptied(&a, &b));
+    /* the same run, another replid: replaced */
+    struct node_ident c = ident("r1", "p2", "m1");
+    assert_false(restart_ident_restarted(&a, &c));
+    assert_true(restart_ident_replaced(&a, &c));
+    /* the same run, another mark: emptied, whatever the run_id says */
+    struct node_ident d = ident("r1", "p1", "m2");
+    assert_true(restart_ident_emptied(&a, &d));
+    assert_false(restart_ident_restarted(&a, &d));
+    assert_false(restart_ident_replaced(&a, &d));
+    struct node_ident e = ident("r2", "p1", "m2");
+    assert_true(restart_ident_emptied(&a, &e));
+    assert_true(restart_ident_restarted(&a, &e));
+    /* first: a run_id up, none before */
+    assert_true(restart_ident_first(&none, &a));
+    assert_false(restart_ident_first(&a, &b));
+    assert_false(restart_ident_first(&none, &none));
+    assert_false(restart_ident_first(&a, &none));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -268,6 +357,8 @@ int main(void)
         cmocka_unit_test(test_read_marks),
         cmocka_unit_test(test_read_step),
         cmocka_unit_test(test_scan_match),
+        cmocka_unit_test(test_ident_up),
+        cmocka_unit_test(test_ident_compare),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
