@@ -1,6 +1,7 @@
 /* info.c: reading the text of Redis's INFO; see info.h. */
 #include "info.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,4 +54,54 @@ bool info_evicts(const char *maxmemory, const char *policy)
 {
     return strtoull(maxmemory, NULL, 10) > 0 && policy[0] != '\0' &&
            strcmp(policy, "noeviction") != 0;
+}
+
+void info_run_id(const char *info, char *out, size_t cap)
+{
+    info_field(info, "run_id", out, cap);
+}
+
+bool info_uptime_s(const char *info, uint64_t *uptime_s)
+{
+    char up[24];
+    info_field(info, "uptime_in_seconds", up, sizeof(up));
+    if (up[0] == '\0') {
+        return false;
+    }
+    *uptime_s = strtoull(up, NULL, 10);
+    return true;
+}
+
+void info_replid(const char *info, char *out, size_t cap)
+{
+    info_field(info, "master_replid", out, cap);
+}
+
+bool info_master(const char *info, char *out, size_t cap)
+{
+    char role[16], host[48], port[16];
+    info_field(info, "role", role, sizeof(role));
+    if (strcmp(role, "slave") != 0) {
+        out[0] = '\0';
+        return false;
+    }
+    info_field(info, "master_host", host, sizeof(host));
+    info_field(info, "master_port", port, sizeof(port));
+    snprintf(out, cap, "%s:%s", host, port);
+    return true;
+}
+
+bool info_aof_off(const char *info)
+{
+    char aof[8];
+    info_field(info, "aof_enabled", aof, sizeof(aof));
+    return strcmp(aof, "0") == 0;
+}
+
+bool info_eviction(const char *info, char *maxmemory, size_t mcap, char *policy,
+                   size_t pcap)
+{
+    info_field(info, "maxmemory", maxmemory, mcap);
+    info_field(info, "maxmemory_policy", policy, pcap);
+    return info_evicts(maxmemory, policy);
 }

@@ -62,14 +62,24 @@
 #include "util.h"
 #include "tls.h"
 
-#define HANDSHAKE_INFO (-2)        /* handshake_cb tag of INFO server */
-#define HANDSHAKE_INFO_MEMORY (-3) /* handshake_cb tag of INFO memory */
-#define HANDSHAKE_INFO_PERSISTENCE (-4) /* ... INFO persistence */
-#define HANDSHAKE_INFO_REPLICATION (-5) /* ... INFO replication */
-#define HANDSHAKE_DATASET_SET (-6)      /* ... SET dataset_key mark NX */
-#define HANDSHAKE_DATASET_GET (-7)      /* ... GET dataset_key */
-#define HANDSHAKE_DATASET_PTTL (-8)     /* ... PTTL dataset_key */
-#define HANDSHAKE_DATASET_DATE (-9)     /* ... PEXPIRE dataset_key */
+/* The commands of a handshake, in the order they go out; each one's
+ * privdata in handshake_cb is its step, and SCRIPT LOAD of script k is
+ * HANDSHAKE_SCRIPT_LOAD + k. The INFO steps tag the checks of a node up
+ * too (config_check_cb). */
+enum handshake_step {
+    HANDSHAKE_AUTH,             /* AUTH [user] password */
+    HANDSHAKE_PING,             /* a subscriber's PING: all it runs */
+    HANDSHAKE_SELECT,           /* SELECT db */
+    HANDSHAKE_INFO_SERVER,      /* INFO server: run_id, version, uptime */
+    HANDSHAKE_INFO_MEMORY,      /* INFO memory: the eviction check */
+    HANDSHAKE_INFO_REPLICATION, /* INFO replication: replid, role */
+    HANDSHAKE_INFO_PERSISTENCE, /* INFO persistence (?persistent=1) */
+    HANDSHAKE_DATASET_SET,      /* SET dataset_key mark NX PX ttl */
+    HANDSHAKE_DATASET_GET,      /* GET dataset_key */
+    HANDSHAKE_DATASET_PTTL,     /* PTTL dataset_key: the mark's age */
+    HANDSHAKE_DATASET_DATE,     /* PEXPIRE dataset_key: an undated mark */
+    HANDSHAKE_SCRIPT_LOAD,      /* SCRIPT LOAD of script 0, and on */
+};
 #define SHA_LEN 40
 #define CMD_POOL_MAX 4096 /* free commands kept: a busy node, not a leak */
 
@@ -217,8 +227,8 @@ struct node {
     char evict_policy[32];
     char warned_policy[32];
     uint64_t evict_checked_us; /* when INFO memory last went out */
-    /* The periodic INFO sections refused now (bit -tag of each
-     * HANDSHAKE_INFO_*), each told once per spell, within info_log. */
+    /* The periodic INFO sections refused now (bit 1 << step of each
+     * HANDSHAKE_INFO_* step), each told once per spell, within info_log. */
     unsigned info_refused;
     struct log_limit info_log;
     /* A ?persistent=1 node whose INFO persistence says aof_enabled:0: it
@@ -1446,7 +1456,8 @@ static void mark_retry(struct node *node);
 /* A refused check is told at most once per INFO_LOG_US per node. */
 #define INFO_LOG_US 60000000u
 
-/* A check's INFO section (tag, HANDSHAKE_INFO_*) answered text instead of
+/* A check's INFO section (tag, a HANDSHAKE_INFO_* step) answered text
+ * instead of
  * the section: an ACL that stopped allowing INFO on a live connection, or
  * a server that refuses it. Told once per spell (until that section
  * answers again), within the node's limit. The replication id is how a
@@ -1461,7 +1472,7 @@ static void info_refused(struct node *node, int tag, const char *text)
     const char *section = repl                           ? "replication"
                           : tag == HANDSHAKE_INFO_MEMORY ? "memory"
                                                          : "persistence";
-    unsigned bit = 1u << (unsigned)-tag;
+    unsigned bit = 1u << (unsigned)tag;
     unsigned long skipped;
     if (!(node->info_refused & bit) &&
         log_limit_pass(&node->info_log, util_now_us(), INFO_LOG_US, &skipped)) {
@@ -1487,7 +1498,7 @@ static void info_refused(struct node *node, int tag, const char *text)
     }
 }
 
-/* privdata: the INFO section's HANDSHAKE_INFO_* tag. A timeout is the
+/* privdata: the INFO section's HANDSHAKE_INFO_* step. A timeout is the
  * stall rule's; an answer that is not the section is info_refused's. */
 static void config_check_cb(struct node *node, struct redisReply *reply,
                             enum node_status status, void *privdata)
@@ -1502,7 +1513,7 @@ static void config_check_cb(struct node *node, struct redisReply *reply,
                                                       : "not a string");
         return;
     }
-    node->info_refused &= ~(1u << (unsigned)-tag);
+    node->info_refused &= ~(1u << (unsigned)tag);
     switch (tag) {
     case HANDSHAKE_INFO_PERSISTENCE:
         node_check_persistence(node, reply->str);
@@ -1599,9 +1610,8 @@ static void node_schedule_reconnect(struct node *node)
 static void node_check_eviction(struct node *node, const char *info)
 {
     char maxmemory[32], policy[sizeof(node->evict_policy)];
-    info_field(info, "maxmemory", maxmemory, sizeof(maxmemory));
-    info_field(info, "maxmemory_policy", policy, sizeof(policy));
-    if (!info_evicts(maxmemory, policy)) {
+    if (!info_eviction(info, maxmemory, sizeof(maxmemory), policy,
+                       sizeof(policy))) {
         node->evict_policy[0] = '\0';
         node->warned_policy[0] = '\0';
         return;
@@ -1624,9 +1634,7 @@ static void node_check_eviction(struct node *node, const char *info)
  * in a restart: it is quarantined like any node without persistence. */
 static void node_check_persistence(struct node *node, const char *info)
 {
-    char aof[8];
-    info_field(info, "aof_enabled", aof, sizeof(aof));
-    bool off = strcmp(aof, "0") == 0;
+    bool off = info_aof_off(info);
     if (off && !node->aof_off) {
         log_warn(node->subject,
                  "%s: marked ?persistent=1 but appendonly is off: a "
@@ -1644,15 +1652,10 @@ static void node_check_persistence(struct node *node, const char *info)
  * takes is lost at its next sync). Warned once per master. */
 static void node_check_role(struct node *node, const char *info)
 {
-    char role[16], host[48], port[16];
-    info_field(info, "role", role, sizeof(role));
-    if (strcmp(role, "slave") != 0) {
-        node->master[0] = node->warned_master[0] = '\0';
+    if (!info_master(info, node->master, sizeof(node->master))) {
+        node->warned_master[0] = '\0';
         return;
     }
-    info_field(info, "master_host", host, sizeof(host));
-    info_field(info, "master_port", port, sizeof(port));
-    snprintf(node->master, sizeof(node->master), "%s:%s", host, port);
     if (strcmp(node->warned_master, node->master) != 0) {
         memcpy(node->warned_master, node->master, sizeof(node->master));
         log_warn(node->subject,
@@ -1673,7 +1676,7 @@ static void node_check_role(struct node *node, const char *info)
 static void node_check_replid(struct node *node, const char *info)
 {
     char replid[sizeof(node->last.replid)];
-    info_field(info, "master_replid", replid, sizeof(replid));
+    info_replid(info, replid, sizeof(replid));
     if (node->state != NODE_UP || replid[0] == '\0' ||
         node->up.replid[0] == '\0' || strcmp(replid, node->up.replid) == 0) {
         return;
@@ -2114,7 +2117,7 @@ static int guard_read(struct node *node, size_t *off)
 }
 
 static void handshake_send(struct node *node, int argc, const char **argv,
-                           size_t *lens, int script);
+                           size_t *lens, int tag);
 
 /* A mark without a TTL (set by a daemon before marks were dated) gets
  * one now, so that daemons started later can date it: dated later than it
@@ -2128,120 +2131,187 @@ static void dataset_date(struct node *node)
     handshake_send(node, 3, argv, lens, HANDSHAKE_DATASET_DATE);
 }
 
-/* Handshake replies: any error fails the connection. */
-static void handshake_cb(struct node *node, struct redisReply *reply,
-                         enum node_status status, void *privdata)
+/* A handshake command failed (an error, a timeout, a drop): so does the
+ * connection, told once per attempt. */
+static void handshake_fail(struct node *node, const redisReply *reply,
+                           enum node_status status)
 {
-    int script = (int)(intptr_t)privdata;
-    if (node->state != NODE_CONNECTING) {
+    if (node->handshake_failed) {
         return;
     }
-    bool dataset_tag =
-        script == HANDSHAKE_DATASET_SET || script == HANDSHAKE_DATASET_GET ||
-        script == HANDSHAKE_DATASET_PTTL || script == HANDSHAKE_DATASET_DATE;
-    if (dataset_tag && status == NODE_REPLY &&
-        reply->type == REDIS_REPLY_ERROR) {
-        /* The mark is a check, not a condition of service: a node whose
-         * mark stays unknown comes up but does not vote (node_unmarked);
-         * its age only serves the start-up check. */
-        if (script == HANDSHAKE_DATASET_SET) {
-            mark_refused(node, "SET", reply->str);
-        } else if (script == HANDSHAKE_DATASET_GET) {
-            mark_refused(node, "GET", reply->str);
-        } else {
-            date_refused(node,
-                         script == HANDSHAKE_DATASET_PTTL ? "PTTL" : "PEXPIRE",
-                         reply->str);
-        }
-    } else if (status != NODE_REPLY || reply->type == REDIS_REPLY_ERROR) {
-        if (!node->handshake_failed) {
-            char msg[sizeof(node->last_error)];
-            node->handshake_failed = true;
-            if (status == NODE_TIMEOUT) {
-                snprintf(msg, sizeof(msg), "%s", connect_timeout_text(node));
-            } else {
-                snprintf(msg, sizeof(msg), "handshake failed: %s",
-                         status == NODE_REPLY ? reply->str : "disconnected");
-            }
-            node_attempt_failed(node, msg);
-            node_drop(node, "handshake");
-        }
-        return;
+    char msg[sizeof(node->last_error)];
+    node->handshake_failed = true;
+    if (status == NODE_TIMEOUT) {
+        snprintf(msg, sizeof(msg), "%s", connect_timeout_text(node));
+    } else {
+        snprintf(msg, sizeof(msg), "handshake failed: %s",
+                 status == NODE_REPLY ? reply->str : "disconnected");
     }
-    const char *info = reply->type == REDIS_REPLY_STRING ? reply->str : "";
-    if (script == HANDSHAKE_INFO) {
-        /* The server's run_id: a new one means the node restarted and may
-         * have lost every key (restart quarantine, in cluster.c). */
-        info_field(info, "run_id", node->last.run_id,
-                   sizeof(node->last.run_id));
-        node->version = info_version(info);
-        char up[24];
-        info_field(info, "uptime_in_seconds", up, sizeof(up));
-        node->started_us =
-            up[0] != '\0'
-                ? restart_started_us(util_now_us(), strtoull(up, NULL, 10))
-                : 0;
-    } else if (script == HANDSHAKE_INFO_PERSISTENCE) {
-        node_check_persistence(node, info);
-    } else if (script == HANDSHAKE_INFO_MEMORY) {
-        node_check_eviction(node, info);
-    } else if (script == HANDSHAKE_INFO_REPLICATION) {
-        info_field(info, "master_replid", node->last.replid,
-                   sizeof(node->last.replid));
-        node_check_role(node, info);
-    } else if (script == HANDSHAKE_DATASET_GET) {
-        if (reply->type != REDIS_REPLY_ERROR) {
-            dataset_read(reply, node->last.dataset);
-        }
-    } else if (script == HANDSHAKE_DATASET_PTTL) {
-        if (reply->type == REDIS_REPLY_INTEGER) {
-            node->date_warned = node->date_warned && reply->integer == -1;
-            node->dataset_born_us =
-                restart_dataset_born_us(util_now_us(), reply->integer);
-            if (reply->integer == -1) {
-                dataset_date(node);
-            }
-        }
-    } else if (script >= 0 && script < SCRIPT__COUNT) {
-        if (reply->type != REDIS_REPLY_STRING || reply->len != SHA_LEN) {
-            node->handshake_failed = true;
-            node_set_error(node, "SCRIPT LOAD: unexpected reply%s", "");
-            node_drop(node, "handshake");
-            return;
-        }
-        memcpy(node->sha[script], reply->str, SHA_LEN);
-        node->sha[script][SHA_LEN] = '\0';
-        if (known_sha[script][0] == '\0') {
-            memcpy(known_sha[script], node->sha[script], SHA_LEN + 1);
-        }
-        node->sha_ok[script] =
-            strcmp(known_sha[script], node->sha[script]) == 0;
-        if (!node->sha_ok[script]) {
-            log_error(node->subject,
-                      "SCRIPT LOAD returned an unexpected SHA1 "
-                      "for script %d",
-                      script);
-        }
-    }
-    if (--node->handshake_left == 0) {
-        evtimer_del(node->conn_timer);
-        node->last_error[0] = '\0';
-        restart_ident_up(&node->prev_up, &node->up, &node->last);
-        node->first_marked = !node->mark_seen && node->last.dataset[0] != '\0';
-        node->mark_seen = node->mark_seen || node->last.dataset[0] != '\0';
-        mark_tell(node);
-        node_set_state(node, NODE_UP);
+    node_attempt_failed(node, msg);
+    node_drop(node, "handshake");
+}
+
+/* The mark is a check, not a condition of service: a node whose mark
+ * stays unknown comes up but does not vote (node_unmarked); its age only
+ * serves the start-up check. */
+static void handshake_dataset_refused(struct node *node,
+                                      enum handshake_step step,
+                                      const char *text)
+{
+    if (step == HANDSHAKE_DATASET_SET) {
+        mark_refused(node, "SET", text);
+    } else if (step == HANDSHAKE_DATASET_GET) {
+        mark_refused(node, "GET", text);
+    } else {
+        date_refused(node, step == HANDSHAKE_DATASET_PTTL ? "PTTL" : "PEXPIRE",
+                     text);
     }
 }
 
+/* The server's run_id: a new one means the node restarted and may have
+ * lost every key (restart quarantine, in cluster.c). */
+static void handshake_info_server(struct node *node, const char *info)
+{
+    info_run_id(info, node->last.run_id, sizeof(node->last.run_id));
+    node->version = info_version(info);
+    uint64_t up_s;
+    node->started_us = info_uptime_s(info, &up_s)
+                           ? restart_started_us(util_now_us(), up_s)
+                           : 0;
+}
+
+static void handshake_info_replication(struct node *node, const char *info)
+{
+    info_replid(info, node->last.replid, sizeof(node->last.replid));
+    node_check_role(node, info);
+}
+
+static void handshake_dataset_pttl(struct node *node, const redisReply *reply)
+{
+    if (reply->type != REDIS_REPLY_INTEGER) {
+        return;
+    }
+    node->date_warned = node->date_warned && reply->integer == -1;
+    node->dataset_born_us =
+        restart_dataset_born_us(util_now_us(), reply->integer);
+    if (reply->integer == -1) {
+        dataset_date(node);
+    }
+}
+
+/* Returns -1 when the reply is no SHA1 (the connection is dropped). */
+static int handshake_script_load(struct node *node, int script,
+                                 const redisReply *reply)
+{
+    if (reply->type != REDIS_REPLY_STRING || reply->len != SHA_LEN) {
+        node->handshake_failed = true;
+        node_set_error(node, "SCRIPT LOAD: unexpected reply%s", "");
+        node_drop(node, "handshake");
+        return -1;
+    }
+    memcpy(node->sha[script], reply->str, SHA_LEN);
+    node->sha[script][SHA_LEN] = '\0';
+    if (known_sha[script][0] == '\0') {
+        memcpy(known_sha[script], node->sha[script], SHA_LEN + 1);
+    }
+    node->sha_ok[script] = strcmp(known_sha[script], node->sha[script]) == 0;
+    if (!node->sha_ok[script]) {
+        log_error(node->subject,
+                  "SCRIPT LOAD returned an unexpected SHA1 "
+                  "for script %d",
+                  script);
+    }
+    return 0;
+}
+
+/* A step's reply that is no error. Returns -1 when it dropped the
+ * connection. */
+static int handshake_step_done(struct node *node, enum handshake_step step,
+                               int script, const redisReply *reply)
+{
+    const char *info = reply->type == REDIS_REPLY_STRING ? reply->str : "";
+    switch (step) {
+    case HANDSHAKE_AUTH:
+    case HANDSHAKE_PING:
+    case HANDSHAKE_SELECT:
+    case HANDSHAKE_DATASET_SET:
+    case HANDSHAKE_DATASET_DATE:
+        break;
+    case HANDSHAKE_INFO_SERVER:
+        handshake_info_server(node, info);
+        break;
+    case HANDSHAKE_INFO_MEMORY:
+        node_check_eviction(node, info);
+        break;
+    case HANDSHAKE_INFO_REPLICATION:
+        handshake_info_replication(node, info);
+        break;
+    case HANDSHAKE_INFO_PERSISTENCE:
+        node_check_persistence(node, info);
+        break;
+    case HANDSHAKE_DATASET_GET:
+        dataset_read(reply, node->last.dataset);
+        break;
+    case HANDSHAKE_DATASET_PTTL:
+        handshake_dataset_pttl(node, reply);
+        break;
+    case HANDSHAKE_SCRIPT_LOAD:
+        return handshake_script_load(node, script, reply);
+    }
+    return 0;
+}
+
+/* The last handshake reply: the connection is up. */
+static void handshake_up(struct node *node)
+{
+    evtimer_del(node->conn_timer);
+    node->last_error[0] = '\0';
+    restart_ident_up(&node->prev_up, &node->up, &node->last);
+    node->first_marked = !node->mark_seen && node->last.dataset[0] != '\0';
+    node->mark_seen = node->mark_seen || node->last.dataset[0] != '\0';
+    mark_tell(node);
+    node_set_state(node, NODE_UP);
+}
+
+/* Handshake replies (privdata: the step): any error fails the connection
+ * but a refusal of the data-set key's commands. */
+static void handshake_cb(struct node *node, struct redisReply *reply,
+                         enum node_status status, void *privdata)
+{
+    int tag = (int)(intptr_t)privdata;
+    enum handshake_step step = tag >= HANDSHAKE_SCRIPT_LOAD
+                                   ? HANDSHAKE_SCRIPT_LOAD
+                                   : (enum handshake_step)tag;
+    if (node->state != NODE_CONNECTING) {
+        return;
+    }
+    bool dataset_step =
+        step >= HANDSHAKE_DATASET_SET && step <= HANDSHAKE_DATASET_DATE;
+    if (dataset_step && status == NODE_REPLY &&
+        reply->type == REDIS_REPLY_ERROR) {
+        handshake_dataset_refused(node, step, reply->str);
+    } else if (status != NODE_REPLY || reply->type == REDIS_REPLY_ERROR) {
+        handshake_fail(node, reply, status);
+        return;
+    } else if (handshake_step_done(node, step, tag - HANDSHAKE_SCRIPT_LOAD,
+                                   reply) != 0) {
+        return;
+    }
+    if (--node->handshake_left == 0) {
+        handshake_up(node);
+    }
+}
+
+/* Queues one handshake command; tag: its step (HANDSHAKE_SCRIPT_LOAD + k
+ * for script k). */
 static void handshake_send(struct node *node, int argc, const char **argv,
-                           size_t *lens, int script)
+                           size_t *lens, int tag)
 {
     for (int i = 0; i < argc; i++) {
         lens[i] = strlen(argv[i]);
     }
     if (node_send_argv(node, argc, argv, lens, handshake_cb,
-                       (void *)(intptr_t)script,
+                       (void *)(intptr_t)tag,
                        node->opts.connect_timeout_ms) == 0) {
         node->handshake_left++;
     } else {
@@ -2264,11 +2334,11 @@ static void handshake_start(struct node *node)
             argv[argc++] = node->addr->user;
         }
         argv[argc++] = node->addr->password;
-        handshake_send(node, argc, argv, lens, -1);
+        handshake_send(node, argc, argv, lens, HANDSHAKE_AUTH);
     }
     if (node->opts.push_cb != NULL) {
         argv[0] = "PING"; /* pub/sub needs no db, INFO or scripts */
-        handshake_send(node, 1, argv, lens, -1);
+        handshake_send(node, 1, argv, lens, HANDSHAKE_PING);
         return;
     }
     if (node->addr->db > 0) {
@@ -2276,11 +2346,11 @@ static void handshake_start(struct node *node)
         snprintf(db, sizeof(db), "%d", node->addr->db);
         argv[0] = "SELECT";
         argv[1] = db;
-        handshake_send(node, 2, argv, lens, -1);
+        handshake_send(node, 2, argv, lens, HANDSHAKE_SELECT);
     }
     argv[0] = "INFO";
     argv[1] = "server";
-    handshake_send(node, 2, argv, lens, HANDSHAKE_INFO);
+    handshake_send(node, 2, argv, lens, HANDSHAKE_INFO_SERVER);
     argv[1] = "memory";
     handshake_send(node, 2, argv, lens, HANDSHAKE_INFO_MEMORY);
     argv[1] = "replication";
@@ -2315,7 +2385,7 @@ static void handshake_start(struct node *node)
         argv[0] = "SCRIPT";
         argv[1] = "LOAD";
         argv[2] = script_source[s];
-        handshake_send(node, 3, argv, lens, s);
+        handshake_send(node, 3, argv, lens, HANDSHAKE_SCRIPT_LOAD + s);
     }
 }
 

@@ -1,6 +1,7 @@
 /* test_info.c: reading Redis's INFO text (info.c): fields, the server
- * version that picks the native acquire or the script, and the eviction
- * rule that warns of a node that may drop lock keys. */
+ * version that picks the native acquire or the script, the eviction rule
+ * that warns of a node that may drop lock keys, and each field a node's
+ * handshake and checks read. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -100,12 +101,99 @@ static void test_evicts(void **state)
     assert_true(info_evicts("1", "volatile-lru"));
 }
 
+static void test_server(void **state)
+{
+    (void)state;
+    char out[48];
+    info_run_id(SERVER, out, sizeof(out));
+    assert_string_equal(out, "3f1c8e6a2b9d4c7e8f0a1b2c3d4e5f6a7b8c9d0e");
+    info_run_id("# Server\r\n", out, sizeof(out));
+    assert_string_equal(out, "");
+    uint64_t up = 7;
+    assert_true(info_uptime_s(SERVER, &up));
+    assert_int_equal(up, 12);
+    /* absent: untouched; a started server says 0 */
+    up = 7;
+    assert_false(info_uptime_s("run_id:x\r\n", &up));
+    assert_int_equal(up, 7);
+    assert_true(info_uptime_s("uptime_in_seconds:0\r\n", &up));
+    assert_int_equal(up, 0);
+}
+
+/* INFO replication of a primary and of a replica, cut short. */
+static const char PRIMARY[] = "# Replication\r\n"
+                              "role:master\r\n"
+                              "connected_slaves:0\r\n"
+                              "master_replid:"
+                              "8e4bc1d2a3f5e6d7c8b9a0f1e2d3c4b5a6978877\r\n"
+                              "master_repl_offset:0\r\n";
+static const char REPLICA[] = "# Replication\r\n"
+                              "role:slave\r\n"
+                              "master_host:127.0.0.1\r\n"
+                              "master_port:6380\r\n"
+                              "master_link_status:up\r\n"
+                              "master_replid:"
+                              "1111111111111111111111111111111111111111\r\n";
+
+static void test_replication(void **state)
+{
+    (void)state;
+    char id[48];
+    info_replid(PRIMARY, id, sizeof(id));
+    assert_string_equal(id, "8e4bc1d2a3f5e6d7c8b9a0f1e2d3c4b5a6978877");
+    info_replid(REPLICA, id, sizeof(id));
+    assert_string_equal(id, "1111111111111111111111111111111111111111");
+    /* before Redis 4: no replication id */
+    info_replid("# Replication\r\nrole:master\r\n", id, sizeof(id));
+    assert_string_equal(id, "");
+    char master[80] = "stale";
+    assert_false(info_master(PRIMARY, master, sizeof(master)));
+    assert_string_equal(master, "");
+    assert_true(info_master(REPLICA, master, sizeof(master)));
+    assert_string_equal(master, "127.0.0.1:6380");
+    /* cut to the buffer, never past it */
+    char small[8];
+    assert_true(info_master(REPLICA, small, sizeof(small)));
+    assert_string_equal(small, "127.0.0");
+    /* a replica whose master is not named yet */
+    assert_true(info_master("role:slave\r\n", master, sizeof(master)));
+    assert_string_equal(master, ":");
+}
+
+static void test_persistence_memory(void **state)
+{
+    (void)state;
+    assert_true(info_aof_off("# Persistence\r\naof_enabled:0\r\n"));
+    assert_false(info_aof_off("# Persistence\r\naof_enabled:1\r\n"));
+    assert_false(info_aof_off("# Persistence\r\nloading:0\r\n"));
+    char maxmemory[32], policy[32];
+    assert_true(info_eviction("maxmemory:1048576\r\n"
+                              "maxmemory_human:1.00M\r\n"
+                              "maxmemory_policy:allkeys-lru\r\n",
+                              maxmemory, sizeof(maxmemory), policy,
+                              sizeof(policy)));
+    assert_string_equal(maxmemory, "1048576");
+    assert_string_equal(policy, "allkeys-lru");
+    assert_false(info_eviction("maxmemory:0\r\n"
+                               "maxmemory_policy:allkeys-lru\r\n",
+                               maxmemory, sizeof(maxmemory), policy,
+                               sizeof(policy)));
+    assert_string_equal(maxmemory, "0");
+    assert_false(info_eviction("", maxmemory, sizeof(maxmemory), policy,
+                               sizeof(policy)));
+    assert_string_equal(maxmemory, "");
+    assert_string_equal(policy, "");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_field),
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_evicts),
+        cmocka_unit_test(test_server),
+        cmocka_unit_test(test_replication),
+        cmocka_unit_test(test_persistence_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
