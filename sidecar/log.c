@@ -12,6 +12,7 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -358,4 +359,10 @@ bool log_limit_pass(struct log_limit *l, uint64_t now_us, uint64_t interval_us,
     }
     *skipped = log_limit_take(l, now_us);
     return true;
+}
+
+void log_assert_fail(const char *file, int line, const char *cond)
+{
+    log_write(LOG_ERROR, NULL, "assertion failed: %s:%d: %s", file, line, cond);
+    abort();
 }

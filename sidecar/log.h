@@ -62,6 +62,12 @@ bool log_limit_pass(struct log_limit *l, uint64_t now_us, uint64_t interval_us,
  * already counted as left out): returns the count and starts again. */
 unsigned long log_limit_take(struct log_limit *l, uint64_t now_us);
 
+/* log_assert_fail: a failed RL_ASSERT (rlassert.h) at file:line, cond its
+ * text: logs "assertion failed: file:line: cond" at error level and
+ * aborts. Never returns. */
+__attribute__((cold, noreturn)) void log_assert_fail(const char *file, int line,
+                                                     const char *cond);
+
 #define log_error(subj, ...) log_write(LOG_ERROR, (subj), __VA_ARGS__)
 #define log_warn(subj, ...) log_write(LOG_WARN, (subj), __VA_ARGS__)
 #define log_info(subj, ...) log_write(LOG_INFO, (subj), __VA_ARGS__)
