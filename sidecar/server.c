@@ -47,6 +47,7 @@
 #include "metrics.h"
 #include "ops.h"
 #include "proto.h"
+#include "rlassert.h"
 #include "util.h"
 
 #define OUT_HIGH (1024 * 1024)
@@ -96,22 +97,50 @@ enum framing {
     FRAMING_HTTP,        /* anything else */
 };
 
+/* Where a connection is in its life. Only client_set_state() writes it,
+ * and it aborts on a transition not listed here:
+ *
+ *   OPEN     -> DRAINING     the peer shut its writing side
+ *   OPEN     -> CLOSING      we close (an error, a line that is not JSON,
+ *                            Connection: close, shutdown)
+ *   DRAINING -> CLOSING_EOF  we close (all answered, or as above)
+ *   CLOSING  -> CLOSING_EOF  the peer's half-close while we flush
+ *   CLOSING  -> LINGERING    flushed: our side shut
+ *   any but FREED -> FREED   client_free()
+ *
+ * OPEN and DRAINING are attached: the connection has its calls and its
+ * session. Leaving them detaches it (client_leave()), and from then on
+ * nothing is read, submitted or written but what is queued already. */
+enum client_state {
+    CLIENT_OPEN = 0,    /* reading requests and answering them */
+    CLIENT_DRAINING,    /* the peer shut its writing side: what it asked
+                           is answered, then the connection closes */
+    CLIENT_CLOSING,     /* detached, flushing its output; then our side
+                           shuts and it lingers, as the peer may still be
+                           sending */
+    CLIENT_CLOSING_EOF, /* detached, flushing its output; the peer sent
+                           its EOF already, so it is freed once flushed */
+    CLIENT_LINGERING,   /* our side shut: what comes is discarded until
+                           the peer's EOF, LINGER_MS or LINGER_BYTES */
+    CLIENT_FREED,       /* client_free() is letting it go */
+};
+
 /* One client connection. Owned by the server's list; freed by
- * client_free() once closed and flushed. */
+ * client_free() once closed and flushed. The bools below are not phases
+ * of its life: each says whether one of its events is armed or one of its
+ * input's conditions holds, and any of them may be true in several
+ * states. */
 struct client {
     struct server *srv; /* borrowed */
     uint64_t id;
     struct bufferevent *bev; /* owned */
     enum framing framing;
+    enum client_state state;   /* written by client_set_state() only */
     struct lock_owner session; /* NDJSON: locks that die with us */
     struct server_call *calls; /* in-flight calls (owned by the server) */
     int inflight;
-    bool read_paused;
-    bool closing;            /* close once the output is flushed */
-    bool peer_eof;           /* peer shut its side: answer, then close */
+    bool read_paused;        /* back-pressure: over a limit, not read */
     bool bom_checked;        /* the stream's first bytes were not a BOM */
-    bool detached;           /* calls and session let go already */
-    bool lingering;          /* our side shut; discarding until EOF */
     size_t discarded;        /* bytes thrown away while lingering */
     struct event *linger_ev; /* owned: bound on lingering */
     struct event *flush_ev;  /* owned: made active to write this turn */
@@ -173,6 +202,44 @@ static void accept_fd_freed(struct server *s);
 static void accept_error_cb(struct evconnlistener *lst, void *arg);
 static void session_close_cb(struct lock_owner *owner);
 
+/* Moves cl to state; a transition that enum client_state does not list is
+ * a bug in this file, never a peer's doing, and aborts. */
+static void client_set_state(struct client *cl, enum client_state state)
+{
+    enum client_state old = cl->state;
+    bool legal;
+    switch (state) {
+    case CLIENT_DRAINING:
+    case CLIENT_CLOSING:
+        legal = old == CLIENT_OPEN;
+        break;
+    case CLIENT_CLOSING_EOF:
+        legal = old == CLIENT_DRAINING || old == CLIENT_CLOSING;
+        break;
+    case CLIENT_LINGERING:
+        legal = old == CLIENT_CLOSING;
+        break;
+    case CLIENT_FREED:
+        legal = old != CLIENT_FREED;
+        break;
+    case CLIENT_OPEN: /* the state a connection starts in, never reentered */
+    default:
+        abort();
+    }
+    if (!legal) {
+        log_error(cl->subject, "illegal state change %d -> %d", (int)old,
+                  (int)state);
+        abort();
+    }
+    cl->state = state;
+}
+
+/* Whether cl still has its calls and session: reading, answering. */
+static bool client_attached(const struct client *cl)
+{
+    return cl->state == CLIENT_OPEN || cl->state == CLIENT_DRAINING;
+}
+
 /* Reading is ours, not the bufferevent's: its reads cost an
  * ioctl(FIONREAD) each. */
 static void client_reading(struct client *cl, bool on)
@@ -194,6 +261,8 @@ static void call_done_cb(struct call *call, const struct response *rsp);
 
 static struct server_call *call_new(struct server *s, struct client *cl)
 {
+    /* A detached connection's calls were abandoned: no new one joins. */
+    RL_ASSERT(client_attached(cl));
     struct server_call *sc = s->free_calls;
     if (sc != NULL) {
         s->free_calls = sc->next;
@@ -238,6 +307,7 @@ static void call_unlink(struct client *cl, struct server_call *sc)
 {
     call_list_unlink(&cl->calls, sc);
     cl->inflight--;
+    RL_ASSERT(cl->inflight >= 0);
 }
 
 static void call_free(struct server *s, struct server_call *sc)
@@ -261,14 +331,11 @@ static void call_free(struct server *s, struct server_call *sc)
 
 /* The connection is going away: its in-flight calls lose their client
  * (ops finishes them and releases whatever they win) and its session locks
- * are released now, whatever remains of the socket's own life. */
+ * are released now, whatever remains of the socket's own life. Runs once,
+ * from client_leave(). */
 static void client_detach(struct client *cl)
 {
     struct server *s = cl->srv;
-    if (cl->detached) {
-        return;
-    }
-    cl->detached = true;
     while (cl->calls != NULL) {
         /* Calls outlive their client: an orphan goes back to the pool
          * when ops answers it, or is freed then after server_destroy. */
@@ -282,15 +349,30 @@ static void client_detach(struct client *cl)
         s->orphans = sc;
         ops_call_abandoned(s->ops, &sc->call);
     }
+    RL_ASSERT(cl->inflight == 0);
     if (cl->session.head != NULL) {
         ops_client_closed(s->ops, &cl->session);
+    }
+    RL_ASSERT(cl->session.head == NULL);
+}
+
+/* Moves an attached connection to state (a closing one, or FREED) and
+ * detaches it; the state changes first, so that whatever ops says while
+ * it lets the calls and session go (a lost event) is not written. */
+static void client_leave(struct client *cl, enum client_state state)
+{
+    bool attached = client_attached(cl);
+    client_set_state(cl, state);
+    if (attached) {
+        client_detach(cl);
     }
 }
 
 static void client_free(struct client *cl)
 {
     struct server *s = cl->srv;
-    client_detach(cl);
+    client_leave(cl, CLIENT_FREED);
+    RL_ASSERT(cl->calls == NULL);
     if (cl->linger_ev != NULL) {
         event_free(cl->linger_ev);
     }
@@ -316,8 +398,10 @@ static void client_free(struct client *cl)
     }
     if (cl->metrics_only) {
         s->n_metrics_clients--;
+        RL_ASSERT(s->n_metrics_clients >= 0);
     } else {
         s->n_clients--;
+        RL_ASSERT(s->n_clients >= 0);
     }
     METRIC_ADD(clients, -1);
     bufferevent_free(cl->bev);
@@ -353,7 +437,9 @@ static void linger_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    client_free(arg);
+    struct client *cl = arg;
+    RL_ASSERT(cl->state == CLIENT_LINGERING);
+    client_free(cl);
 }
 
 /* Everything is written: close. A peer may still be sending (the rest of
@@ -362,7 +448,9 @@ static void linger_cb(evutil_socket_t fd, short what, void *arg)
  * side and discard what comes, for a bounded time and size. */
 static void client_finish_close(struct client *cl)
 {
-    if (cl->peer_eof || cl->lingering) {
+    RL_ASSERT(!client_attached(cl));
+    RL_ASSERT(evbuffer_get_length(bufferevent_get_output(cl->bev)) == 0);
+    if (cl->state != CLIENT_CLOSING) {
         client_free(cl);
         return;
     }
@@ -372,7 +460,7 @@ static void client_finish_close(struct client *cl)
         client_free(cl);
         return;
     }
-    cl->lingering = true;
+    client_set_state(cl, CLIENT_LINGERING);
     struct timeval tv = {LINGER_MS / 1000, (LINGER_MS % 1000) * 1000};
     evtimer_add(cl->linger_ev, &tv);
     client_reading(cl, true);
@@ -381,9 +469,12 @@ static void client_finish_close(struct client *cl)
 /* Closes now if nothing is left to send, else after the flush. */
 static void client_close_after_flush(struct client *cl)
 {
-    cl->closing = true;
-    client_reading(cl, false);
-    client_detach(cl);
+    RL_ASSERT(cl->state != CLIENT_LINGERING && cl->state != CLIENT_FREED);
+    if (client_attached(cl)) {
+        client_reading(cl, false);
+        client_leave(cl, cl->state == CLIENT_DRAINING ? CLIENT_CLOSING_EOF
+                                                      : CLIENT_CLOSING);
+    }
     if (evbuffer_get_length(bufferevent_get_output(cl->bev)) == 0) {
         client_finish_close(cl);
     }
@@ -429,7 +520,8 @@ static bool client_drain_cut_request(struct client *cl)
  * not here: reading, and so the EOF, waits for them. */
 static void ndjson_answer_unterminated(struct client *cl)
 {
-    if (cl->framing != FRAMING_NDJSON || cl->closing || cl->read_paused) {
+    if (cl->framing != FRAMING_NDJSON || !client_attached(cl) ||
+        cl->read_paused) {
         return;
     }
     if (client_drain_cut_request(cl)) {
@@ -444,15 +536,20 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg)
 {
     (void)bev;
     struct client *cl = arg;
-    if (cl->lingering) {
+    if (cl->state == CLIENT_LINGERING) {
         client_free(cl);
         return;
     }
     if ((events & BEV_EVENT_EOF) && !(events & BEV_EVENT_ERROR) &&
         !(events & BEV_EVENT_WRITING) && !peer_gone(cl)) {
         /* A half-close (socat, `printf .. | nc -U`): still answer what was
-         * asked, then close; session locks go with the close. */
-        cl->peer_eof = true;
+         * asked, then close; session locks go with the close. Read again
+         * after a pause, the EOF comes again. */
+        if (cl->state == CLIENT_OPEN) {
+            client_set_state(cl, CLIENT_DRAINING);
+        } else if (cl->state == CLIENT_CLOSING) {
+            client_set_state(cl, CLIENT_CLOSING_EOF);
+        }
         client_reading(cl, false);
         if (cl->framing == FRAMING_HTTP) {
             /* Serves what is complete and closes once all is answered
@@ -463,7 +560,7 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg)
             return;
         }
         ndjson_answer_unterminated(cl);
-        if (cl->inflight == 0 || cl->closing) {
+        if (cl->inflight == 0 || !client_attached(cl)) {
             client_close_after_flush(cl);
         }
         return;
@@ -480,14 +577,14 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg)
 static void client_write_cb(struct bufferevent *bev, void *arg)
 {
     struct client *cl = arg;
-    if (cl->write_on && !cl->closing &&
+    if (cl->write_on && client_attached(cl) &&
         evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
         /* Drained: back to writing at the end of each turn. */
         cl->write_on = false;
         bufferevent_disable(bev, EV_WRITE);
     }
-    if (cl->closing) {
-        if (!cl->lingering &&
+    if (!client_attached(cl)) {
+        if (cl->state != CLIENT_LINGERING &&
             evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
             client_finish_close(cl);
         }
@@ -543,7 +640,7 @@ static void client_resume_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct client *cl = arg;
     cl->resume_pending = false;
-    if (cl->closing) {
+    if (!client_attached(cl)) {
         return;
     }
     if (cl->framing == FRAMING_HTTP) {
@@ -552,7 +649,7 @@ static void client_resume_cb(evutil_socket_t fd, short what, void *arg)
         }
         return;
     }
-    if (cl->peer_eof && cl->inflight == 0) {
+    if (cl->state == CLIENT_DRAINING && cl->inflight == 0) {
         /* NDJSON submits every buffered line at once (reading stops
          * before EOF while lines wait), so none is left behind. */
         client_close_after_flush(cl);
@@ -566,7 +663,7 @@ static void client_resume_cb(evutil_socket_t fd, short what, void *arg)
 
 static void client_maybe_resume(struct client *cl)
 {
-    if (!cl->read_paused || cl->closing) {
+    if (!cl->read_paused || !client_attached(cl)) {
         return;
     }
     if (cl->inflight < cl->srv->cfg->max_inflight &&
@@ -598,6 +695,9 @@ static void client_recheck_limits(struct client *cl)
 /* Queues bytes for the client; they go out at the end of this loop turn. */
 static void client_out(struct client *cl, const void *data, size_t len)
 {
+    /* Once closing, only what was queued goes out (and after the shutdown
+     * of our side nothing could). */
+    RL_ASSERT(client_attached(cl));
     evbuffer_add(bufferevent_get_output(cl->bev), data, len);
     if (!cl->flush_pending && !cl->write_on) {
         cl->flush_pending = true;
@@ -611,6 +711,7 @@ static void client_out(struct client *cl, const void *data, size_t len)
  * request at a time). */
 static void client_answer(struct client *cl, const char *buf, size_t len)
 {
+    RL_ASSERT(client_attached(cl));
     if (cl->inflight == 0 && !cl->flush_pending && !cl->write_on &&
         evbuffer_get_length(bufferevent_get_output(cl->bev)) == 0) {
         ssize_t n;
@@ -656,8 +757,8 @@ static void client_flush_cb(evutil_socket_t fd, short what, void *arg)
         bufferevent_enable(cl->bev, EV_WRITE);
         return;
     }
-    if (cl->closing) {
-        if (!cl->lingering) {
+    if (!client_attached(cl)) {
+        if (cl->state != CLIENT_LINGERING) {
             client_finish_close(cl);
         }
         return;
@@ -731,7 +832,7 @@ static void call_done_cb(struct call *call, const struct response *rsp)
     struct client *cl = sc->client;
     if (cl != NULL) {
         call_unlink(cl, sc);
-        if (rsp != NULL && !cl->closing) {
+        if (rsp != NULL && client_attached(cl)) {
             char stack[PROTO_RESPONSE_MAX];
             char *buf = stack;
             size_t cap = sizeof(stack);
@@ -760,10 +861,11 @@ static void call_done_cb(struct call *call, const struct response *rsp)
         bool http = sc->http;
         bool keep_alive = sc->keep_alive;
         call_free(s, sc);
-        if (cl->closing) {
+        if (!client_attached(cl)) {
             return;
         }
         if (http) {
+            RL_ASSERT(cl->http_busy); /* one HTTP request at a time */
             cl->http_busy = false;
             if (!keep_alive) {
                 client_close_after_flush(cl);
@@ -774,7 +876,7 @@ static void call_done_cb(struct call *call, const struct response *rsp)
             client_resume_later(cl);
             return;
         }
-        if (cl->peer_eof && cl->inflight == 0) {
+        if (cl->state == CLIENT_DRAINING && cl->inflight == 0) {
             client_resume_later(cl); /* to close */
             return;
         }
@@ -798,7 +900,7 @@ static void session_event_cb(struct lock_owner *owner, const char *json,
                              size_t len)
 {
     struct client *cl = client_of(owner);
-    if (cl->closing || cl->framing != FRAMING_NDJSON) {
+    if (!client_attached(cl) || cl->framing != FRAMING_NDJSON) {
         return;
     }
     client_out(cl, json, len);
@@ -878,7 +980,7 @@ static bool ndjson_line(struct client *cl, const char *line, size_t len)
     }
     call->session = &cl->session;
     ops_submit(s->ops, call);
-    return !cl->closing;
+    return client_attached(cl);
 }
 
 /* Lines buffered in the input evbuffer (after a pause, a partial line, or
@@ -887,7 +989,7 @@ static void ndjson_read(struct client *cl)
 {
     struct evbuffer *in = bufferevent_get_input(cl->bev);
     size_t max = cl->srv->cfg->max_line_bytes;
-    while (!cl->closing) {
+    while (client_attached(cl)) {
         if (client_over_limits(cl)) {
             client_pause(cl);
             return;
@@ -1134,7 +1236,7 @@ static void http_next(struct client *cl)
         return;
     }
     cl->http_looping = true;
-    while (!cl->closing && !cl->http_busy) {
+    while (client_attached(cl) && !cl->http_busy) {
         if (client_over_limits(cl)) {
             break; /* output over OUT_HIGH: resumed when it drains */
         }
@@ -1143,12 +1245,12 @@ static void http_next(struct client *cl)
         }
     }
     cl->http_looping = false;
-    if (cl->closing) {
+    if (!client_attached(cl)) {
         return;
     }
     /* Over the limits, complete requests may still be buffered: they are
      * served when the output drains (client_maybe_resume). */
-    if (cl->peer_eof && !cl->http_busy && cl->inflight == 0 &&
+    if (cl->state == CLIENT_DRAINING && !cl->http_busy && cl->inflight == 0 &&
         !client_over_limits(cl)) {
         http_answer_unterminated(cl);
         client_close_after_flush(cl);
@@ -1224,7 +1326,7 @@ static void client_read_cb(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     struct client *cl = arg;
-    if (cl->lingering) {
+    if (cl->state == CLIENT_LINGERING) {
         struct evbuffer *in = bufferevent_get_input(cl->bev);
         cl->discarded += evbuffer_get_length(in);
         evbuffer_drain(in, evbuffer_get_length(in));
@@ -1233,7 +1335,7 @@ static void client_read_cb(struct bufferevent *bev, void *arg)
         }
         return;
     }
-    if (cl->closing) {
+    if (!client_attached(cl)) {
         return;
     }
     if (cl->framing == FRAMING_UNKNOWN && !client_pick_framing(cl)) {
@@ -1269,7 +1371,7 @@ static void client_sock_read_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     struct evbuffer *in = bufferevent_get_input(cl->bev);
-    if (cl->framing == FRAMING_NDJSON && !cl->lingering && !cl->closing &&
+    if (cl->framing == FRAMING_NDJSON && client_attached(cl) &&
         evbuffer_get_length(in) == 0) {
         ndjson_feed(cl, buf, (size_t)n);
         return;
@@ -1392,6 +1494,7 @@ static void refusal_free(struct refusal *r, const char *first, size_t n)
         r->next->prev = r->prev;
     }
     s->n_refusals--;
+    RL_ASSERT(s->n_refusals >= 0);
     free(r);
     accept_fd_freed(s);
 }
@@ -1880,9 +1983,8 @@ static void client_flush_now(struct client *cl)
 static void session_close_cb(struct lock_owner *owner)
 {
     struct client *cl = client_of(owner);
-    if (cl->closing || cl->lingering) {
-        client_detach(cl);
-        return;
+    if (!client_attached(cl)) {
+        return; /* detached already */
     }
     for (struct server_call *c = cl->calls; c != NULL; c = c->next) {
         client_answer_shutdown(cl, c);
@@ -1914,7 +2016,7 @@ void server_destroy(struct server *s)
     s->accept_ev = NULL;
     while (s->clients != NULL) {
         struct client *cl = s->clients;
-        if (!cl->closing && !cl->lingering) {
+        if (client_attached(cl)) {
             for (struct server_call *c = cl->calls; c != NULL; c = c->next) {
                 client_answer_shutdown(cl, c);
             }
