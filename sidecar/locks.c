@@ -14,6 +14,7 @@
 
 #include <uuid/uuid.h>
 
+#include "rlassert.h"
 #include "util.h"
 
 struct lock_table {
@@ -508,11 +509,13 @@ void locks_remove(struct lock_table *t, struct lock *l)
     while (*pp != NULL && *pp != l) {
         pp = &(*pp)->tok_next;
     }
-    if (*pp == l) {
-        *pp = l->tok_next;
-        t->count--;
-    }
+    /* A lock is in its bucket from locks_add() until here, and comes here
+     * once (it is freed below). */
+    RL_ASSERT(*pp == l && t->count > 0);
+    *pp = l->tok_next;
+    t->count--;
     if (l->owner != NULL) {
+        RL_ASSERT(l->owner->count > 0);
         owner_unlink(l);
         l->owner->count--;
     }
