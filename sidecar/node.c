@@ -311,13 +311,27 @@ static void log_state(struct node *node, enum node_state old,
 static void node_set_state(struct node *node, enum node_state state)
 {
     enum node_state old = node->state;
+    bool legal;
     switch (state) {
-    case NODE_DOWN:
-    case NODE_CONNECTING:
-    case NODE_UP:
+    case NODE_DOWN: /* a drop, or an attempt that failed (again) */
+        legal = old != NODE_CLOSED;
+        break;
+    case NODE_CONNECTING: /* an attempt: a lookup, then its connect */
+        legal = old == NODE_DOWN || old == NODE_CONNECTING;
+        break;
+    case NODE_UP: /* the handshake of this attempt completed */
+        legal = old == NODE_CONNECTING;
+        break;
     case NODE_CLOSED:
+        legal = true;
         break;
     default:
+        abort();
+    }
+    if (!legal) {
+        /* A bug in this file, never a node's doing. */
+        log_error(node->subject, "illegal state change %s -> %s",
+                  node_state_name(old), node_state_name(state));
         abort();
     }
     if (state == NODE_UP || state == NODE_DOWN) {
