@@ -1,4 +1,5 @@
-/* server.c: the unix-socket listener and client connections.
+/* server.c: client connections, from the accepted socket to the close
+ * (listener.c accepts them).
  *
  * Data flow of one connection:
  *
@@ -28,20 +29,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/listener.h>
 
 #include "cluster.h"
 #include "config.h"
 #include "http.h"
+#include "listener.h"
 #include "locks.h"
 #include "log.h"
 #include "metrics.h"
@@ -62,22 +60,6 @@
 #define METRICS_IDLE_MS 5000
 #define STR_(x) #x
 #define STR(x) STR_(x)
-/* A connection refused at accept on the lock socket is held this long for
- * its first bytes, so that an HTTP client gets a status line rather than an
- * NDJSON line it cannot read; at most REFUSALS_MAX at once (the rest are
- * answered in NDJSON at once), so refused peers cannot pile up fds. */
-#define REFUSAL_WAIT_MS 1000
-#define REFUSALS_MAX 32
-/* Out of descriptors at accept (or of kernel memory), the connection stays
- * in the listen queue and libevent would call accept again at once, for as
- * long as it lasts: a spinning core and a log line per try. The listeners
- * pause instead and try again after ACCEPT_RETRY_MS, or as soon as one of
- * our descriptors closes. An episode is logged at its start and, once no
- * accept has failed for ACCEPT_QUIET_MS, at its end with what it cost; the
- * quiet period keeps a limit that closes and fills again per connection to
- * one episode. */
-#define ACCEPT_RETRY_MS 100
-#define ACCEPT_QUIET_MS 1000
 
 /* A call as the server keeps it: what ops sees, and how to answer it. */
 struct server_call {
@@ -160,12 +142,10 @@ struct client {
 };
 
 struct server {
-    struct event_base *base;                 /* borrowed */
-    const struct config *cfg;                /* borrowed */
-    struct ops *ops;                         /* borrowed */
-    struct evconnlistener *listener;         /* owned */
-    struct evconnlistener *metrics_listener; /* owned, NULL when off */
-    char *socket_path;                       /* owned copy, for unlink */
+    struct event_base *base;  /* borrowed */
+    const struct config *cfg; /* borrowed */
+    struct ops *ops;          /* borrowed */
+    struct listener *lst;     /* owned; NULL in destroy */
     struct client *clients;
     int n_clients;         /* lock socket: bounded by --max-connections */
     int n_metrics_clients; /* metrics listener: METRICS_MAX_CONNECTIONS */
@@ -174,32 +154,10 @@ struct server {
     int free_calls_count;
     struct server_call *orphans; /* in flight, their client closed */
     struct http_limits http_limits;
-    struct refusal *refusals; /* owned: connections refused, not answered */
-    int n_refusals;
-    struct event *accept_ev; /* owned: resumes paused listeners, then ends
-                                the starved episode after ACCEPT_QUIET_MS */
-    bool accept_paused;      /* listeners disabled for want of resources */
-    uint64_t starved_us;     /* start of the episode; 0: none */
-    uint64_t resumed_us;     /* listeners last resumed in the episode */
-    uint64_t accept_fails;   /* failed accepts in the episode */
-};
-
-/* A connection refused at accept, waiting (REFUSAL_WAIT_MS at most) for the
- * bytes that tell its framing. Owned by the server's refusal list; owns its
- * fd and event. */
-struct refusal {
-    struct server *srv;
-    evutil_socket_t fd;
-    struct event *ev;
-    enum proto_err err;
-    const char *message; /* static */
-    struct refusal *prev, *next;
 };
 
 static void client_read_cb(struct bufferevent *bev, void *arg);
 static void client_maybe_resume(struct client *cl);
-static void accept_fd_freed(struct server *s);
-static void accept_error_cb(struct evconnlistener *lst, void *arg);
 static void session_close_cb(struct lock_owner *owner);
 
 /* Moves cl to state; a transition that enum client_state does not list is
@@ -407,7 +365,7 @@ static void client_free(struct client *cl)
     bufferevent_free(cl->bev);
     log_debug(cl->subject, "closed");
     free(cl);
-    accept_fd_freed(s);
+    listener_fd_freed(s->lst);
 }
 
 /* A metrics connection's deadline passed with no request completed: free
@@ -493,7 +451,6 @@ static bool peer_gone(struct client *cl)
 }
 
 static bool line_is_blank(const char *p, size_t n);
-static bool is_space(unsigned char c);
 static void http_next(struct client *cl);
 static void write_ndjson_error(struct client *cl, const char *id, size_t id_len,
                                enum proto_err err, const char *msg);
@@ -508,7 +465,7 @@ static bool client_drain_cut_request(struct client *cl)
     size_t n = evbuffer_get_length(in);
     const unsigned char *p = n > 0 ? evbuffer_pullup(in, -1) : NULL;
     size_t i = 0;
-    while (p != NULL && i < n && is_space(p[i])) {
+    while (p != NULL && i < n && util_is_space(p[i])) {
         i++;
     }
     evbuffer_drain(in, n);
@@ -1262,11 +1219,6 @@ static void http_next(struct client *cl)
 /* ---- reading --------------------------------------------------------------
  */
 
-static bool is_space(unsigned char c)
-{
-    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
-}
-
 /* The framing a connection's first non-space byte chooses: '{' is NDJSON,
  * anything else HTTP (always HTTP on the metrics listener). */
 static enum framing framing_of(unsigned char first, bool metrics_only)
@@ -1310,7 +1262,7 @@ static bool client_pick_framing(struct client *cl)
             return false;
         }
         size_t i = 0;
-        while (i < look && is_space(p[i])) {
+        while (i < look && util_is_space(p[i])) {
             i++;
         }
         if (i < look) {
@@ -1381,7 +1333,7 @@ static void client_sock_read_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-/* ---- listener -------------------------------------------------------------
+/* ---- accepting ------------------------------------------------------------
  */
 
 /* The peer's pid, uid and gid, for the locks listing; left unset where
@@ -1399,164 +1351,16 @@ static void session_read_cred(struct lock_owner *session, evutil_socket_t fd)
     }
 }
 
-/* Whether the peer on a unix connection may use the daemon: with
- * --allow-uid/--allow-gid, its uid or primary gid must be listed. */
-static bool peer_allowed(const struct config *cfg, evutil_socket_t fd,
-                         char *who, size_t wholen)
+/* The listener's accept_cb: a client, or a refusal at accept. */
+static void client_accept(evutil_socket_t fd, bool metrics_only, void *arg)
 {
-    if (cfg->n_allow_uids == 0 && cfg->n_allow_gids == 0) {
-        return true;
-    }
-    struct ucred cred;
-    socklen_t len = sizeof(cred);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-        snprintf(who, wholen, "unknown peer (%s)", strerror(errno));
-        return false;
-    }
-    snprintf(who, wholen, "pid %d uid %u gid %u", (int)cred.pid,
-             (unsigned)cred.uid, (unsigned)cred.gid);
-    for (int i = 0; i < cfg->n_allow_uids; i++) {
-        if (cfg->allow_uids[i] == (unsigned)cred.uid) {
-            return true;
-        }
-    }
-    for (int i = 0; i < cfg->n_allow_gids; i++) {
-        if (cfg->allow_gids[i] == (unsigned)cred.gid) {
-            return true;
-        }
-    }
-    return false;
-}
-
-/* Refuses a connection at accept: one answer (best effort), counted, the
- * reason logged once, and the close. */
-static void reject(evutil_socket_t fd, const char *line, size_t len,
-                   const char *why)
-{
-    METRIC_INC(clients_rejected);
-    log_warn(NULL, "%s", why);
-    ssize_t w = write(fd, line, len);
-    (void)w;
-    evutil_closesocket(fd);
-}
-
-/* Answers a refused connection in the framing its first bytes chose (none:
- * NDJSON), then closes it. What it sent is drained first: closing a unix
- * socket with unread input resets the peer, which may then miss the answer. */
-static void refusal_answer(evutil_socket_t fd, enum proto_err err,
-                           const char *message, const char *first, size_t n)
-{
-    char body[PROTO_RESPONSE_MAX];
-    char out[PROTO_RESPONSE_MAX + 256];
-    struct response rsp = {0};
-    rsp.err = err;
-    rsp.message = message;
-    size_t blen = proto_encode_response(&rsp, body, sizeof(body));
-    size_t i = 0;
-    while (i < n && is_space((unsigned char)first[i])) {
-        i++;
-    }
-    size_t len;
-    if (i < n && framing_of((unsigned char)first[i], false) == FRAMING_HTTP) {
-        bool head = n - i >= 5 && memcmp(first + i, "HEAD ", 5) == 0;
-        len = http_format_head(proto_err_status(err), "application/json", blen,
-                               false, NULL, out, sizeof(out));
-        if (len > 0 && !head) {
-            memcpy(out + len, body, blen);
-            len += blen;
-        }
-    } else {
-        memcpy(out, body, blen);
-        out[blen] = '\n';
-        len = blen + 1;
-    }
-    ssize_t w = write(fd, out, len);
-    (void)w;
-    char sink[4096];
-    for (int k = 0; k < 16 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0;
-         k++) {
-    }
-    shutdown(fd, SHUT_WR);
-    evutil_closesocket(fd);
-}
-
-static void refusal_free(struct refusal *r, const char *first, size_t n)
-{
-    refusal_answer(r->fd, r->err, r->message, first, n);
-    event_free(r->ev);
-    struct server *s = r->srv;
-    if (r->prev != NULL) {
-        r->prev->next = r->next;
-    } else {
-        s->refusals = r->next;
-    }
-    if (r->next != NULL) {
-        r->next->prev = r->prev;
-    }
-    s->n_refusals--;
-    RL_ASSERT(s->n_refusals >= 0);
-    free(r);
-    accept_fd_freed(s);
-}
-
-static void refusal_cb(evutil_socket_t fd, short what, void *arg)
-{
-    char first[512];
-    ssize_t n = 0;
-    if (what & EV_READ) {
-        do {
-            n = recv(fd, first, sizeof(first), 0);
-        } while (n < 0 && errno == EINTR);
-    }
-    refusal_free(arg, first, n > 0 ? (size_t)n : 0);
-}
-
-/* Refuses a lock-socket connection: logged and counted now, answered when
- * its first bytes come (or at REFUSAL_WAIT_MS) in NDJSON or HTTP; at once
- * in NDJSON when REFUSALS_MAX are waiting already. */
-static void refuse(struct server *s, evutil_socket_t fd, enum proto_err err,
-                   const char *message, const char *why)
-{
-    METRIC_INC(clients_rejected);
-    log_warn(NULL, "%s", why);
-    struct refusal *r = NULL;
-    if (s->n_refusals < REFUSALS_MAX) {
-        r = calloc(1, sizeof(*r));
-    }
-    if (r != NULL) {
-        r->ev = event_new(s->base, fd, EV_READ, refusal_cb, r);
-    }
-    struct timeval tv = {REFUSAL_WAIT_MS / 1000,
-                         (REFUSAL_WAIT_MS % 1000) * 1000};
-    if (r == NULL || r->ev == NULL || event_add(r->ev, &tv) != 0) {
-        if (r != NULL && r->ev != NULL) {
-            event_free(r->ev);
-        }
-        free(r);
-        refusal_answer(fd, err, message, NULL, 0);
-        return;
-    }
-    r->srv = s;
-    r->fd = fd;
-    r->err = err;
-    r->message = message;
-    r->next = s->refusals;
-    if (s->refusals != NULL) {
-        s->refusals->prev = r;
-    }
-    s->refusals = r;
-    s->n_refusals++;
-}
-
-static void client_accept(struct server *s, evutil_socket_t fd,
-                          bool metrics_only)
-{
+    struct server *s = arg;
     char who[96];
-    if (!metrics_only && !peer_allowed(s->cfg, fd, who, sizeof(who))) {
+    if (!metrics_only && !listener_peer_allowed(s->cfg, fd, who, sizeof(who))) {
         char why[160];
         snprintf(why, sizeof(why), "connection refused: %s not allowed", who);
-        refuse(s, fd, ERR_BAD_REQUEST,
-               "peer not allowed (--allow-uid/--allow-gid)", why);
+        listener_refuse(s->lst, fd, ERR_BAD_REQUEST,
+                        "peer not allowed (--allow-uid/--allow-gid)", why);
         return;
     }
     if (metrics_only && s->n_metrics_clients >= METRICS_MAX_CONNECTIONS) {
@@ -1565,14 +1369,15 @@ static void client_accept(struct server *s, evutil_socket_t fd,
         static const char msg[] =
             "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n"
             "Connection: close\r\n\r\n";
-        reject(fd, msg, sizeof(msg) - 1,
-               "metrics connection refused: " STR(
-                   METRICS_MAX_CONNECTIONS) " open (limit)");
+        listener_reject(fd, msg, sizeof(msg) - 1,
+                        "metrics connection refused: " STR(
+                            METRICS_MAX_CONNECTIONS) " open (limit)");
         return;
     }
     if (!metrics_only && s->n_clients >= s->cfg->max_connections) {
-        refuse(s, fd, ERR_LIMIT, "too many connections (--max-connections)",
-               "connection refused: --max-connections reached");
+        listener_refuse(s->lst, fd, ERR_LIMIT,
+                        "too many connections (--max-connections)",
+                        "connection refused: --max-connections reached");
         return;
     }
     struct client *cl = calloc(1, sizeof(*cl));
@@ -1643,236 +1448,10 @@ static void client_accept(struct server *s, evutil_socket_t fd,
     log_debug(cl->subject, "connected");
 }
 
-static void accept_cb(struct evconnlistener *lst, evutil_socket_t fd,
-                      struct sockaddr *addr, int socklen, void *arg)
+/* The listener's clients_cb. */
+static int server_clients_cb(void *arg)
 {
-    (void)lst;
-    (void)addr;
-    (void)socklen;
-    client_accept(arg, fd, false);
-}
-
-static void metrics_accept_cb(struct evconnlistener *lst, evutil_socket_t fd,
-                              struct sockaddr *addr, int socklen, void *arg)
-{
-    (void)lst;
-    (void)addr;
-    (void)socklen;
-    client_accept(arg, fd, true);
-}
-
-/* Opens the --metrics-listen TCP listener on HOST:PORT ([v6]:PORT too). */
-static int metrics_listen(struct server *s, const char *spec, char *err,
-                          size_t errlen)
-{
-    char host[256];
-    const char *colon = strrchr(spec, ':');
-    if (colon == NULL || (size_t)(colon - spec) >= sizeof(host)) {
-        snprintf(err, errlen, "--metrics-listen %s: want HOST:PORT", spec);
-        return -1;
-    }
-    const char *h = spec;
-    size_t hl = (size_t)(colon - spec);
-    if (hl >= 2 && h[0] == '[' && h[hl - 1] == ']') {
-        h++;
-        hl -= 2;
-    }
-    memcpy(host, h, hl);
-    host[hl] = '\0';
-    struct evutil_addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = EVUTIL_AI_PASSIVE;
-    int gai = evutil_getaddrinfo(host, colon + 1, &hints, &res);
-    if (gai != 0 || res == NULL) {
-        snprintf(err, errlen, "--metrics-listen %s: %s", spec,
-                 evutil_gai_strerror(gai));
-        return -1;
-    }
-    s->metrics_listener = evconnlistener_new_bind(
-        s->base, metrics_accept_cb, s,
-        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_EXEC, 128,
-        res->ai_addr, (int)res->ai_addrlen);
-    evutil_freeaddrinfo(res);
-    if (s->metrics_listener == NULL) {
-        snprintf(err, errlen, "--metrics-listen %s: %s", spec, strerror(errno));
-        return -1;
-    }
-    evconnlistener_set_error_cb(s->metrics_listener, accept_error_cb);
-    log_info(NULL, "metrics on http://%s/metrics", spec);
-    return 0;
-}
-
-/* Enables or disables every listener: the lock socket's and the metrics
- * one share the process's descriptors, so both starve at once. */
-static void accept_listeners(struct server *s, bool on)
-{
-    struct evconnlistener *lst[2] = {s->listener, s->metrics_listener};
-    for (int i = 0; i < 2; i++) {
-        if (lst[i] != NULL) {
-            if (on) {
-                evconnlistener_enable(lst[i]);
-            } else {
-                evconnlistener_disable(lst[i]);
-            }
-        }
-    }
-}
-
-static void accept_arm(struct server *s, int ms)
-{
-    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
-    evtimer_add(s->accept_ev, &tv);
-}
-
-static void accept_resume(struct server *s)
-{
-    s->accept_paused = false;
-    s->resumed_us = util_now_us();
-    accept_listeners(s, true);
-    accept_arm(s, ACCEPT_QUIET_MS);
-}
-
-/* A descriptor of ours closed: a paused listener may take its place now
- * rather than at the next retry. */
-static void accept_fd_freed(struct server *s)
-{
-    if (s->accept_paused) {
-        accept_resume(s);
-    }
-}
-
-static void accept_timer_cb(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    struct server *s = arg;
-    if (s->accept_paused) {
-        accept_resume(s);
-        return;
-    }
-    if (s->starved_us == 0) {
-        return;
-    }
-    /* ACCEPT_QUIET_MS since the last resume and no accept failed. */
-    log_warn(NULL,
-             "accept: resumed after %llu ms out of file descriptors "
-             "or memory; %llu accept attempts deferred meanwhile",
-             (unsigned long long)((s->resumed_us - s->starved_us) / 1000),
-             (unsigned long long)s->accept_fails);
-    s->starved_us = 0;
-    s->accept_fails = 0;
-}
-
-/* The descriptor limit as this process has it now, for messages; 0 when
- * unknown or unlimited. */
-static unsigned long long fd_limit(void)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) {
-        return 0;
-    }
-    return (unsigned long long)rl.rlim_cur;
-}
-
-static void accept_error_cb(struct evconnlistener *lst, void *arg)
-{
-    (void)lst;
-    struct server *s = arg;
-    int e = errno;
-    if (e != EMFILE && e != ENFILE && e != ENOBUFS && e != ENOMEM) {
-        /* Errors of one connection (EPROTO, EPERM from a filter): it has
-         * left the queue, so nothing is retried in a loop. */
-        log_error(NULL, "accept: %s", strerror(e));
-        return;
-    }
-    METRIC_INC(accept_deferred);
-    s->accept_fails++;
-    if (s->starved_us == 0) {
-        s->starved_us = util_now_us();
-        s->resumed_us = s->starved_us;
-        log_error(NULL,
-                  "accept: out of file descriptors or memory (%s; "
-                  "descriptor limit %llu, %d client connections): "
-                  "not accepting for now; new connections wait in the "
-                  "listen queue",
-                  strerror(e), fd_limit(), s->n_clients);
-    }
-    s->accept_paused = true;
-    accept_listeners(s, false);
-    accept_arm(s, ACCEPT_RETRY_MS);
-}
-
-int server_fd_reserve(const struct config *cfg)
-{
-    return 1 + REFUSALS_MAX +
-           (cfg->metrics_listen != NULL ? 1 + METRICS_MAX_CONNECTIONS : 0);
-}
-
-/* Makes the listening socket with exactly the configured mode. */
-static int listen_unix(const char *path, int mode, char *err, size_t errlen)
-{
-    struct sockaddr_un sa;
-    if (strlen(path) >= sizeof(sa.sun_path)) {
-        snprintf(err, errlen, "--socket %s: path longer than %zu bytes", path,
-                 sizeof(sa.sun_path) - 1);
-        return -1;
-    }
-    memset(&sa, 0, sizeof(sa));
-    sa.sun_family = AF_UNIX;
-    strcpy(sa.sun_path, path);
-
-    struct stat st;
-    if (lstat(path, &st) == 0) {
-        if (!S_ISSOCK(st.st_mode)) {
-            snprintf(err, errlen, "--socket %s: exists and is not a socket",
-                     path);
-            return -1;
-        }
-        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (probe >= 0 &&
-            connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0) {
-            close(probe);
-            snprintf(err, errlen,
-                     "--socket %s: another process is listening there", path);
-            return -1;
-        }
-        if (probe >= 0) {
-            close(probe);
-        }
-        unlink(path); /* stale: nobody listens */
-    }
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) {
-        snprintf(err, errlen, "socket: %s", strerror(errno));
-        return -1;
-    }
-    /* Bind with no permissions at all, then chmod: the socket is never
-     * reachable with more than the configured mode, whatever the umask. */
-    mode_t old = umask(0777);
-    int rc = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
-    int bind_errno = errno;
-    umask(old);
-    if (rc != 0) {
-        snprintf(err, errlen, "--socket %s: bind: %s", path,
-                 strerror(bind_errno));
-        close(fd);
-        return -1;
-    }
-    if (chmod(path, (mode_t)mode) != 0) {
-        snprintf(err, errlen, "--socket %s: chmod: %s", path, strerror(errno));
-        close(fd);
-        unlink(path);
-        return -1;
-    }
-    if (listen(fd, 1024) != 0) {
-        snprintf(err, errlen, "--socket %s: listen: %s", path, strerror(errno));
-        close(fd);
-        unlink(path);
-        return -1;
-    }
-    return fd;
+    return server_client_count(arg);
 }
 
 struct server *server_create(struct event_base *base, const struct config *cfg,
@@ -1887,38 +1466,9 @@ struct server *server_create(struct event_base *base, const struct config *cfg,
     s->cfg = cfg;
     s->ops = ops;
     http_limits_default(&s->http_limits, cfg->max_line_bytes);
-    s->socket_path = strdup(cfg->socket_path);
-    int fd = listen_unix(cfg->socket_path, cfg->socket_mode, err, errlen);
-    if (fd < 0 || s->socket_path == NULL) {
-        free(s->socket_path);
-        free(s);
-        return NULL;
-    }
-    /* Backlog 0: the socket already listens with 1024; -1 would shrink it
-     * to libevent's default of 128. */
-    s->listener =
-        evconnlistener_new(base, accept_cb, s, LEV_OPT_CLOSE_ON_FREE, 0, fd);
-    if (s->listener == NULL) {
-        snprintf(err, errlen, "cannot listen on %s", cfg->socket_path);
-        close(fd);
-        unlink(cfg->socket_path);
-        free(s->socket_path);
-        free(s);
-        return NULL;
-    }
-    evconnlistener_set_error_cb(s->listener, accept_error_cb);
-    s->accept_ev = evtimer_new(base, accept_timer_cb, s);
-    if (s->accept_ev == NULL ||
-        (cfg->metrics_listen != NULL &&
-         metrics_listen(s, cfg->metrics_listen, err, errlen) != 0)) {
-        if (s->accept_ev == NULL) {
-            snprintf(err, errlen, "out of memory");
-        } else {
-            event_free(s->accept_ev);
-        }
-        evconnlistener_free(s->listener);
-        unlink(cfg->socket_path);
-        free(s->socket_path);
+    s->lst = listener_create(base, cfg, client_accept, server_clients_cb, s,
+                             err, errlen);
+    if (s->lst == NULL) {
         free(s);
         return NULL;
     }
@@ -1927,19 +1477,7 @@ struct server *server_create(struct event_base *base, const struct config *cfg,
 
 void server_stop_accepting(struct server *s)
 {
-    s->accept_paused = false;
-    if (s->accept_ev != NULL) {
-        evtimer_del(s->accept_ev);
-    }
-    if (s->listener != NULL) {
-        evconnlistener_free(s->listener);
-        s->listener = NULL;
-        unlink(s->socket_path);
-    }
-    if (s->metrics_listener != NULL) {
-        evconnlistener_free(s->metrics_listener);
-        s->metrics_listener = NULL;
-    }
+    listener_stop(s->lst);
 }
 
 /* At exit, for a call still in flight: shutting_down, since its node
@@ -2008,12 +1546,9 @@ void server_destroy(struct server *s)
     if (s == NULL) {
         return;
     }
-    server_stop_accepting(s);
-    while (s->refusals != NULL) {
-        refusal_free(s->refusals, NULL, 0);
-    }
-    event_free(s->accept_ev);
-    s->accept_ev = NULL;
+    /* Clients freed below have no listener to tell. */
+    listener_destroy(s->lst);
+    s->lst = NULL;
     while (s->clients != NULL) {
         struct client *cl = s->clients;
         if (client_attached(cl)) {
@@ -2033,7 +1568,6 @@ void server_destroy(struct server *s)
         s->free_calls = c->next;
         free(c);
     }
-    free(s->socket_path);
     free(s);
 }
 
@@ -2050,4 +1584,10 @@ bool server_flushed(const struct server *s)
 int server_client_count(const struct server *s)
 {
     return s->n_clients;
+}
+
+int server_fd_reserve(const struct config *cfg)
+{
+    return listener_fd_reserve(cfg) +
+           (cfg->metrics_listen != NULL ? METRICS_MAX_CONNECTIONS : 0);
 }

@@ -1,4 +1,4 @@
-/* server.h: the unix-socket listener and client connections.
+/* server.h: the unix-socket listener (listener.c) and client connections.
  *
  * The first byte of a connection picks its framing: '{' (after optional
  * whitespace) means NDJSON, anything else HTTP/1.1. Each connection reads

@@ -183,3 +183,8 @@ struct util_hnode *util_htable_next(const struct util_htable *t,
     }
     return first_from(t, (n->hash & t->mask) + 1);
 }
+
+bool util_is_space(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}

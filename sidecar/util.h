@@ -12,6 +12,7 @@
 #ifndef REDLOCKD_UTIL_H
 #define REDLOCKD_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -102,5 +103,9 @@ void util_htable_remove(struct util_htable *t, struct util_hnode *n);
 struct util_hnode *util_htable_first(const struct util_htable *t);
 struct util_hnode *util_htable_next(const struct util_htable *t,
                                     const struct util_hnode *n);
+
+/* util_is_space: whether c is whitespace between requests, NDJSON or HTTP
+ * (space, tab, CR, LF). */
+bool util_is_space(unsigned char c);
 
 #endif

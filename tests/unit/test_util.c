@@ -2,7 +2,8 @@
  * CLOCK_MONOTONIC, keeps counting through a suspend) and never goes back.
  * On a machine that was never suspended the two clocks agree, so the
  * bracket below tells them apart only where they differ. Then hex digits,
- * FNV-1a against its published vectors, and the hash table. */
+ * FNV-1a against its published vectors, whitespace, and the hash
+ * table. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -74,6 +75,22 @@ static void test_hex_value(void **state)
         ok += v >= 0;
     }
     assert_int_equal(ok, 22); /* nothing else: not 'g', ' ', NUL, 0xff */
+}
+
+/* Whitespace between requests is exactly space, tab, CR and LF: not a
+ * vertical tab, form feed, NUL or a UTF-8 byte. */
+static void test_is_space(void **state)
+{
+    (void)state;
+    int n = 0;
+    for (int c = 0; c < 256; c++) {
+        bool sp = util_is_space((unsigned char)c);
+        n += sp;
+        if (sp) {
+            assert_true(c == ' ' || c == '\t' || c == '\r' || c == '\n');
+        }
+    }
+    assert_int_equal(n, 4);
 }
 
 /* The lowercase reading agrees with util_hex_value on 0-9 and a-f, and
@@ -272,6 +289,7 @@ int main(void)
         cmocka_unit_test(test_reads_boottime),
         cmocka_unit_test(test_never_decreases),
         cmocka_unit_test(test_hex_value),
+        cmocka_unit_test(test_is_space),
         cmocka_unit_test(test_hex_lower_value),
         cmocka_unit_test(test_hex_encode),
         cmocka_unit_test(test_dec_u64),
