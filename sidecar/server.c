@@ -20,7 +20,14 @@
  * the output drains below OUT_LOW. A client that never reads therefore holds
  * at most OUT_HIGH plus one read's worth of replies. An HTTP connection also
  * stops while a request is answered and --max-line-bytes of pipelined input
- * wait behind it. */
+ * wait behind it.
+ *
+ * Each framing is reached through its struct framing_ops, so a
+ * connection's life (enum client_state) is written once for both. The
+ * framings stay in this file, which puts it over the house's 1,500 lines:
+ * they use every part of struct client (its output, pause and state), and
+ * apart they would need it in a header of its own that three files could
+ * change. */
 #include "server.h"
 
 #include <errno.h>
@@ -78,6 +85,28 @@ enum framing {
     FRAMING_NDJSON,      /* first byte '{' */
     FRAMING_HTTP,        /* anything else */
 };
+
+struct client;
+
+/* What the client code asks of a framing (framing_ops_of()): one table
+ * per enum framing, so that the connection's life is written once and
+ * each framing says only how it reads and when it is done. */
+struct framing_ops {
+    /* Serves what the input buffer holds. */
+    void (*input)(struct client *cl);
+    /* Bytes read off the socket while the input buffer is empty, served
+     * in place; NULL: they are buffered first, then input(). */
+    void (*feed)(struct client *cl, const char *buf, size_t n);
+    /* The peer shut its writing side: what is owed gets answered, and
+     * the connection closes once nothing more is. */
+    void (*peer_eof)(struct client *cl);
+    /* resume_ev: going on after an answer or a pause (see
+     * client_resume_later()). */
+    void (*resume)(struct client *cl);
+    bool events; /* a session's event lines are written */
+};
+
+static const struct framing_ops *framing_ops_of(enum framing framing);
 
 /* Where a connection is in its life. Only client_set_state() writes it,
  * and it aborts on a transition not listed here:
@@ -477,8 +506,7 @@ static bool client_drain_cut_request(struct client *cl)
  * not here: reading, and so the EOF, waits for them. */
 static void ndjson_answer_unterminated(struct client *cl)
 {
-    if (cl->framing != FRAMING_NDJSON || !client_attached(cl) ||
-        cl->read_paused) {
+    if (!client_attached(cl) || cl->read_paused) {
         return;
     }
     if (client_drain_cut_request(cl)) {
@@ -508,18 +536,7 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg)
             client_set_state(cl, CLIENT_CLOSING_EOF);
         }
         client_reading(cl, false);
-        if (cl->framing == FRAMING_HTTP) {
-            /* Serves what is complete and closes once all is answered
-             * (or later, when the request being served is). */
-            if (!cl->http_busy) {
-                http_next(cl);
-            }
-            return;
-        }
-        ndjson_answer_unterminated(cl);
-        if (cl->inflight == 0 || !client_attached(cl)) {
-            client_close_after_flush(cl);
-        }
+        framing_ops_of(cl->framing)->peer_eof(cl);
         return;
     }
     if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
@@ -600,12 +617,14 @@ static void client_resume_cb(evutil_socket_t fd, short what, void *arg)
     if (!client_attached(cl)) {
         return;
     }
-    if (cl->framing == FRAMING_HTTP) {
-        if (!cl->http_busy) {
-            http_next(cl);
-        }
-        return;
-    }
+    framing_ops_of(cl->framing)->resume(cl);
+}
+
+/* NDJSON's resume (and a connection's whose framing is not known yet):
+ * closes after the peer's EOF once all is answered, else reads the lines
+ * held back by a pause. */
+static void ndjson_resume(struct client *cl)
+{
     if (cl->state == CLIENT_DRAINING && cl->inflight == 0) {
         /* NDJSON submits every buffered line at once (reading stops
          * before EOF while lines wait), so none is left behind. */
@@ -857,7 +876,7 @@ static void session_event_cb(struct lock_owner *owner, const char *json,
                              size_t len)
 {
     struct client *cl = client_of(owner);
-    if (!client_attached(cl) || cl->framing != FRAMING_NDJSON) {
+    if (!client_attached(cl) || !framing_ops_of(cl->framing)->events) {
         return;
     }
     client_out(cl, json, len);
@@ -1290,14 +1309,7 @@ static void client_read_cb(struct bufferevent *bev, void *arg)
     if (!client_attached(cl)) {
         return;
     }
-    if (cl->framing == FRAMING_UNKNOWN && !client_pick_framing(cl)) {
-        return;
-    }
-    if (cl->framing == FRAMING_NDJSON) {
-        ndjson_read(cl);
-    } else {
-        http_next(cl);
-    }
+    framing_ops_of(cl->framing)->input(cl);
 }
 
 static void client_event_cb(struct bufferevent *bev, short events, void *arg);
@@ -1323,13 +1335,92 @@ static void client_sock_read_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     struct evbuffer *in = bufferevent_get_input(cl->bev);
-    if (cl->framing == FRAMING_NDJSON && client_attached(cl) &&
+    const struct framing_ops *f = framing_ops_of(cl->framing);
+    if (f->feed != NULL && client_attached(cl) &&
         evbuffer_get_length(in) == 0) {
-        ndjson_feed(cl, buf, (size_t)n);
+        f->feed(cl, buf, (size_t)n);
         return;
     }
     if (input_keep(cl, buf, (size_t)n) == 0) {
         client_read_cb(cl->bev, cl);
+    }
+}
+
+/* ---- framings -------------------------------------------------------------
+ */
+
+/* NDJSON's peer_eof: a line cut short is answered, and the close waits
+ * for the calls in flight. */
+static void ndjson_peer_eof(struct client *cl)
+{
+    ndjson_answer_unterminated(cl);
+    if (cl->inflight == 0 || !client_attached(cl)) {
+        client_close_after_flush(cl);
+    }
+}
+
+/* HTTP's peer_eof and resume: serves the next complete request unless one
+ * is being answered; http_next closes after the peer's EOF once all is
+ * answered (or later, when the request being served is). */
+static void http_go_on(struct client *cl)
+{
+    if (!cl->http_busy) {
+        http_next(cl);
+    }
+}
+
+/* Before the framing is known: its first bytes choose it, then that
+ * framing serves them. */
+static void unknown_input(struct client *cl)
+{
+    if (client_pick_framing(cl)) {
+        framing_ops_of(cl->framing)->input(cl);
+    }
+}
+
+/* The peer left before its first byte that is not whitespace (or a BOM's
+ * first bytes): nothing was asked, so nothing is owed. */
+static void unknown_peer_eof(struct client *cl)
+{
+    RL_ASSERT(cl->inflight == 0); /* no call before the framing */
+    client_close_after_flush(cl);
+}
+
+static const struct framing_ops unknown_ops = {
+    .input = unknown_input,
+    .feed = NULL,
+    .peer_eof = unknown_peer_eof,
+    .resume = ndjson_resume,
+    .events = false,
+};
+
+static const struct framing_ops ndjson_ops = {
+    .input = ndjson_read,
+    .feed = ndjson_feed,
+    .peer_eof = ndjson_peer_eof,
+    .resume = ndjson_resume,
+    .events = true,
+};
+
+static const struct framing_ops http_ops = {
+    .input = http_next,
+    .feed = NULL,
+    .peer_eof = http_go_on,
+    .resume = http_go_on,
+    .events = false,
+};
+
+static const struct framing_ops *framing_ops_of(enum framing framing)
+{
+    switch (framing) {
+    case FRAMING_UNKNOWN:
+        return &unknown_ops;
+    case FRAMING_NDJSON:
+        return &ndjson_ops;
+    case FRAMING_HTTP:
+        return &http_ops;
+    default:
+        abort();
     }
 }
 
