@@ -19,9 +19,12 @@
 
 #include "log.h"
 #include "node.h"
+#include "pool.h"
 #include "proto.h"
 #include "replyview.h"
 #include "util.h"
+
+#define BATCH_POOL_KEEP 64 /* batches kept for reuse: a turn's worth */
 
 /* Up to BATCH_MAX entries on one node, in the order issued, in one script
  * call. */
@@ -38,7 +41,6 @@ struct batch {
     struct batch *owner;
     int refs;
     bool publish; /* this node announces its releases and completes */
-    struct batch *next_free;
 };
 
 struct batcher {
@@ -53,8 +55,7 @@ struct batcher {
     struct event *batch_ev; /* owned */
     bool batch_armed;
     unsigned wake_turn; /* whose turn to announce (batch_publishers) */
-    struct batch *free_batches;
-    int free_batch_count;
+    struct pool pool; /* owned: batches kept for reuse */
 };
 
 /* The node to send to, or NULL once stopped: closing a node runs its
@@ -69,12 +70,10 @@ static void batch_recycle(struct batch *b)
 {
     struct batcher *bs = b->bs;
     node_prep_free(&b->prep);
-    if (bs->free_batch_count < 64 && !bs->stopped) {
-        b->next_free = bs->free_batches;
-        bs->free_batches = b;
-        bs->free_batch_count++;
-    } else {
+    if (bs->stopped) {
         free(b);
+    } else {
+        pool_put(&bs->pool, b);
     }
 }
 
@@ -309,11 +308,7 @@ int batch_add(struct batcher *bs, int i, const struct batch_entry *e)
     }
     struct batch *b = bs->open[i];
     if (b == NULL) {
-        b = bs->free_batches;
-        if (b != NULL) {
-            bs->free_batches = b->next_free;
-            bs->free_batch_count--;
-        } else if ((b = malloc(sizeof(*b))) == NULL) {
+        if ((b = pool_new(&bs->pool)) == NULL) {
             return -1;
         }
         b->bs = bs;
@@ -360,6 +355,7 @@ struct batcher *batch_create(struct event_base *base, struct node *const *nodes,
     bs->n = n;
     bs->quorum = quorum;
     bs->answer = answer;
+    pool_init(&bs->pool, sizeof(struct batch), BATCH_POOL_KEEP, NULL);
     bs->batch_ev = event_new(base, -1, 0, batch_ev_cb, bs);
     if (bs->batch_ev == NULL) {
         free(bs);
@@ -373,11 +369,7 @@ void batch_destroy(struct batcher *bs)
     if (bs == NULL) {
         return;
     }
-    while (bs->free_batches != NULL) {
-        struct batch *b = bs->free_batches;
-        bs->free_batches = b->next_free;
-        free(b);
-    }
+    pool_drain(&bs->pool);
     event_free(bs->batch_ev);
     free(bs);
 }

@@ -38,6 +38,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "node.h"
+#include "pool.h"
 #include "quarantine.h"
 #include "redlock.h"
 #include "replyview.h"
@@ -45,6 +46,7 @@
 #include "util.h"
 #include "tls.h"
 
+#define OP_POOL_KEEP 1024 /* ops kept for reuse past a burst */
 #define KEY_INLINE 600 /* prefix (<= 64) + "lock:" + resource (<= 512) */
 
 enum op_phase {
@@ -99,7 +101,6 @@ struct cluster_op {
     uint32_t quarantined;           /* nodes not asked: quarantined */
     uint32_t unreachable;           /* nodes not asked: down, or closing */
     struct cluster_op *next_queued; /* the admission queue */
-    struct cluster_op *next_free;
 };
 
 struct cluster {
@@ -132,8 +133,7 @@ struct cluster {
      * during a loop turn, sent as one script over their keys. */
     struct batcher *batches; /* owned */
     struct givenup *gu;      /* owned: locks given up (cluster_give_up) */
-    struct cluster_op *free_ops;
-    int free_count;
+    struct pool op_pool; /* owned: ops kept for reuse, events and all */
     /* Restart quarantine (see README, "Fencing and restarts"). */
     struct quarantine *quar; /* owned */
     int64_t fence_max_seen;  /* largest fence this daemon handed out */
@@ -151,6 +151,14 @@ static struct node *send_node(const struct cluster *c, int i)
 
 static void op_deadline_cb(evutil_socket_t fd, short what, void *arg);
 
+/* An op let go by its pool: its timer goes with it (pool_drop_fn). */
+static void op_drop(void *o)
+{
+    struct cluster_op *op = o;
+    event_free(op->deadline_ev);
+    free(op);
+}
+
 static struct cluster_op *op_new(struct cluster *c, enum redlock_op kind,
                                  const char *resource, size_t len,
                                  const char *token, cluster_done_fn *cb,
@@ -161,11 +169,8 @@ static struct cluster_op *op_new(struct cluster *c, enum redlock_op kind,
     if (plen + 5 + len >= KEY_INLINE) {
         return NULL;
     }
-    struct cluster_op *op = c->free_ops;
-    if (op != NULL) {
-        c->free_ops = op->next_free;
-        c->free_count--;
-    } else {
+    struct cluster_op *op = pool_get(&c->op_pool);
+    if (op == NULL) {
         op = malloc(sizeof(*op));
         if (op == NULL) {
             return NULL;
@@ -242,14 +247,7 @@ static void op_release_if_finished(struct cluster_op *op)
     node_prep_free(&op->prep_native);
     node_prep_free(&op->prep_fence);
     evtimer_del(op->deadline_ev);
-    if (c->free_count < 1024) {
-        op->next_free = c->free_ops;
-        c->free_ops = op;
-        c->free_count++;
-    } else {
-        event_free(op->deadline_ev);
-        free(op);
-    }
+    pool_put(&c->op_pool, op);
     if (was_dispatched) {
         queue_drain(c);
     }
@@ -1125,6 +1123,7 @@ struct cluster *cluster_create(struct event_base *base,
     c->cfg = cfg;
     c->n = cfg->n_nodes;
     c->quorum = redlock_quorum(c->n);
+    pool_init(&c->op_pool, sizeof(struct cluster_op), OP_POOL_KEEP, op_drop);
     int fl =
         snprintf(c->fence_key, sizeof(c->fence_key), "%sfence", cfg->prefix);
     c->fence_key_len = (size_t)fl;
@@ -1215,12 +1214,7 @@ void cluster_destroy(struct cluster *c)
         op_answer(op, &r);
         op_release_if_finished(op);
     }
-    while (c->free_ops != NULL) {
-        struct cluster_op *op = c->free_ops;
-        c->free_ops = op->next_free;
-        event_free(op->deadline_ev);
-        free(op);
-    }
+    pool_drain(&c->op_pool);
     batch_destroy(c->batches);
     givenup_destroy(c->gu);
     tls_ctx_destroy(c->tls); /* after every node's session */

@@ -8,36 +8,23 @@ void cmdq_init(struct cmdq *q, size_t entry_size, int pool_max)
 {
     q->head = q->tail = q->live = NULL;
     q->len = 0;
-    q->pool = NULL;
-    q->pool_len = 0;
-    q->pool_max = pool_max;
-    q->entry_size = entry_size < sizeof(struct cmdq_entry)
-                        ? sizeof(struct cmdq_entry)
-                        : entry_size;
+    size_t size = entry_size < sizeof(struct cmdq_entry)
+                      ? sizeof(struct cmdq_entry)
+                      : entry_size;
+    pool_init(&q->pool, size, pool_max > 0 ? (unsigned)pool_max : 0, NULL);
 }
 
 void cmdq_close(struct cmdq *q)
 {
-    while (q->pool != NULL) {
-        struct cmdq_entry *e = q->pool;
-        q->pool = e->next;
-        free(e);
-    }
-    q->pool_len = 0;
-    q->pool_max = 0;
+    pool_drain(&q->pool);
+    q->pool.keep = 0;
 }
 
 struct cmdq_entry *cmdq_get(struct cmdq *q)
 {
-    struct cmdq_entry *e = q->pool;
-    if (e != NULL) {
-        q->pool = e->next;
-        q->pool_len--;
-    } else {
-        e = malloc(q->entry_size);
-        if (e == NULL) {
-            return NULL;
-        }
+    struct cmdq_entry *e = pool_new(&q->pool);
+    if (e == NULL) {
+        return NULL;
     }
     e->prev = e->next = NULL;
     e->deadline_us = 0;
@@ -47,14 +34,7 @@ struct cmdq_entry *cmdq_get(struct cmdq *q)
 
 void cmdq_put(struct cmdq *q, struct cmdq_entry *e)
 {
-    if (q->pool_len >= q->pool_max) {
-        free(e);
-        return;
-    }
-    e->prev = NULL;
-    e->next = q->pool;
-    q->pool = e;
-    q->pool_len++;
+    pool_put(&q->pool, e);
 }
 
 void cmdq_push(struct cmdq *q, struct cmdq_entry *e)

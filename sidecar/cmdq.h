@@ -27,8 +27,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pool.h"
+
 struct cmdq_entry {
-    struct cmdq_entry *prev, *next; /* the queue, or the pool (next) */
+    struct cmdq_entry *prev, *next; /* the queue */
     uint64_t deadline_us;           /* no earlier than the previous one's */
     bool done; /* timed out, or answered: its caller was told */
 };
@@ -37,10 +39,9 @@ struct cmdq {
     struct cmdq_entry *head, *tail; /* in send order */
     struct cmdq_entry *live;        /* first command not yet timed out */
     int len;                        /* entries in the queue */
-    struct cmdq_entry *pool;        /* owned: free entries, by next */
-    int pool_len;
-    int pool_max;      /* pool_len never exceeds it; 0 after cmdq_close */
-    size_t entry_size; /* bytes of the caller's struct around an entry */
+    /* owned: free entries of the caller's size, at most pool_max kept;
+     * it keeps none after cmdq_close */
+    struct pool pool;
 };
 
 /* The caller's struct `type` whose member `member` is entry e. */

@@ -16,6 +16,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "pool.h"
+
 /* ---- pooled reply objects ------------------------------------------------ */
 
 #define REPLY_INLINE                                                           \
@@ -23,28 +25,23 @@
        */
 #define REPLY_POOL_MAX 8192
 
-/* One reply object; free ones are chained through next_free. Owned by the
- * caller of resp_parse until resp_reply_free, then by the pool. */
+/* One reply object. Owned by the caller of resp_parse until
+ * resp_reply_free, then by the pool. */
 struct pooled_reply {
     redisReply r; /* first: cast from redisReply * */
     redisReply *inl[REPLY_INLINE];
-    struct pooled_reply *next_free;
 };
 
-static struct pooled_reply *reply_pool;
-static int reply_pool_len;
+static struct pool reply_pool = {
+    .size = sizeof(struct pooled_reply),
+    .keep = REPLY_POOL_MAX,
+};
 
 redisReply *resp_reply_new(int type)
 {
-    struct pooled_reply *p = reply_pool;
-    if (p != NULL) {
-        reply_pool = p->next_free;
-        reply_pool_len--;
-    } else {
-        p = malloc(sizeof(*p));
-        if (p == NULL) {
-            return NULL;
-        }
+    struct pooled_reply *p = pool_new(&reply_pool);
+    if (p == NULL) {
+        return NULL;
     }
     memset(&p->r, 0, sizeof(p->r));
     p->r.type = type;
@@ -108,23 +105,12 @@ void resp_reply_free(redisReply *r)
     } else if (r->str != NULL) {
         free(r->str);
     }
-    if (reply_pool_len < REPLY_POOL_MAX) {
-        p->next_free = reply_pool;
-        reply_pool = p;
-        reply_pool_len++;
-    } else {
-        free(p);
-    }
+    pool_put(&reply_pool, p);
 }
 
 void resp_pool_drain(void)
 {
-    while (reply_pool != NULL) {
-        struct pooled_reply *p = reply_pool;
-        reply_pool = p->next_free;
-        free(p);
-    }
-    reply_pool_len = 0;
+    pool_drain(&reply_pool);
 }
 
 /* ---- parser ----------------------------------------------------------------

@@ -97,7 +97,7 @@ static void test_empty(void **state)
     /* closing an empty queue, twice, is harmless */
     cmdq_close(&q);
     cmdq_close(&q);
-    assert_int_equal(q.pool_len, 0);
+    assert_int_equal(q.pool.count, 0);
 }
 
 static void test_order(void **state)
@@ -293,13 +293,13 @@ static void test_pool(void **state)
         e[k] = cmdq_get(&q);
         assert_non_null(e[k]);
     }
-    assert_int_equal(q.pool_len, 0);
+    assert_int_equal(q.pool.count, 0);
     /* never more than the bound kept: the rest are freed */
     for (int k = 0; k < 4; k++) {
         cmdq_put(&q, e[k]);
-        assert_true(q.pool_len <= 2);
+        assert_true(q.pool.count <= 2);
     }
-    assert_int_equal(q.pool_len, 2);
+    assert_int_equal(q.pool.count, 2);
     /* taken from the pool again, reset, the last put first */
     item_of(e[1])->tag = 42;
     e[1]->done = true;
@@ -311,25 +311,25 @@ static void test_pool(void **state)
     assert_null(again->next);
     assert_int_equal(again->deadline_us, 0);
     assert_int_equal(item_of(again)->tag, 42); /* the caller's to set */
-    assert_int_equal(q.pool_len, 1);
+    assert_int_equal(q.pool.count, 1);
     /* closing frees the pool; an entry lent out and put back after it is
      * freed at once (ASan's leak check holds this to account) */
     cmdq_close(&q);
-    assert_int_equal(q.pool_len, 0);
-    assert_null(q.pool);
+    assert_int_equal(q.pool.count, 0);
+    assert_null(q.pool.free);
     cmdq_put(&q, again);
-    assert_int_equal(q.pool_len, 0);
-    assert_null(q.pool);
+    assert_int_equal(q.pool.count, 0);
+    assert_null(q.pool.free);
     /* a pool of 0 keeps nothing */
     cmdq_init(&q, sizeof(struct item), 0);
     cmdq_put(&q, cmdq_get(&q));
-    assert_int_equal(q.pool_len, 0);
+    assert_int_equal(q.pool.count, 0);
     cmdq_close(&q);
     /* an entry_size below an entry's is an entry's */
     cmdq_init(&q, 1, 1);
-    assert_int_equal(q.entry_size, sizeof(struct cmdq_entry));
+    assert_int_equal(q.pool.size, sizeof(struct cmdq_entry));
     cmdq_put(&q, cmdq_get(&q));
-    assert_int_equal(q.pool_len, 1);
+    assert_int_equal(q.pool.count, 1);
     cmdq_close(&q);
 }
 
