@@ -301,7 +301,7 @@ static void acquire_start(struct ops *o, struct call *call)
                         call->waitq != NULL, acquire_done_cb, call) != 0) {
         log_error(NULL, "acquire: out of memory");
         if (call->waitq != NULL) {
-            call->waitq->head_trying = false;
+            (void)waitq_end_try(call->waitq);
             waiter_finish(o, call, ERR_INTERNAL, err_message(ERR_INTERNAL));
         } else {
             reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
@@ -456,7 +456,6 @@ static void acquire_taken(struct ops *o, struct call *call,
         return;
     }
     waitq_unlink(o->waitqs, call);
-    q->woken = false;
     /* Read before the answer gives the call back to the server. */
     bool sem = call->req.permits > 0;
     bool held = acquire_won(o, call, res, step);
@@ -470,11 +469,13 @@ static void acquire_taken(struct ops *o, struct call *call,
 }
 
 /* Queues call (RL_ACQ_WAIT) unless it is already, and arms its timer as
- * redlock_wait_delay says. Returns false when its wait is over and it is
+ * redlock_wait_delay says; woken: a release came during the round (the
+ * head's waitq_end_try). Returns false when its wait is over and it is
  * still to be answered; true when it waits, or was answered (a limit, out
  * of memory). */
 static bool acquire_wait(struct ops *o, struct call *call,
-                         const struct redlock_acquire_step *step, uint64_t now)
+                         const struct redlock_acquire_step *step, uint64_t now,
+                         bool woken)
 {
     struct waitq *q = call->waitq;
     bool fresh = false;
@@ -504,7 +505,7 @@ static bool acquire_wait(struct ops *o, struct call *call,
     }
     struct redlock_wait_in in = {
         .head = q->head == call,
-        .woken = q->woken,
+        .woken = woken,
         .attempt = call->attempt,
         .pttl_min = step->pttl_min,
         .wait_left_ms = wait_left_ms(call, now),
@@ -519,9 +520,6 @@ static bool acquire_wait(struct ops *o, struct call *call,
     }
     uint64_t delay;
     bool armed = redlock_wait_delay(&in, &delay);
-    if (in.head) {
-        q->woken = false;
-    }
     if (armed) {
         waitq_arm(call, delay);
     }
@@ -535,9 +533,7 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
     struct call *call = priv;
     struct ops *o = call->ops;
     struct waitq *q = call->waitq;
-    if (q != NULL) {
-        q->head_trying = false;
-    }
+    bool woken = q != NULL && waitq_end_try(q);
     uint64_t now = util_now_us();
     call->round_us += now - call->round_start_us;
     struct redlock_acquire_in in = {
@@ -564,7 +560,7 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
     switch (step.action) {
     case RL_ACQ_NEXT_SLOT:
         if (q != NULL) {
-            q->head_trying = true;
+            waitq_resume_try(q, woken);
         }
         acquire_start(o, call);
         return;
@@ -573,7 +569,7 @@ static void acquire_done_cb(const struct cluster_result *res, void *priv)
         acquire_taken(o, call, res, &step);
         return;
     case RL_ACQ_WAIT:
-        if (acquire_wait(o, call, &step, now)) {
+        if (acquire_wait(o, call, &step, now, woken)) {
             return;
         }
         break;
@@ -1019,7 +1015,7 @@ void ops_call_abandoned(struct ops *o, struct call *call)
         return; /* in flight: acquire_won releases what it wins */
     }
     struct waitq *q = call->waitq;
-    if (q->head == call && q->head_trying) {
+    if (q->head == call && waitq_trying(q)) {
         return; /* its attempt answers later */
     }
     waiter_finish(o, call, ERR_SHUTTING_DOWN, "client closed");

@@ -18,6 +18,7 @@
 #include "locks.h"
 #include "log.h"
 #include "metrics.h"
+#include "rlassert.h"
 #include "semaphore.h"
 #include "wake.h"
 
@@ -106,7 +107,7 @@ struct waitq *waitq_get(struct waitq_set *set, const char *res, size_t len)
 
 void waitq_free_if_empty(struct waitq_set *set, struct waitq *q)
 {
-    if (q->head != NULL || q->head_trying) {
+    if (q->head != NULL || waitq_trying(q)) {
         return;
     }
     util_htable_remove(&set->queues, &q->hnode);
@@ -130,7 +131,7 @@ static void retry_cb(evutil_socket_t fd, short what, void *arg)
     }
     struct waitq_set *set = q->set;
     if (q->head == call) {
-        if (!q->head_trying) {
+        if (!waitq_trying(q)) {
             set->try_cb(call, set->arg);
         }
         return;
@@ -212,7 +213,7 @@ void waitq_leave(struct waitq_set *set, struct call *call)
     }
     bool was_head = q->head == call;
     waitq_unlink(set, call);
-    if (was_head && q->head != NULL && !q->head_trying) {
+    if (was_head && q->head != NULL && !waitq_trying(q)) {
         waitq_due(q->head);
     } else {
         waitq_free_if_empty(set, q);
@@ -226,12 +227,51 @@ void waitq_arm(struct call *call, uint64_t delay_ms)
     evtimer_add(call->retry_ev, &tv);
 }
 
+/* The only writer of head_state: refuses a transition the head cannot
+ * make (waitq.h lists them). */
+static void head_set_state(struct waitq *q, enum waitq_head_state to)
+{
+    enum waitq_head_state from = q->head_state;
+    bool ok;
+    switch (to) {
+    case WAITQ_HEAD_IDLE:
+        ok = from == WAITQ_HEAD_TRYING || from == WAITQ_HEAD_WOKEN;
+        break;
+    case WAITQ_HEAD_TRYING:
+        ok = from == WAITQ_HEAD_IDLE;
+        break;
+    case WAITQ_HEAD_WOKEN:
+        ok = from == WAITQ_HEAD_IDLE || from == WAITQ_HEAD_TRYING;
+        break;
+    default:
+        ok = false;
+        break;
+    }
+    RL_ASSERT(ok);
+    q->head_state = to;
+}
+
 void waitq_begin_try(struct call *call)
 {
-    struct waitq *q = call->waitq;
     evtimer_del(call->retry_ev);
-    q->head_trying = true;
-    q->woken = false;
+    head_set_state(call->waitq, WAITQ_HEAD_TRYING);
+}
+
+bool waitq_trying(const struct waitq *q)
+{
+    return q->head_state != WAITQ_HEAD_IDLE;
+}
+
+bool waitq_end_try(struct waitq *q)
+{
+    bool woken = q->head_state == WAITQ_HEAD_WOKEN;
+    head_set_state(q, WAITQ_HEAD_IDLE);
+    return woken;
+}
+
+void waitq_resume_try(struct waitq *q, bool woken)
+{
+    head_set_state(q, woken ? WAITQ_HEAD_WOKEN : WAITQ_HEAD_TRYING);
 }
 
 /* The name of the queue res[0..len) belongs to: a semaphore's slot is
@@ -258,9 +298,12 @@ void waitq_wake(struct waitq_set *set, const char *res, size_t len)
     if (q == NULL || q->head == NULL) {
         return;
     }
-    if (q->head_trying) {
-        q->woken = true;
+    if (q->head_state == WAITQ_HEAD_TRYING) {
+        head_set_state(q, WAITQ_HEAD_WOKEN);
         return;
+    }
+    if (q->head_state == WAITQ_HEAD_WOKEN) {
+        return; /* remembered already */
     }
     waitq_due(q->head);
 }
@@ -287,7 +330,7 @@ void waitq_drain(struct waitq_set *set, waitq_answer_fn *answer, void *arg)
         struct call *c = q->head;
         while (c != NULL) {
             struct call *cn = c->wnext;
-            if (!(c == q->head && q->head_trying)) {
+            if (!(c == q->head && waitq_trying(q))) {
                 waitq_unlink(set, c);
                 answer(c, arg);
             }

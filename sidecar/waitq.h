@@ -27,14 +27,27 @@ struct event_base;
 struct wake;
 struct waitq_set;
 
+/* What the head of a queue is doing. Its one writer is waitq.c
+ * (waitq_begin_try, waitq_end_try, waitq_resume_try, waitq_wake):
+ *   IDLE -> TRYING            an attempt starts
+ *   TRYING -> WOKEN           a release came while it was in flight
+ *   TRYING, WOKEN -> IDLE     its round answered (end_try says whether woken)
+ *   IDLE -> TRYING, WOKEN     a semaphore's next slot, keeping what came
+ *                             during the last one (resume_try) */
+enum waitq_head_state {
+    WAITQ_HEAD_IDLE = 0, /* waiting for its timer or a wake-up */
+    WAITQ_HEAD_TRYING,   /* an attempt of it is in flight */
+    WAITQ_HEAD_WOKEN,    /* in flight, and a release came meanwhile: the
+                            resource may be free, try again at once */
+};
+
 /* The queue of one resource. Owned by its set; freed when it empties
  * (waitq_free_if_empty). */
 struct waitq {
     char *resource; /* owned */
     size_t resource_len;
     struct call *head, *tail; /* borrowed calls, linked by wnext/wprev */
-    bool head_trying;         /* owner: the head has an attempt in flight */
-    bool woken;               /* a release came while the head was trying */
+    enum waitq_head_state head_state;
     size_t n_waiting;         /* calls in the queue, for listings */
     struct waitq_set *set;    /* borrowed: the set it belongs to */
     struct util_hnode hnode;  /* in the set's table, keyed by resource */
@@ -86,6 +99,18 @@ void waitq_arm(struct call *call, uint64_t delay_ms);
 /* waitq_begin_try: the head starts an attempt now: its timer stops, its
  * queue is marked trying and not woken. */
 void waitq_begin_try(struct call *call);
+
+/* waitq_trying: whether q's head has an attempt in flight. */
+bool waitq_trying(const struct waitq *q);
+
+/* waitq_end_try: q's head's round answered: it is idle again. Returns
+ * whether a release came during the round. */
+bool waitq_end_try(struct waitq *q);
+
+/* waitq_resume_try: q's head tries again at once, from the answer of the
+ * round waitq_end_try ended (a semaphore's next slot); woken is what that
+ * call returned, kept for the next answer. */
+void waitq_resume_try(struct waitq *q, bool woken);
 
 /* waitq_wake: the resource res[0..len) (a semaphore's slot: any slot of
  * its semaphore) may be free: its head's attempt is made due, or, when one

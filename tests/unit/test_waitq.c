@@ -10,6 +10,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmocka.h>
 #include <event2/event.h>
 
@@ -128,13 +133,17 @@ static void test_wake_runs_the_head_later(void **state)
     assert_ptr_equal(tried[0], &a);
     /* While the head tries, a wake is remembered, and starts nothing. */
     waitq_begin_try(&a);
-    assert_true(q->head_trying);
+    assert_true(waitq_trying(q));
+    assert_int_equal(q->head_state, WAITQ_HEAD_TRYING);
     waitq_wake(set, "r", 1);
     turn();
     assert_int_equal(n_tried, 1);
-    assert_true(q->woken);
+    assert_int_equal(q->head_state, WAITQ_HEAD_WOKEN);
+    waitq_wake(set, "r", 1); /* remembered once */
+    assert_int_equal(q->head_state, WAITQ_HEAD_WOKEN);
     /* The head won: it leaves, and the next in line goes, later. */
-    q->head_trying = false;
+    assert_true(waitq_end_try(q));
+    assert_false(waitq_trying(q));
     waitq_leave(set, &a);
     assert_int_equal(n_tried, 1);
     turn();
@@ -211,6 +220,42 @@ static void answer(struct call *call, void *arg)
     answered[n_answered++] = call;
 }
 
+/* The head's states as waitq.h lists them; any other change aborts. */
+static void test_head_states(void **state)
+{
+    (void)state;
+    struct call a = {0};
+    struct waitq *q = queue(&a, "h");
+    assert_int_equal(q->head_state, WAITQ_HEAD_IDLE);
+    waitq_begin_try(&a);
+    assert_false(waitq_end_try(q));
+    /* A semaphore's next slot keeps a release that came meanwhile. */
+    waitq_resume_try(q, true);
+    assert_int_equal(q->head_state, WAITQ_HEAD_WOKEN);
+    assert_true(waitq_end_try(q));
+    waitq_resume_try(q, false);
+    assert_int_equal(q->head_state, WAITQ_HEAD_TRYING);
+    assert_false(waitq_end_try(q));
+    /* Ending a round that never started is a bug: it aborts. */
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0) {
+            dup2(devnull, STDERR_FILENO);
+        }
+        (void)waitq_end_try(q);
+        _exit(0);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFSIGNALED(status));
+    assert_int_equal(WTERMSIG(status), SIGABRT);
+    waitq_leave(set, &a);
+    assert_null(waitq_find(set, "h", 1));
+}
+
 static void test_drain_keeps_a_trying_head(void **state)
 {
     (void)state;
@@ -227,7 +272,7 @@ static void test_drain_keeps_a_trying_head(void **state)
     assert_int_equal(waitq_count(set), 1);
     turn();
     assert_int_equal(n_tried, 0);
-    q->head_trying = false;
+    assert_false(waitq_end_try(q)); /* no release came meanwhile */
     waitq_leave(set, &a);
     assert_null(waitq_find(set, "r", 1));
 }
@@ -241,6 +286,7 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_semaphore_slots_share_a_queue,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_head_states, setup, teardown),
         cmocka_unit_test_setup_teardown(test_drain_keeps_a_trying_head, setup,
                                         teardown),
     };
