@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "list.h"
 #include "proto.h"
 
 struct call;
@@ -36,7 +37,7 @@ struct call {
     unsigned attempt;                /* acquire retries so far */
     char token[PROTO_TOKEN_LEN + 1]; /* acquire: the token being tried */
     struct ops *ops;                 /* ops: borrowed, set by ops_submit */
-    struct call *wnext, *wprev;      /* waitq: the resource's wait queue */
+    struct list_node wlink;          /* waitq: the resource's wait queue */
     struct event *retry_ev;          /* waitq: owned retry timer, or NULL */
     struct waitq *waitq;     /* waitq: borrowed queue we are in, or NULL */
     bool waited;             /* waitq: was queued: its wait is measured */

@@ -14,6 +14,7 @@
 #include <event2/event.h>
 
 #include "config.h"
+#include "list.h"
 #include "log.h"
 #include "node.h"
 #include "proto.h"
@@ -22,7 +23,7 @@
 /* One lock given up. Kept until until_us, or until no node owes it. */
 struct given_up {
     struct util_hnode hn;         /* gu->table, by token */
-    struct given_up *prev, *next; /* gu->head..tail, oldest first */
+    struct list_node link;        /* gu->records, oldest first */
     uint64_t until_us;            /* never less than the previous one's */
     uint32_t owed;                /* nodes that may still hold the key */
     char token[PROTO_TOKEN_LEN + 1];
@@ -38,7 +39,7 @@ struct givenup {
     void *send_priv;
     bool stopped; /* the nodes are closing: send nothing, arm nothing */
     struct util_htable table;
-    struct given_up *head, *tail;
+    struct list records; /* struct given_up by link, oldest first */
     size_t count;
     struct given_up *cursor[REDLOCK_MAX_NODES]; /* next record to send node
                                                    i; NULL: none */
@@ -58,6 +59,21 @@ struct givenup {
 /* At most one line a minute for records dropped for want of room. */
 #define GIVEN_UP_LOG_US 60000000u
 
+static struct given_up *oldest(const struct givenup *gu)
+{
+    return LIST_ITEM(gu->records.head, struct given_up, link);
+}
+
+static struct given_up *newest(const struct givenup *gu)
+{
+    return LIST_ITEM(gu->records.tail, struct given_up, link);
+}
+
+static struct given_up *record_next(const struct given_up *g)
+{
+    return LIST_ITEM(g->link.next, struct given_up, link);
+}
+
 static struct given_up *given_up_find(const struct givenup *gu,
                                       const char *token)
 {
@@ -69,20 +85,11 @@ static void given_up_free(struct givenup *gu, struct given_up *g)
 {
     for (int i = 0; i < gu->n; i++) {
         if (gu->cursor[i] == g) {
-            gu->cursor[i] = g->next;
+            gu->cursor[i] = record_next(g);
         }
     }
     util_htable_remove(&gu->table, &g->hn);
-    if (g->prev != NULL) {
-        g->prev->next = g->next;
-    } else {
-        gu->head = g->next;
-    }
-    if (g->next != NULL) {
-        g->next->prev = g->prev;
-    } else {
-        gu->tail = g->prev;
-    }
+    list_unlink(&gu->records, &g->link);
     gu->count--;
     free(g);
 }
@@ -90,11 +97,12 @@ static void given_up_free(struct givenup *gu, struct given_up *g)
 /* Arms the timer for the oldest record's bound. */
 static void timer_arm(struct givenup *gu)
 {
-    if (gu->head == NULL || gu->stopped) {
+    if (oldest(gu) == NULL || gu->stopped) {
         return;
     }
     uint64_t now = util_now_us();
-    uint64_t wait = gu->head->until_us > now ? gu->head->until_us - now : 0;
+    uint64_t until = oldest(gu)->until_us;
+    uint64_t wait = until > now ? until - now : 0;
     struct timeval tv = {(time_t)(wait / 1000000u),
                          (suseconds_t)(wait % 1000000u)};
     evtimer_add(gu->timer, &tv);
@@ -106,8 +114,9 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct givenup *gu = arg;
     uint64_t now = util_now_us();
-    while (gu->head != NULL && gu->head->until_us <= now) {
-        given_up_free(gu, gu->head);
+    for (struct given_up *g = oldest(gu); g != NULL && g->until_us <= now;
+         g = oldest(gu)) {
+        given_up_free(gu, g);
     }
     timer_arm(gu);
 }
@@ -124,7 +133,7 @@ int givenup_add(struct givenup *gu, const char *resource, size_t len,
         }
         given_up_free(gu, g);
     }
-    if (gu->count >= (size_t)gu->cfg->max_locks && gu->head != NULL) {
+    if (gu->count >= (size_t)gu->cfg->max_locks && oldest(gu) != NULL) {
         /* Every record was a lock of this daemon, so this takes more
          * give-ups within two ttls than --max-locks: the oldest goes. */
         unsigned long skipped;
@@ -137,7 +146,7 @@ int givenup_add(struct givenup *gu, const char *resource, size_t len,
                      "release until their ttl",
                      skipped + 1);
         }
-        given_up_free(gu, gu->head);
+        given_up_free(gu, oldest(gu));
     }
     g = malloc(sizeof(*g) + len + 1);
     if (g == NULL) {
@@ -150,18 +159,11 @@ int givenup_add(struct givenup *gu, const char *resource, size_t len,
     g->resource_len = len;
     g->owed = owed;
     g->until_us =
-        givenup_bound(gu->tail != NULL ? gu->tail->until_us : 0, until_us);
-    g->next = NULL;
-    g->prev = gu->tail;
-    if (gu->tail != NULL) {
-        gu->tail->next = g;
-    } else {
-        gu->head = g;
-    }
-    gu->tail = g;
+        givenup_bound(newest(gu) != NULL ? newest(gu)->until_us : 0, until_us);
+    list_push_tail(&gu->records, &g->link);
     gu->count++;
     util_htable_add(&gu->table, &g->hn, g->token, PROTO_TOKEN_LEN);
-    if (g == gu->head) {
+    if (g == oldest(gu)) {
         timer_arm(gu);
     }
     return 0;
@@ -200,7 +202,7 @@ static void resend_cb(evutil_socket_t fd, short what, void *arg)
                 return; /* givenup_resent goes on */
             }
             struct given_up *g = gu->cursor[i];
-            gu->cursor[i] = g->next;
+            gu->cursor[i] = record_next(g);
             if (givenup_due(g->owed, i, g->until_us, now) &&
                 gu->send(gu->send_priv, i, g->resource, g->resource_len,
                          g->token) == 0) {
@@ -223,10 +225,10 @@ void givenup_resent(struct givenup *gu)
 
 void givenup_node_up(struct givenup *gu, int i)
 {
-    if (gu->stopped || gu->head == NULL) {
+    if (gu->stopped || oldest(gu) == NULL) {
         return;
     }
-    gu->cursor[i] = gu->head;
+    gu->cursor[i] = oldest(gu);
     event_active(gu->resend_ev, EV_TIMEOUT, 1);
 }
 
@@ -274,8 +276,8 @@ void givenup_destroy(struct givenup *gu)
     if (gu == NULL) {
         return;
     }
-    while (gu->head != NULL) {
-        given_up_free(gu, gu->head);
+    while (oldest(gu) != NULL) {
+        given_up_free(gu, oldest(gu));
     }
     util_htable_free(&gu->table);
     if (gu->resend_ev != NULL) {

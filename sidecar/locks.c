@@ -412,13 +412,7 @@ struct lock *locks_add(struct lock_table *t, const char *token,
     l->owner = owner;
     if (owner != NULL) {
         /* At the head: before the deferred tail, if any. */
-        l->own_next = owner->head;
-        if (owner->head != NULL) {
-            owner->head->own_prev = l;
-        } else {
-            owner->tail = l;
-        }
-        owner->head = l;
+        list_push_head(&owner->locks, &l->own_link);
         owner->count++;
     }
     return l;
@@ -455,19 +449,9 @@ static void owner_unlink(struct lock *l)
 {
     struct lock_owner *o = l->owner;
     if (o->defer_head == l) {
-        o->defer_head = l->own_next;
+        o->defer_head = locks_owner_next(l);
     }
-    if (l->own_prev != NULL) {
-        l->own_prev->own_next = l->own_next;
-    } else {
-        o->head = l->own_next;
-    }
-    if (l->own_next != NULL) {
-        l->own_next->own_prev = l->own_prev;
-    } else {
-        o->tail = l->own_prev;
-    }
-    l->own_prev = l->own_next = NULL;
+    list_unlink(&o->locks, &l->own_link);
 }
 
 void locks_defer(struct lock *l)
@@ -477,13 +461,7 @@ void locks_defer(struct lock *l)
     }
     struct lock_owner *o = l->owner;
     owner_unlink(l);
-    l->own_prev = o->tail;
-    if (o->tail != NULL) {
-        o->tail->own_next = l;
-    } else {
-        o->head = l;
-    }
-    o->tail = l;
+    list_push_tail(&o->locks, &l->own_link);
     if (o->defer_head == NULL) {
         o->defer_head = l;
     }
@@ -496,7 +474,7 @@ struct lock *locks_undefer(struct lock_owner *owner)
      * starts after it. */
     struct lock *l = owner->defer_head;
     if (l != NULL) {
-        owner->defer_head = l->own_next;
+        owner->defer_head = locks_owner_next(l);
         l->deferred = false;
     }
     return l;

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "list.h"
 #include "proto.h"
 
 struct lock_table;
@@ -37,8 +38,9 @@ struct lock_owner {
     /* borrowed: locks are owned by the table. The list's tail from
      * defer_head on (NULL: none) are the locks whose renewal waits for this
      * connection's budget, oldest first (locks_defer), so that waiting
-     * costs a lock no links of its own. */
-    struct lock *head, *tail, *defer_head;
+     * costs a lock no links of its own. struct lock by own_link. */
+    struct list locks;
+    struct lock *defer_head;
     size_t count;
     size_t waiters;  /* ops: this connection's calls in a wait queue */
     size_t renewing; /* ops: renewals in flight for its locks */
@@ -60,8 +62,7 @@ struct lock_owner {
 struct lock {
     struct lock_owner *owner; /* borrowed: owning NDJSON session, or NULL */
     struct lock *tok_next;    /* table: token hash chain */
-    struct lock *own_prev;    /* owner's list */
-    struct lock *own_next;
+    struct list_node own_link; /* owner's list */
     uint64_t valid_until_us; /* monotonic end of validity */
     uint64_t next_renew_us;  /* when the next renewal is due */
     uint64_t renew_sent_us;  /* a renewal in flight was sent then; 0: none */
@@ -106,6 +107,18 @@ struct lock *locks_add(struct lock_table *t, const char *token,
 
 /* locks_fence: l's fencing token into *fence; false when it has none. */
 bool locks_fence(const struct lock *l, int64_t *fence);
+
+/* locks_owner_first: owner's first lock (the newest not deferred), or
+ * NULL; locks_owner_next: the one after l in its owner's list, or NULL. */
+static inline struct lock *locks_owner_first(const struct lock_owner *owner)
+{
+    return LIST_ITEM(owner->locks.head, struct lock, own_link);
+}
+
+static inline struct lock *locks_owner_next(const struct lock *l)
+{
+    return LIST_ITEM(l->own_link.next, struct lock, own_link);
+}
 
 /* locks_find: the lock whose token is the hex string token, or NULL. */
 struct lock *locks_find(struct lock_table *t, const char *token);

@@ -459,9 +459,10 @@ static void acquire_taken(struct ops *o, struct call *call,
     /* Read before the answer gives the call back to the server. */
     bool sem = call->req.permits > 0;
     bool held = acquire_won(o, call, res, step);
-    if (q->head != NULL) {
-        uint64_t left = wait_left_ms(q->head, util_now_us());
-        waitq_arm(q->head,
+    struct call *next = waitq_head(q);
+    if (next != NULL) {
+        uint64_t left = wait_left_ms(next, util_now_us());
+        waitq_arm(next,
                   redlock_handoff_delay_ms(held, sem, res->validity_ms, left));
     } else {
         waitq_free_if_empty(o->waitqs, q);
@@ -504,7 +505,7 @@ static bool acquire_wait(struct ops *o, struct call *call,
         }
     }
     struct redlock_wait_in in = {
-        .head = q->head == call,
+        .head = waitq_head(q) == call,
         .woken = woken,
         .attempt = call->attempt,
         .pttl_min = step->pttl_min,
@@ -929,7 +930,7 @@ static void op_acquire(struct ops *o, struct call *call)
     size_t qlen;
     const char *qname = call_queue(call, qbuf, &qlen);
     struct waitq *q = waitq_find(o->waitqs, qname, qlen);
-    if (q != NULL && q->head != NULL && call->req.wait_ms > 0) {
+    if (q != NULL && waitq_head(q) != NULL && call->req.wait_ms > 0) {
         /* Others are already waiting: first come, first served. */
         const char *why = waiter_refusal(o, call);
         if (why != NULL) {
@@ -1015,7 +1016,7 @@ void ops_call_abandoned(struct ops *o, struct call *call)
         return; /* in flight: acquire_won releases what it wins */
     }
     struct waitq *q = call->waitq;
-    if (q->head == call && waitq_trying(q)) {
+    if (waitq_head(q) == call && waitq_trying(q)) {
         return; /* its attempt answers later */
     }
     waiter_finish(o, call, ERR_SHUTTING_DOWN, "client closed");
@@ -1035,8 +1036,8 @@ static void session_release_cb(const struct cluster_result *res, void *priv)
 
 void ops_client_closed(struct ops *o, struct lock_owner *session)
 {
-    while (session->head != NULL) {
-        struct lock *l = session->head;
+    struct lock *l;
+    while ((l = locks_owner_first(session)) != NULL) {
         char tag[9], token[PROTO_TOKEN_LEN + 1];
         locks_token_hex(l, token);
         log_debug(NULL, "session closed: releasing %s",
@@ -1092,7 +1093,8 @@ void ops_shutdown(struct ops *o)
             kept++;
             continue;
         }
-        for (struct lock *x = s->head; x != NULL; x = x->own_next) {
+        for (struct lock *x = locks_owner_first(s); x != NULL;
+             x = locks_owner_next(x)) {
             renew_tell_lost(x);
             told++;
         }

@@ -337,10 +337,10 @@ static void client_detach(struct client *cl)
         ops_call_abandoned(s->ops, &sc->call);
     }
     RL_ASSERT(cl->inflight == 0);
-    if (cl->session.head != NULL) {
+    if (locks_owner_first(&cl->session) != NULL) {
         ops_client_closed(s->ops, &cl->session);
     }
-    RL_ASSERT(cl->session.head == NULL);
+    RL_ASSERT(locks_owner_first(&cl->session) == NULL);
 }
 
 /* Moves an attached connection to state (a closing one, or FREED) and

@@ -107,7 +107,7 @@ struct waitq *waitq_get(struct waitq_set *set, const char *res, size_t len)
 
 void waitq_free_if_empty(struct waitq_set *set, struct waitq *q)
 {
-    if (q->head != NULL || waitq_trying(q)) {
+    if (!list_empty(&q->calls) || waitq_trying(q)) {
         return;
     }
     util_htable_remove(&set->queues, &q->hnode);
@@ -130,7 +130,7 @@ static void retry_cb(evutil_socket_t fd, short what, void *arg)
         return;
     }
     struct waitq_set *set = q->set;
-    if (q->head == call) {
+    if (waitq_head(q) == call) {
         if (!waitq_trying(q)) {
             set->try_cb(call, set->arg);
         }
@@ -149,14 +149,7 @@ int waitq_push(struct waitq_set *set, struct waitq *q, struct call *call)
             return -1;
         }
     }
-    call->wnext = NULL;
-    call->wprev = q->tail;
-    if (q->tail != NULL) {
-        q->tail->wnext = call;
-    } else {
-        q->head = call;
-    }
-    q->tail = call;
+    list_push_tail(&q->calls, &call->wlink);
     q->n_waiting++;
     call->waitq = q;
     call->waited = true;
@@ -174,17 +167,7 @@ void waitq_unlink(struct waitq_set *set, struct call *call)
     if (q == NULL) {
         return;
     }
-    if (call->wprev != NULL) {
-        call->wprev->wnext = call->wnext;
-    } else {
-        q->head = call->wnext;
-    }
-    if (call->wnext != NULL) {
-        call->wnext->wprev = call->wprev;
-    } else {
-        q->tail = call->wprev;
-    }
-    call->wnext = call->wprev = NULL;
+    list_unlink(&q->calls, &call->wlink);
     q->n_waiting--;
     call->waitq = NULL;
     if (call->retry_ev != NULL) {
@@ -211,10 +194,11 @@ void waitq_leave(struct waitq_set *set, struct call *call)
     if (q == NULL) {
         return;
     }
-    bool was_head = q->head == call;
+    bool was_head = waitq_head(q) == call;
     waitq_unlink(set, call);
-    if (was_head && q->head != NULL && !waitq_trying(q)) {
-        waitq_due(q->head);
+    struct call *next = waitq_head(q);
+    if (was_head && next != NULL && !waitq_trying(q)) {
+        waitq_due(next);
     } else {
         waitq_free_if_empty(set, q);
     }
@@ -257,6 +241,11 @@ void waitq_begin_try(struct call *call)
     head_set_state(call->waitq, WAITQ_HEAD_TRYING);
 }
 
+struct call *waitq_head(const struct waitq *q)
+{
+    return LIST_ITEM(q->calls.head, struct call, wlink);
+}
+
 bool waitq_trying(const struct waitq *q)
 {
     return q->head_state != WAITQ_HEAD_IDLE;
@@ -295,7 +284,7 @@ void waitq_wake(struct waitq_set *set, const char *res, size_t len)
     char qname[SEM_NAME_MAX + 1];
     res = queue_of(res, &len, qname);
     struct waitq *q = waitq_find(set, res, len);
-    if (q == NULL || q->head == NULL) {
+    if (q == NULL || list_empty(&q->calls)) {
         return;
     }
     if (q->head_state == WAITQ_HEAD_TRYING) {
@@ -305,7 +294,7 @@ void waitq_wake(struct waitq_set *set, const char *res, size_t len)
     if (q->head_state == WAITQ_HEAD_WOKEN) {
         return; /* remembered already */
     }
-    waitq_due(q->head);
+    waitq_due(waitq_head(q));
 }
 
 int waitq_count(const struct waitq_set *set)
@@ -327,10 +316,10 @@ void waitq_drain(struct waitq_set *set, waitq_answer_fn *answer, void *arg)
     while (h != NULL) {
         struct util_hnode *next = util_htable_next(&set->queues, h);
         struct waitq *q = UTIL_CONTAINER_OF(h, struct waitq, hnode);
-        struct call *c = q->head;
+        struct call *c = waitq_head(q);
         while (c != NULL) {
-            struct call *cn = c->wnext;
-            if (!(c == q->head && waitq_trying(q))) {
+            struct call *cn = LIST_ITEM(c->wlink.next, struct call, wlink);
+            if (!(c == waitq_head(q) && waitq_trying(q))) {
                 waitq_unlink(set, c);
                 answer(c, arg);
             }

@@ -17,6 +17,7 @@
 #ifndef REDLOCKD_WAITQ_H
 #define REDLOCKD_WAITQ_H
 
+#include "list.h"
 #include "util.h"
 #include <stdbool.h>
 #include <stddef.h>
@@ -46,7 +47,7 @@ enum waitq_head_state {
 struct waitq {
     char *resource; /* owned */
     size_t resource_len;
-    struct call *head, *tail; /* borrowed calls, linked by wnext/wprev */
+    struct list calls; /* borrowed: struct call by wlink, first come first */
     enum waitq_head_state head_state;
     size_t n_waiting;         /* calls in the queue, for listings */
     struct waitq_set *set;    /* borrowed: the set it belongs to */
@@ -99,6 +100,9 @@ void waitq_arm(struct call *call, uint64_t delay_ms);
 /* waitq_begin_try: the head starts an attempt now: its timer stops, its
  * queue is marked trying and not woken. */
 void waitq_begin_try(struct call *call);
+
+/* waitq_head: the first call of q, the one that tries; NULL when empty. */
+struct call *waitq_head(const struct waitq *q);
 
 /* waitq_trying: whether q's head has an attempt in flight. */
 bool waitq_trying(const struct waitq *q);

@@ -91,13 +91,14 @@ static void test_owner_list(void **state)
     locks_remove(t, l[1]); /* middle of a's list */
     assert_int_equal(a.count, 2);
     int seen = 0;
-    for (struct lock *p = a.head; p != NULL; p = p->own_next) {
+    for (struct lock *p = locks_owner_first(&a); p != NULL;
+         p = locks_owner_next(p)) {
         assert_ptr_equal(p->owner, &a);
         seen++;
     }
     assert_int_equal(seen, 2);
-    while (a.head != NULL) {
-        locks_remove(t, a.head);
+    while (locks_owner_first(&a) != NULL) {
+        locks_remove(t, locks_owner_first(&a));
     }
     assert_int_equal(a.count, 0);
     assert_int_equal(locks_count(t), 1);
@@ -352,8 +353,10 @@ static void assert_owner_list(const struct lock_owner *o)
     size_t n = 0;
     bool in_tail = false;
     const struct lock *prev = NULL;
-    for (const struct lock *p = o->head; p != NULL; p = p->own_next) {
-        assert_ptr_equal(p->own_prev, prev);
+    for (const struct lock *p = locks_owner_first(o); p != NULL;
+         p = locks_owner_next(p)) {
+        assert_ptr_equal(LIST_ITEM(p->own_link.prev, struct lock, own_link),
+                         prev);
         assert_ptr_equal(p->owner, o);
         if (p == o->defer_head) {
             in_tail = true;
@@ -362,7 +365,7 @@ static void assert_owner_list(const struct lock_owner *o)
         prev = p;
         n++;
     }
-    assert_ptr_equal(o->tail, prev);
+    assert_ptr_equal(LIST_ITEM(o->locks.tail, struct lock, own_link), prev);
     assert_int_equal(n, o->count);
     assert_true(o->defer_head == NULL || in_tail);
 }
@@ -408,11 +411,11 @@ static void test_defer_order(void **state)
     assert_owner_list(&o);
     assert_null(locks_undefer(&o));
     assert_null(o.defer_head);
-    while (o.head != NULL) {
-        locks_remove(t, o.head);
+    while (locks_owner_first(&o) != NULL) {
+        locks_remove(t, locks_owner_first(&o));
         assert_owner_list(&o);
     }
-    assert_null(o.tail);
+    assert_null(o.locks.tail);
     locks_destroy(t);
 }
 

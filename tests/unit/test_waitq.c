@@ -121,7 +121,7 @@ static void test_wake_runs_the_head_later(void **state)
     queue(&b, "r");
     queue(&c, "r");
     assert_int_equal(watched, 1);
-    assert_ptr_equal(q->head, &a);
+    assert_ptr_equal(waitq_head(q), &a);
     assert_int_equal(waitq_count(set), 3);
     assert_int_equal(waitq_waiting(set, "r", 1), 3);
     assert_int_equal(s.waiters, 1);
@@ -180,7 +180,7 @@ static void test_wait_runs_out_behind_the_head(void **state)
     assert_int_equal(n_expired, 1);
     assert_ptr_equal(expired[0], &b);
     assert_int_equal(n_tried, 0);
-    assert_ptr_equal(q->head, &a);
+    assert_ptr_equal(waitq_head(q), &a);
     assert_int_equal(q->n_waiting, 1);
     /* The head's own timer: its next attempt. */
     waitq_arm(&a, 0);
@@ -267,7 +267,7 @@ static void test_drain_keeps_a_trying_head(void **state)
     n_answered = 0;
     waitq_drain(set, answer, NULL);
     assert_int_equal(n_answered, 2);
-    assert_ptr_equal(q->head, &a);
+    assert_ptr_equal(waitq_head(q), &a);
     assert_null(waitq_find(set, "s", 1));
     assert_int_equal(waitq_count(set), 1);
     turn();
