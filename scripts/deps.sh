@@ -14,6 +14,8 @@ REDLOCKD_TEST_PKGS="libcmocka-dev openssl python3 python3-pytest python3-yaml sh
 # The container suite: podman with the runc runtime, debootstrap for the
 # local base image (no registry), podman-compose for docker/compose.yaml.
 REDLOCKD_CONTAINER_PKGS="podman runc debootstrap podman-compose"
+# The compat suite: debootstrap for the roots of the other servers.
+REDLOCKD_COMPAT_PKGS="debootstrap"
 
 redlockd_missing_pkgs() {
     local missing=()
@@ -43,5 +45,5 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     # Lists of package names: split on purpose.
     # shellcheck disable=SC2086
     redlockd_install $REDLOCKD_BUILD_PKGS $REDLOCKD_RUN_PKGS $REDLOCKD_TEST_PKGS \
-        $REDLOCKD_CONTAINER_PKGS
+        $REDLOCKD_CONTAINER_PKGS $REDLOCKD_COMPAT_PKGS
 fi
