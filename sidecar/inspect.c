@@ -285,7 +285,9 @@ static void peek_record(struct peek *p, int i, const redisReply *r)
     const struct redlock_reply *e = redlock_reply_error(rv);
     if (e != NULL && (p->refused_node == 0 || i + 1 < p->refused_node)) {
         p->refused_node = i + 1;
-        snprintf(p->refusal, sizeof(p->refusal), "%.*s", (int)e->len, e->str);
+        size_t elen;
+        const char *why = util_script_error(e->str, e->len, &elen);
+        snprintf(p->refusal, sizeof(p->refusal), "%.*s", (int)elen, why);
     }
     if (p->peek[i] == RL_PEEK_HELD && token_is_ours(p, v, n)) {
         p->mine = true;

@@ -232,7 +232,11 @@ static const char *repair_reply_why(enum node_status status,
     if (status != NODE_REPLY) {
         return "no answer";
     }
-    return reply->type == REDIS_REPLY_ERROR ? reply->str : otherwise;
+    if (reply->type != REDIS_REPLY_ERROR) {
+        return otherwise;
+    }
+    size_t len; /* not needed: the text ends where the reply's does */
+    return util_script_error(reply->str, reply->len, &len);
 }
 
 static void repair_raise_cb(struct node *node, struct redisReply *reply,

@@ -88,6 +88,34 @@ size_t util_dec_u64(char *buf, uint64_t v)
     return n;
 }
 
+const char *util_script_error(const char *s, size_t len, size_t *out_len)
+{
+    static const char wrap[] = "ERR Error running script";
+    static const char at[] = "@user_script:";
+    const size_t wlen = sizeof(wrap) - 1;
+    const size_t alen = sizeof(at) - 1;
+
+    *out_len = len;
+    if (len < wlen || memcmp(s, wrap, wlen) != 0) {
+        return s;
+    }
+    for (size_t i = wlen; i + alen <= len; i++) {
+        if (memcmp(s + i, at, alen) != 0) {
+            continue;
+        }
+        size_t j = i + alen;
+        while (j < len && s[j] >= '0' && s[j] <= '9') {
+            j++;
+        }
+        if (j + 1 < len && s[j] == ':' && s[j + 1] == ' ') {
+            *out_len = len - (j + 2);
+            return s + j + 2;
+        }
+        return s;
+    }
+    return s;
+}
+
 uint64_t util_fnv1a(const char *s, size_t len)
 {
     /* The published 64-bit offset basis and prime (test_util.c checks

@@ -50,6 +50,14 @@ const char *util_show(const char *s, char *out, size_t outlen);
  * the ttl argument. */
 size_t util_dec_u64(char *buf, uint64_t v);
 
+/* util_script_error: the error a script call met, from a node's error
+ * reply s[0..len): Redis before 7.0 wraps it as "ERR Error running script
+ * (call to f_<sha>): @user_script:<line>: <error>", which a cut message
+ * would lose; later servers put the error first and are returned whole,
+ * as is any other text. Sets *out_len to the length of what it returns,
+ * a pointer into s. */
+const char *util_script_error(const char *s, size_t len, size_t *out_len);
+
 /* util_fnv1a: the 64-bit FNV-1a hash of s[0..len). */
 uint64_t util_fnv1a(const char *s, size_t len);
 

@@ -2,8 +2,8 @@
  * CLOCK_MONOTONIC, keeps counting through a suspend) and never goes back.
  * On a machine that was never suspended the two clocks agree, so the
  * bracket below tells them apart only where they differ. Then hex digits,
- * FNV-1a against its published vectors, whitespace, and the hash
- * table. */
+ * FNV-1a against its published vectors, whitespace, a script's error out
+ * of Redis 6.0's wrapper, and the hash table. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -205,6 +205,42 @@ static size_t walk_count(struct util_htable *t, struct item *items)
     return n;
 }
 
+static void check_script_error(const char *in, const char *want)
+{
+    size_t n = 0;
+    const char *got = util_script_error(in, strlen(in), &n);
+    assert_true(got >= in && got + n == in + strlen(in));
+    assert_int_equal(n, strlen(want));
+    assert_memory_equal(got, want, n);
+}
+
+/* Redis 6.0's wrapped script error gives up the error inside it; Redis
+ * 7.0's form, other errors and malformed wrappers stay whole. */
+static void test_script_error(void **state)
+{
+    (void)state;
+    check_script_error(
+        "ERR Error running script (call to "
+        "f_71b72a8e84f4d4d7d79deb0fddfbb763632dd789): @user_script:1: "
+        "WRONGTYPE Operation against a key holding the wrong kind of value",
+        "WRONGTYPE Operation against a key holding the wrong kind of value");
+    check_script_error("ERR Error running script (call to f_ab): "
+                       "@user_script:12: NOPERM this user has no permissions",
+                       "NOPERM this user has no permissions");
+    check_script_error("WRONGTYPE Operation against a key holding the wrong "
+                       "kind of value script: f_ab, on @user_script:1.",
+                       "WRONGTYPE Operation against a key holding the wrong "
+                       "kind of value script: f_ab, on @user_script:1.");
+    check_script_error("ERR Error running script (call to f_ab): "
+                       "@user_script:1",
+                       "ERR Error running script (call to f_ab): "
+                       "@user_script:1");
+    check_script_error("ERR Error running script", "ERR Error running script");
+    check_script_error("NOSCRIPT No matching script",
+                       "NOSCRIPT No matching script");
+    check_script_error("", "");
+}
+
 static void test_htable(void **state)
 {
     (void)state;
@@ -294,6 +330,7 @@ int main(void)
         cmocka_unit_test(test_hex_encode),
         cmocka_unit_test(test_dec_u64),
         cmocka_unit_test(test_fnv1a),
+        cmocka_unit_test(test_script_error),
         cmocka_unit_test(test_htable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
