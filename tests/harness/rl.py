@@ -367,6 +367,24 @@ def resp_ping(path, timeout=0.5, password=None):
 PAUSED = "<paused: not asked>"
 
 
+def need_redis(nodes, version, what):
+    """Skips the test unless every node speaks Redis `version` (a tuple,
+    such as (6, 2)) or later; `what` names the feature that needs it. The
+    compat suite runs the tests on older servers too."""
+    old = ["%s %s" % (nd.name, ".".join(map(str, v)))
+           for nd, v in ((nd, nd.redis_version()) for nd in nodes)
+           if v < tuple(version)]
+    if old:
+        pytest.skip("%s needs Redis %s or later (%s)" % (
+            what, ".".join(map(str, version)), ", ".join(old)))
+
+
+def need_acl_channels(nodes):
+    """Skips the test on nodes older than Redis 6.2, whose ACL rules have
+    no channels (resetchannels, &pattern): the documented user has them."""
+    need_redis(nodes, (6, 2), "an ACL user with channel rules")
+
+
 class RedisNode:
     """One redis-server child on DIR/<name>.sock (name defaults to nK).
     With tcp_port it also listens on 127.0.0.1:tcp_port and uri names that
@@ -551,6 +569,13 @@ class RedisNode:
     def cmd(self, *args, timeout=2.0):
         return resp_cmd(self.path, *args, timeout=timeout,
                         password=self.password)
+
+    def redis_version(self):
+        """(major, minor, patch) of the node's redis_version: the Redis it
+        speaks (Valkey gives the Redis release it is compatible with)."""
+        m = re.search(rb"^redis_version:(\d+)\.(\d+)\.(\d+)",
+                      self.cmd("INFO", "server"), re.M)
+        return tuple(int(x) for x in m.groups()) if m else (0, 0, 0)
 
 
 class Cluster:

@@ -13,11 +13,18 @@ import re
 from extra import http, socket_listening
 from extra import xdaemons  # noqa: F401 (fixture)
 from rl import (REPO, SLOW, Resp, RespError, assert_error, assert_ok,
-                lock_key, poll_until, pytest, resp_cmd, rname, run_bin)
+                lock_key, need_acl_channels, poll_until, pytest, resp_cmd,
+                rname, run_bin)
 
 USER = "redlockd"
 DOCS = REPO / "docs" / "operations.md"
 DB = 3  # the last node is named with ?db=3: SELECT runs as the user too
+
+
+@pytest.fixture(autouse=True)
+def _nodes_with_channel_rules(request):
+    if "cluster" in request.fixturenames:
+        need_acl_channels(request.getfixturevalue("cluster").nodes)
 
 
 def _acl_rules(password):

@@ -9,16 +9,24 @@ import threading
 import time
 
 from rl import (PREFIX, TOKEN_RE, assert_error, assert_ok, lock_key,
-                poll_until, pytest, rname)
+                need_acl_channels, need_redis, poll_until, pytest, rname)
 
 PATHS = {"native": (), "script": ("--acquire-script",)}
 
 
 @pytest.fixture(params=sorted(PATHS))
 def path_daemon(request, cluster, daemon_factory):
+    if request.param == "native":
+        _need_native(cluster)
     d = daemon_factory.start(cluster, name="d-" + request.param,
                              extra=PATHS[request.param])
     return request.param, d
+
+
+def _need_native(cluster):
+    """Before 7.0, SET has no GET option and every acquire takes the
+    script: the native path is not there to check."""
+    need_redis(cluster.nodes, (7, 0), "the native acquire (SET NX GET)")
 
 
 def _stats(cluster):
@@ -229,6 +237,8 @@ def test_fenced_without_multi_falls_back_to_script(cluster, daemon_factory):
     """An ACL user from before the native acquire (no +multi +exec): the
     first fenced acquire fails on every node (MULTI refused; the SET that
     then ran on its own is rolled back), later ones take the script."""
+    _need_native(cluster)
+    need_acl_channels(cluster.nodes)
     from test_acl import USER, _acl_rules
     pw = "pw-native-acquire"
     rules = [r for r in _acl_rules(pw) if r not in ("+multi", "+exec")]

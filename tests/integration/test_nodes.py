@@ -4,7 +4,7 @@ with kill -9 and restarted on the same socket path."""
 import time
 
 from rl import (SLOW, assert_error, assert_ok, err_code, lock_key,
-                poll_until, pytest, rname)
+                need_acl_channels, poll_until, pytest, rname)
 
 NO_QUORUM_SLOW = "fewer than a quorum of nodes answered in time"
 
@@ -220,6 +220,7 @@ def test_restart_with_failed_handshake_still_quarantined(cluster, daemon):
     be seen as restarted when a handshake finally succeeds: the run_id of
     a handshake that never came up must not count as the server the daemon
     knew. Here an ACL refuses SCRIPT until the test lifts it."""
+    need_acl_channels(cluster.nodes)
     k = 2
     nd = cluster.nodes[k]
     nd.kill9()

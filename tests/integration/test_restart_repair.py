@@ -17,7 +17,7 @@ import time
 
 import pytest
 from rl import (PREFIX, SLOW, assert_error, assert_ok, lock_key,
-                poll_until, rname)
+                need_acl_channels, poll_until, rname)
 
 QUARANTINE = ["--quarantine-ms", "300"]
 
@@ -596,6 +596,7 @@ def test_done_mark_repair_as_the_documented_acl_user(cluster,
     import os
 
     from test_acl import USER, _acl_refusals, _acl_rules, _lock_down
+    need_acl_channels(cluster.nodes)
     pw = "aclpw-%s" % os.urandom(8).hex()
     _lock_down(cluster, pw)
     args = []

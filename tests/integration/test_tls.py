@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 
 from rl import (KEEP_TMP, SLOW, Cluster, Daemon, assert_error, assert_ok,
-                err_code, lock_key, poll_until, pytest, rname, run_bin)
+                err_code, lock_key, need_acl_channels, need_redis,
+                poll_until, pytest, rname, run_bin)
 from tlsutil import Certs, TlsNode
 
 
@@ -224,6 +225,7 @@ def test_tls_plain_node_and_system_store(env):
     d = env.daemon(c, wait_nodes=False, ca=False, uris=plain, name="sys")
     _down_with(d, "CA not trusted")
     env.stop(d)
+    need_redis(c.nodes, (7, 0), "CONFIG SET port (the plain listener)")
     for nd in c.nodes:  # a plain listener on another port
         assert nd.cmd("CONFIG", "SET", "port", "0") == "OK"
     from rl import RespError, free_tcp_port
@@ -307,6 +309,7 @@ def test_tls_node_restart_mid_load(env):
 
 def test_tls_acl_user(env):
     c = env.cluster()
+    need_acl_channels(c.nodes)
     pw = "tlspw-%s" % os.urandom(8).hex()
     admin = "admin-%s" % os.urandom(8).hex()
     for nd in c.nodes:
