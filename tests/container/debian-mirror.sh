@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # tests/container/debian-mirror.sh: sourced by base-image.sh and
 # tests/compat/roots.sh. debian_mirror prints the Debian mirror of this
 # machine's apt sources (deb822 or one-line format): every URI that serves
