@@ -1,5 +1,6 @@
-/* proto.h: the wire contract as C types. Pure: bytes in, structs out, and
- * structs in, bytes out. cJSON is used only inside proto.c.
+/* proto.h: the wire contract as C types. Pure: bytes in, structs out here
+ * (proto.c), and structs in, bytes out in proto_encode.h, which this file
+ * includes. cJSON is used only inside proto.c.
  *
  * A struct request is filled by proto_decode() from one NDJSON line or one
  * HTTP body; it owns no heap memory (all fields are inline arrays), so it can
@@ -11,51 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define PROTO_RESOURCE_MAX 512 /* bytes of UTF-8 */
-#define PROTO_TOKEN_LEN 32     /* 128-bit token as lowercase hex */
-#define PROTO_ID_MAX 256       /* bytes of the id's JSON text */
-#define PROTO_MSG_MAX 256      /* bytes of an error message */
-
-#define PROTO_TTL_MIN 10
-#define PROTO_TTL_MAX 86400000
-#define PROTO_TTL_DEFAULT 30000
-#define PROTO_WAIT_MAX 300000
-#define PROTO_KEEP_MIN 1
-#define PROTO_KEEP_MAX 2592000000ULL /* 30 days */
-#define PROTO_KEEP_DEFAULT 86400000
-#define PROTO_RENEW_MAX_MAX 2592000000ULL
-#define PROTO_LIMIT_MAX 1000 /* locks: entries per answer */
-#define PROTO_LIMIT_DEFAULT 100
-#define PROTO_CURSOR_MAX 16 /* locks: hex digits of a cursor */
-#define PROTO_PERMITS_MIN 2
-#define PROTO_PERMITS_MAX 1024
-
-enum proto_op {
-    OP_NONE = 0, /* not set (decode error before "op" was read) */
-    OP_ACQUIRE,
-    OP_RELEASE,
-    OP_EXTEND,
-    OP_COMPLETE,
-    OP_PING,
-    OP_HEALTH,
-    OP_METRICS, /* HTTP only: GET /metrics */
-    OP_LOCKS,   /* this daemon's locks: GET /v1/locks */
-    OP_INSPECT, /* what the nodes say of one resource */
-};
-
-enum proto_err {
-    ERR_NONE = 0,
-    ERR_BAD_REQUEST,   /* 400 */
-    ERR_NOT_HELD,      /* 404 */
-    ERR_BUSY,          /* 409 */
-    ERR_DONE,          /* 409 */
-    ERR_TOO_LARGE,     /* 413 */
-    ERR_LIMIT,         /* 429 */
-    ERR_NO_QUORUM,     /* 503 */
-    ERR_SHUTTING_DOWN, /* 503 */
-    ERR_INTERNAL,      /* 500 */
-    ERR__COUNT
-};
+#include "proto_encode.h"
+#include "proto_wire.h"
 
 /* One decoded request. Fields not given keep the defaults set by
  * proto_request_init(). */
@@ -147,82 +105,14 @@ int proto_decode_full(const char *data, size_t len, enum proto_op op,
 int proto_validate_resource(const char *s, size_t len, char *err,
                             size_t errlen);
 
-/* proto_cursor_encode: a locks cursor (nonzero) as lowercase hex plus NUL
- * into out; returns its length. proto_cursor_decode: 1..16 lowercase hex
- * digits, not all zero, into *v; returns 0 or -1. */
-size_t proto_cursor_encode(uint64_t v, char out[PROTO_CURSOR_MAX + 1]);
+/* proto_cursor_decode: 1..16 lowercase hex digits, not all zero (what
+ * proto_cursor_encode writes), into *v; returns 0 or -1. */
 int proto_cursor_decode(const char *s, size_t len, uint64_t *v);
 
 /* proto_validate_token: 32 lowercase hex characters; returns 0 or -1. */
 int proto_validate_token(const char *s, size_t len);
 
-/* One response. Borrowed pointers must outlive the encode call only. */
-struct response {
-    const char *id; /* borrowed: the request's id JSON text, NULL for none */
-    size_t id_len;
-    enum proto_err err;   /* ERR_NONE for success */
-    const char *message;  /* borrowed: error message, NUL-terminated */
-    const char *lock;     /* borrowed: token, NULL when none */
-    const char *resource; /* borrowed: raw bytes, escaped on output */
-    size_t resource_len;
-    int64_t validity_ms; /* written when lock != NULL */
-    int64_t fence;       /* written when has_fence */
-    bool has_fence;
-    const char *extra; /* borrowed: more members of a success, as JSON text
-                          without the leading comma (locks, inspect) */
-    size_t extra_len;
-};
-
-/* Output buffer big enough for any response but health: the escaped
- * resource (6 bytes per input byte at worst), id, token and message. */
-#define PROTO_RESPONSE_MAX (PROTO_RESOURCE_MAX * 6 + PROTO_ID_MAX * 2 + 1024)
-
-/* proto_encode_response: writes the JSON object (no newline) into out, which
- * holds cap bytes; returns the length written, or 0 if it did not fit. A
- * response with extra members needs PROTO_RESPONSE_MAX + extra_len. */
-size_t proto_encode_response(const struct response *rsp, char *out, size_t cap);
-
-/* proto_encode_event: {"event":"<event>","lock":..,"resource":..} into out;
- * returns the length or 0. */
-size_t proto_encode_event(const char *event, const char *lock,
-                          const char *resource, size_t resource_len, char *out,
-                          size_t cap);
-
-/* One node as reported by health. */
-struct proto_node_health {
-    const char *addr; /* borrowed: display address, no password */
-    bool up;
-    const char *state;      /* borrowed: "up", "down", "connecting", ... */
-    const char *last_error; /* borrowed, NULL when none */
-    double rtt_ms;          /* last measured round trip, < 0 when unknown */
-    bool quarantined;
-    const char *tls; /* borrowed: "verified"/"insecure", NULL: plain */
-    const char *eviction; /* borrowed: maxmemory-policy of a node that may
-                             evict keys, NULL when it may not */
-    const char *refusing; /* borrowed: the last error the node refused a
-                             lock command with since it last answered an
-                             acquire, NULL when none */
-    const char *not_counted; /* borrowed: why an up node's acquires do not
-                                count (its data-set mark is not known),
-                                NULL when they do */
-};
-
-/* proto_encode_health: the health object into a malloc'd string owned by the
- * caller (*len set); ok is whether a quorum is connected. Returns NULL only
- * on allocation failure. */
-char *proto_encode_health(const char *id, size_t id_len, bool ok, int quorum,
-                          const struct proto_node_health *nodes, int n_nodes,
-                          size_t *len);
-
-/* proto_err_code: "bad_request", ...; proto_err_status: the HTTP status. */
-const char *proto_err_code(enum proto_err err);
-int proto_err_status(enum proto_err err);
-
 /* proto_op_name: "acquire", ...; NULL for OP_NONE. */
 const char *proto_op_name(enum proto_op op);
-
-/* proto_json_escape: appends s as a JSON string body (without quotes) into
- * out; returns bytes written or 0 if it did not fit. */
-size_t proto_json_escape(const char *s, size_t len, char *out, size_t cap);
 
 #endif

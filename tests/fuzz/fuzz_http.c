@@ -3,7 +3,7 @@
  * formats its answer head, checking the reader's promises as it goes.
  *
  *   clang -g -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Isidecar \
- *       sidecar/http.c sidecar/proto.c sidecar/util.c \
+ *       sidecar/http.c sidecar/proto.c sidecar/proto_encode.c sidecar/util.c \
  *       tests/fuzz/fuzz_http.c -lcjson -o fuzz_http && \
  *       ./fuzz_http tests/fuzz/corpus_http */
 #include <stdint.h>

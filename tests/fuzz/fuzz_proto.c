@@ -5,7 +5,8 @@
  * the fast path must give exactly what the full decoder gives.
  *
  *   clang -g -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Isidecar \
- *       sidecar/proto.c sidecar/util.c tests/fuzz/fuzz_proto.c -lcjson \
+ *       sidecar/proto.c sidecar/proto_encode.c sidecar/util.c \
+ *       tests/fuzz/fuzz_proto.c -lcjson \
  *       -o fuzz_proto && ./fuzz_proto tests/fuzz/corpus_proto */
 #include <stdint.h>
 #include <stdlib.h>

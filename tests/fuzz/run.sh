@@ -15,8 +15,8 @@ trap 'rm -rf "$WORK"' EXIT
 status=0
 for target in proto http resp; do
     src="tests/fuzz/fuzz_${target}.c"
-    mods="sidecar/proto.c sidecar/util.c"
-    [ "$target" = http ] && mods="sidecar/http.c sidecar/proto.c sidecar/util.c"
+    mods="sidecar/proto.c sidecar/proto_encode.c sidecar/util.c"
+    [ "$target" = http ] && mods="sidecar/http.c $mods"
     [ "$target" = resp ] && mods="sidecar/resp.c"
     # shellcheck disable=SC2086
     clang -g -O1 -fsanitize=fuzzer,address,undefined \

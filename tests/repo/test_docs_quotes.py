@@ -11,7 +11,7 @@ quote, so each kind of quote is checked against the sources of sidecar/
   sidecar/metrics.h and sidecar/metrics.c; and the reverse: every metric
   the daemon exports is described in README.md or docs/operations.md;
 - command-line flags of redlockd against the table of sidecar/config.c;
-- error codes against the error table of sidecar/proto.c;
+- error codes against the error table of sidecar/proto_encode.c;
 - log lines (and `last_error` texts) against the string literals of
   sidecar/*.c, printf conversions and the docs' placeholders as wildcards.
 
@@ -232,9 +232,9 @@ def daemon_flags():
 
 @functools.lru_cache(None)
 def daemon_error_codes():
-    """The wire codes of sidecar/proto.c's err_table (ERR_NONE's "ok" is
+    """The wire codes of sidecar/proto_encode.c's err_table (ERR_NONE's "ok" is
     no error)."""
-    text = c_source(SIDECAR / "proto.c")
+    text = c_source(SIDECAR / "proto_encode.c")
     table = text.split("err_table[ERR__COUNT] = {", 1)[1].split("};", 1)[0]
     return set(re.findall(r'\[ERR_(?!NONE\])\w+\]\s*=\s*\{"(\w+)"', table))
 
