@@ -611,6 +611,19 @@ static bool query_next(const char *q, size_t *pos, const char **k, size_t *kn,
     return false;
 }
 
+/* dec_digits: how many decimal digits v has, so that a number longer than
+ * a member's greatest value is refused before it is read. */
+static size_t dec_digits(uint64_t v)
+{
+    size_t n = 1;
+
+    while (v >= 10) {
+        v /= 10;
+        n++;
+    }
+    return n;
+}
+
 /* query_param: one parameter of GET /v1/locks (prefix, limit, cursor) or
  * GET /v1/locks/{resource} (fence) into req, by the same rules as the JSON
  * members. seen collects the names given, so a repeat is refused. Returns 0
@@ -658,14 +671,15 @@ static int query_param(const char *k, size_t kn, const char *v, size_t vn,
         req->prefix_len = (size_t)dlen;
         return 0;
     case 1: {
+        const struct proto_field *fd = proto_field_named("limit");
         char *end = NULL;
-        unsigned long x = dlen > 0 && dlen <= 4 && value[0] != '0' &&
-                                  value[0] != '+' && value[0] != '-'
+        unsigned long x = dlen > 0 && (size_t)dlen <= dec_digits(fd->max) &&
+                                  value[0] != '0' && value[0] != '+' &&
+                                  value[0] != '-'
                               ? strtoul(value, &end, 10)
                               : 0;
-        if (end == NULL || *end != '\0' || x < 1 || x > PROTO_LIMIT_MAX) {
-            snprintf(err, errlen, "limit: must be an integer in 1..%d",
-                     PROTO_LIMIT_MAX);
+        if (end == NULL || *end != '\0' || x < fd->min || x > fd->max) {
+            proto_field_uint_fail(fd, err, errlen);
             return 400;
         }
         req->limit = (uint32_t)x;
@@ -740,30 +754,30 @@ static bool body_blank(const char *s, size_t n)
 }
 
 /* query_permit: a permit= value (raw[0..rawn), %XX-decoded), decimal as a
- * JSON integer (no sign, no leading zero), 0..PROTO_PERMITS_MAX - 1, into
- * req. Returns 0 or 400. */
+ * JSON integer (no sign, no leading zero), in the bounds proto_fields gives
+ * permit and refused with its message, into req. Returns 0 or 400. */
 static int query_permit(const char *raw, size_t rawn, struct request *req,
                         char *err, size_t errlen)
 {
+    const struct proto_field *fd = proto_field_named("permit");
     char v[HTTP_PATH_MAX + 1];
     long n = rawn <= HTTP_PATH_MAX ? pct_decode(raw, rawn, v, true) : -1;
     size_t vn = n > 0 ? (size_t)n : 0;
-    unsigned x = 0;
-    bool ok = vn > 0 && vn <= 4 && (vn == 1 || v[0] != '0');
+    uint64_t x = 0;
+    bool ok = vn > 0 && vn <= dec_digits(fd->max) && (vn == 1 || v[0] != '0');
     for (size_t i = 0; ok && i < vn; i++) {
         ok = v[i] >= '0' && v[i] <= '9';
         x = x * 10 + (unsigned)(v[i] - '0');
     }
-    if (!ok || x > PROTO_PERMITS_MAX - 1) {
-        snprintf(err, errlen, "permit: must be an integer in 0..%d",
-                 PROTO_PERMITS_MAX - 1);
+    if (!ok || x < fd->min || x > fd->max) {
+        proto_field_uint_fail(fd, err, errlen);
         return 400;
     }
     if (req->has_permit && req->permit != x) {
         snprintf(err, errlen, "permit: body and query disagree");
         return 400;
     }
-    req->permit = x;
+    req->permit = (uint32_t)x;
     req->has_permit = true;
     return 0;
 }

@@ -530,6 +530,35 @@ static int field_fail(const struct proto_field *fd, const char *text, char *err,
     return fail(err, errlen, "%s: %s", fd->name, text);
 }
 
+/*
+ * proto_field_named: the member of proto_fields whose name is name, or
+ * NULL when there is none (or name is NULL).
+ */
+const struct proto_field *proto_field_named(const char *name)
+{
+    if (name == NULL) {
+        return NULL;
+    }
+    for (size_t f = 0; f < F__COUNT; f++) {
+        if (strcmp(proto_fields[f].name, name) == 0) {
+            return &proto_fields[f];
+        }
+    }
+    return NULL;
+}
+
+/*
+ * proto_field_uint_fail: fd's answer to a value that is not an integer in
+ * fd->min..fd->max, into err (skipped when err is NULL or errlen 0), the
+ * same text over JSON and in an HTTP query. Returns -1.
+ */
+int proto_field_uint_fail(const struct proto_field *fd, char *err,
+                          size_t errlen)
+{
+    return fail(err, errlen, "%s: must be an integer in %llu..%llu", fd->name,
+                (unsigned long long)fd->min, (unsigned long long)fd->max);
+}
+
 /* text_check: s[0..len) against fd's bounds as a PROTO_FT_TEXT: fd->min..
  * fd->max bytes of well-formed UTF-8 without control characters (C0, DEL
  * and the C1 range U+0080..U+009F). Returns 0, or -1 with fd->bad_value
@@ -704,9 +733,7 @@ static int field_set(const struct proto_field *fd, const struct value *v,
         return set_id(fd, v, req, err, errlen);
     case PROTO_FT_UINT:
         if (v->kind != V_NUMBER || uint_of(v->d, fd->min, fd->max, &u) < 0) {
-            return fail(err, errlen, "%s: must be an integer in %llu..%llu",
-                        fd->name, (unsigned long long)fd->min,
-                        (unsigned long long)fd->max);
+            return proto_field_uint_fail(fd, err, errlen);
         }
         if (fd->size == sizeof(uint32_t)) {
             uint32_t x = (uint32_t)u;

@@ -76,6 +76,15 @@ struct proto_field {
 extern const struct proto_field proto_fields[];
 extern const size_t proto_fields_count;
 
+/* proto_field_named: the member of proto_fields named name, NULL for none. */
+const struct proto_field *proto_field_named(const char *name);
+
+/* proto_field_uint_fail: what a PROTO_FT_UINT member answers to anything
+ * but an integer in its bounds, "<name>: must be an integer in <min>..<max>",
+ * into err (when there is one); returns -1. */
+int proto_field_uint_fail(const struct proto_field *fd, char *err,
+                          size_t errlen);
+
 /* proto_request_init: resets req to the defaults above. */
 void proto_request_init(struct request *req);
 

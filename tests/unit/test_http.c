@@ -1310,6 +1310,77 @@ static void test_limits_default(void **state)
     assert_int_equal(lim.max_body_bytes, 12345);
 }
 
+/* The query's limit and permit take their bounds and their message from
+ * the member's entry in proto_fields: each is walked one below its least
+ * value, at both ends and one past its greatest, and a refusal reads as
+ * the JSON decoder's for the same member. */
+static void test_query_bounds_from_table(void **state)
+{
+    static const struct {
+        const char *name;
+        const char *line; /* a request line with %llu for the value */
+    } params[] = {
+        {"limit", "GET /v1/locks?limit=%llu HTTP/1.1\r\n\r\n"},
+        {"permit", "DELETE /v1/locks/" TOKEN "?permit=%llu HTTP/1.1\r\n\r\n"},
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(params) / sizeof(*params); i++) {
+        const struct proto_field *fd = proto_field_named(params[i].name);
+        char want[PROTO_MSG_MAX];
+        char json[64];
+        struct request jreq;
+
+        assert_non_null(fd);
+        assert_int_equal(fd->type, PROTO_FT_UINT);
+        assert_int_equal(proto_field_uint_fail(fd, want, sizeof(want)), -1);
+        snprintf(json, sizeof(json), "{\"op\":\"ping\",\"%s\":%llu}", fd->name,
+                 (unsigned long long)fd->max + 1);
+        char jerr[PROTO_MSG_MAX];
+        assert_int_equal(proto_decode(json, strlen(json), OP_NONE, &jreq, jerr,
+                                      sizeof(jerr)),
+                         -1);
+        assert_string_equal(jerr, want);
+
+        const struct {
+            unsigned long long v;
+            bool ok;
+            bool given; /* min - 1 is only a value when min > 0 */
+        } steps[] = {
+            {fd->min - 1, false, fd->min > 0},
+            {fd->min, true, true},
+            {fd->max, true, true},
+            {fd->max + 1, false, true},
+        };
+        for (size_t k = 0; k < sizeof(steps) / sizeof(*steps); k++) {
+            char line[160];
+            char err[PROTO_MSG_MAX];
+            struct request req;
+            uint64_t got = 0;
+
+            if (!steps[k].given) {
+                continue;
+            }
+            snprintf(line, sizeof(line), params[i].line, steps[k].v);
+            int rc = route(line, &req, err, sizeof(err));
+            if (!steps[k].ok) {
+                assert_int_equal(rc, 400);
+                assert_string_equal(err, want);
+                continue;
+            }
+            assert_int_equal(rc, 0);
+            if (fd->size == sizeof(uint32_t)) {
+                uint32_t x;
+                memcpy(&x, (const char *)&req + fd->off, sizeof(x));
+                got = x;
+            } else {
+                memcpy(&got, (const char *)&req + fd->off, sizeof(got));
+            }
+            assert_int_equal(got, steps[k].v);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1337,6 +1408,7 @@ int main(void)
         cmocka_unit_test(test_route_renew_refused),
         cmocka_unit_test(test_route_query_resource),
         cmocka_unit_test(test_route_query_permit),
+        cmocka_unit_test(test_query_bounds_from_table),
         cmocka_unit_test(test_format_head),
         cmocka_unit_test(test_status_text),
         cmocka_unit_test(test_limits_default),

@@ -1520,6 +1520,33 @@ static void test_field_table_shape(void **state)
     }
 }
 
+/* A member is found by its exact name only, and an integer member's
+ * refusal names it with its bounds, the text both decoders give. */
+static void test_field_named_and_uint_fail(void **state)
+{
+    char err[ERRLEN];
+    char want[ERRLEN];
+
+    (void)state;
+    for (size_t f = 0; f < proto_fields_count; f++) {
+        assert_ptr_equal(proto_field_named(proto_fields[f].name),
+                         &proto_fields[f]);
+    }
+    assert_null(proto_field_named("Limit"));
+    assert_null(proto_field_named("limi"));
+    assert_null(proto_field_named(""));
+    assert_null(proto_field_named(NULL));
+
+    const struct proto_field *fd = proto_field_named("ttl_ms");
+    assert_non_null(fd);
+    assert_int_equal(proto_field_uint_fail(fd, err, sizeof(err)), -1);
+    snprintf(want, sizeof(want), "ttl_ms: must be an integer in %d..%d",
+             PROTO_TTL_MIN, PROTO_TTL_MAX);
+    assert_string_equal(err, want);
+    expect_error("{\"op\":\"acquire\",\"resource\":\"r\",\"ttl_ms\":9}", want);
+    assert_int_equal(proto_field_uint_fail(fd, NULL, 0), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1543,6 +1570,7 @@ int main(void)
         cmocka_unit_test(test_cursor_round_trip),
         cmocka_unit_test(test_field_table_shape),
         cmocka_unit_test(test_field_table_bounds),
+        cmocka_unit_test(test_field_named_and_uint_fail),
     };
     int failed = cmocka_run_group_tests_name("proto", tests, NULL, NULL);
     int rv;
