@@ -15,16 +15,16 @@
 #include "rlassert.h"
 
 /* cl->framing_bits */
-#define HTTPCONN_LOOPING 1u       /* http_next's loop is running */
+#define HTTPCONN_LOOPING 1u       /* httpconn_next's loop is running */
 #define HTTPCONN_CONTINUE_SENT 2u /* 100 Continue sent for the current head */
 
 /* A call's framing_flags */
 #define HTTPCALL_KEEP_ALIVE 1u /* keep-alive */
 #define HTTPCALL_HEAD_ONLY 2u  /* HEAD: no body */
 
-static void write_http(struct client *cl, int status, const char *ctype,
-                       const char *body, size_t len, bool keep_alive,
-                       const char *allow, bool head_only)
+static void httpconn_write(struct client *cl, int status, const char *ctype,
+                           const char *body, size_t len, bool keep_alive,
+                           const char *allow, bool head_only)
 {
     char head[512];
     size_t hl = http_format_head(status, ctype, len, keep_alive, allow, head,
@@ -37,10 +37,11 @@ static void write_http(struct client *cl, int status, const char *ctype,
 
 /* head_only (HEAD): the head, with the Content-Length the body would have,
  * and no body, or a keep-alive client would read it as the next answer. */
-static void write_http_error_id(struct client *cl, int status, const char *id,
-                                size_t id_len, enum proto_err err,
-                                const char *msg, bool keep_alive,
-                                const char *allow, bool head_only)
+static void httpconn_write_error_id(struct client *cl, int status,
+                                    const char *id, size_t id_len,
+                                    enum proto_err err, const char *msg,
+                                    bool keep_alive, const char *allow,
+                                    bool head_only)
 {
     char buf[PROTO_RESPONSE_MAX];
     struct response rsp = {0};
@@ -49,22 +50,24 @@ static void write_http_error_id(struct client *cl, int status, const char *id,
     rsp.err = err;
     rsp.message = msg;
     size_t n = proto_encode_response(&rsp, buf, sizeof(buf));
-    write_http(cl, status, "application/json", buf, n, keep_alive, allow,
-               head_only);
+    httpconn_write(cl, status, "application/json", buf, n, keep_alive, allow,
+                   head_only);
 }
 
-static void write_http_error(struct client *cl, int status, enum proto_err err,
-                             const char *msg, bool keep_alive,
-                             const char *allow, bool head_only)
+static void httpconn_write_error(struct client *cl, int status,
+                                 enum proto_err err, const char *msg,
+                                 bool keep_alive, const char *allow,
+                                 bool head_only)
 {
-    write_http_error_id(cl, status, NULL, 0, err, msg, keep_alive, allow,
-                        head_only);
+    httpconn_write_error_id(cl, status, NULL, 0, err, msg, keep_alive, allow,
+                            head_only);
 }
 
-static void http_next(struct client *cl);
+static void httpconn_next(struct client *cl);
 
-static void http_serve_local(struct client *cl, const struct http_request *h,
-                             const struct request *req)
+static void httpconn_serve_local(struct client *cl,
+                                 const struct http_request *h,
+                                 const struct request *req)
 {
     struct client_env *env = cl->env;
     bool head_only = h->method == HTTP_HEAD;
@@ -73,45 +76,45 @@ static void http_serve_local(struct client *cl, const struct http_request *h,
         size_t n;
         char *json = ops_health_json(env->ops, NULL, 0, &ok, &n);
         if (json == NULL) {
-            write_http_error(cl, 500, ERR_INTERNAL, "out of memory",
-                             h->keep_alive, NULL, head_only);
+            httpconn_write_error(cl, 500, ERR_INTERNAL, "out of memory",
+                                 h->keep_alive, NULL, head_only);
             return;
         }
-        write_http(cl, ok ? 200 : 503, "application/json", json, n,
-                   h->keep_alive, NULL, head_only);
+        httpconn_write(cl, ok ? 200 : 503, "application/json", json, n,
+                       h->keep_alive, NULL, head_only);
         free(json);
         return;
     }
     size_t n;
     char *text = ops_metrics_text(env->ops, &n);
     if (text == NULL) {
-        write_http_error(cl, 500, ERR_INTERNAL, "out of memory", h->keep_alive,
-                         NULL, head_only);
+        httpconn_write_error(cl, 500, ERR_INTERNAL, "out of memory",
+                             h->keep_alive, NULL, head_only);
         return;
     }
-    write_http(cl, 200, "text/plain; version=0.0.4; charset=utf-8", text, n,
-               h->keep_alive, NULL, head_only);
+    httpconn_write(cl, 200, "text/plain; version=0.0.4; charset=utf-8", text, n,
+                   h->keep_alive, NULL, head_only);
     free(text);
 }
 
 /* At the peer's half-close, with every complete request served: bytes
  * left are a request cut short (its head, or a body shorter than its
  * Content-Length). CRLFs between requests are allowed (RFC 9112 2.2). */
-static void http_answer_unterminated(struct client *cl)
+static void httpconn_answer_unterminated(struct client *cl)
 {
     if (client_drain_cut_request(cl)) {
         METRIC_INC(requests_bad);
-        write_http_error(cl, 400, ERR_BAD_REQUEST,
-                         "the input ended inside a request (its head, or a "
-                         "body shorter than its Content-Length)",
-                         false, NULL, false);
+        httpconn_write_error(cl, 400, ERR_BAD_REQUEST,
+                             "the input ended inside a request (its head, or a "
+                             "body shorter than its Content-Length)",
+                             false, NULL, false);
     }
 }
 
 /* One buffered HTTP request: parses it and answers it or submits it.
  * Returns true to go on with the next one, false to stop (incomplete,
  * closing). */
-static bool http_one(struct client *cl)
+static bool httpconn_one(struct client *cl)
 {
     struct client_env *env = cl->env;
     struct evbuffer *in = bufferevent_get_input(cl->bev);
@@ -136,9 +139,9 @@ static bool http_one(struct client *cl)
         bool big = h.error_status == 413 || h.error_status == 414 ||
                    h.error_status == 431;
         enum proto_err e = big ? ERR_TOO_LARGE : ERR_BAD_REQUEST;
-        write_http_error(cl, h.error_status, e,
-                         h.error_message ? h.error_message : "bad request",
-                         false, NULL, h.method == HTTP_HEAD);
+        httpconn_write_error(cl, h.error_status, e,
+                             h.error_message ? h.error_message : "bad request",
+                             false, NULL, h.method == HTTP_HEAD);
         client_close_after_flush(cl);
         return false;
     }
@@ -151,8 +154,8 @@ static bool http_one(struct client *cl)
     if (sc == NULL) {
         /* Answer before closing: with nothing left to send, the close
          * could free the client under the caller. */
-        write_http_error(cl, 500, ERR_INTERNAL, "out of memory", false, NULL,
-                         head_only);
+        httpconn_write_error(cl, 500, ERR_INTERNAL, "out of memory", false,
+                             NULL, head_only);
         client_close_after_flush(cl);
         return false;
     }
@@ -164,10 +167,10 @@ static bool http_one(struct client *cl)
         METRIC_INC(requests_bad);
         /* The id, when the body's could be read, as over NDJSON; before
          * the call that holds it is freed. */
-        write_http_error_id(cl, status, call->req.id, call->req.id_len,
-                            ERR_BAD_REQUEST, err, keep_alive,
-                            status == 405 ? http_route_allow(h.path) : NULL,
-                            head_only);
+        httpconn_write_error_id(cl, status, call->req.id, call->req.id_len,
+                                ERR_BAD_REQUEST, err, keep_alive,
+                                status == 405 ? http_route_allow(h.path) : NULL,
+                                head_only);
         client_call_unlink(cl, sc);
         client_call_free(sc);
     } else if (cl->metrics_only && call->req.op != OP_HEALTH &&
@@ -176,12 +179,12 @@ static bool http_one(struct client *cl)
          * socket: it never serves lock operations. */
         client_call_unlink(cl, sc);
         client_call_free(sc);
-        write_http_error(cl, 404, ERR_BAD_REQUEST,
-                         "only /metrics and /v1/health are served on "
-                         "the metrics listener",
-                         keep_alive, NULL, head_only);
+        httpconn_write_error(cl, 404, ERR_BAD_REQUEST,
+                             "only /metrics and /v1/health are served on "
+                             "the metrics listener",
+                             keep_alive, NULL, head_only);
     } else if (call->req.op == OP_HEALTH || call->req.op == OP_METRICS) {
-        http_serve_local(cl, &h, &call->req);
+        httpconn_serve_local(cl, &h, &call->req);
         client_call_unlink(cl, sc);
         client_call_free(sc);
     } else {
@@ -206,12 +209,12 @@ static bool http_one(struct client *cl)
 /* Runs the buffered HTTP requests, one at a time, until one is in flight
  * or the input is used up; then decides whether to keep reading, or, after
  * the peer's EOF, closes once nothing is in flight or left to serve. It may
- * free the client: callers return right after it. A request
- * answered synchronously (ping, a bad route, limit) calls
- * its answered(), which calls back here: that inner call returns at
- * once and this loop goes on, so thousands of pipelined requests take one
- * stack frame, not one each. */
-static void http_next(struct client *cl)
+ * free the client: callers return right after it. A request answered
+ * synchronously (ping, a bad route, limit) runs httpconn_answered() before
+ * ops_submit returns, and this loop goes on with busy cleared, so
+ * thousands of pipelined requests take one stack frame, not one each; a
+ * call that comes back here meanwhile returns at once. */
+static void httpconn_next(struct client *cl)
 {
     if (cl->framing_bits & HTTPCONN_LOOPING) {
         return;
@@ -221,7 +224,7 @@ static void http_next(struct client *cl)
         if (client_over_limits(cl)) {
             break; /* output over OUT_HIGH: resumed when it drains */
         }
-        if (!http_one(cl)) {
+        if (!httpconn_one(cl)) {
             break;
         }
     }
@@ -233,7 +236,7 @@ static void http_next(struct client *cl)
      * served when the output drains (client_maybe_resume). */
     if (cl->state == CLIENT_DRAINING && !cl->busy && cl->inflight == 0 &&
         !client_over_limits(cl)) {
-        http_answer_unterminated(cl);
+        httpconn_answer_unterminated(cl);
         client_close_after_flush(cl);
         return;
     }
@@ -241,29 +244,29 @@ static void http_next(struct client *cl)
 }
 
 /* HTTP's peer_eof and resume: serves the next complete request unless one
- * is being answered; http_next closes after the peer's EOF once all is
+ * is being answered; httpconn_next closes after the peer's EOF once all is
  * answered (or later, when the request being served is). */
-static void http_go_on(struct client *cl)
+static void httpconn_go_on(struct client *cl)
 {
     if (!cl->busy) {
-        http_next(cl);
+        httpconn_next(cl);
     }
 }
 
 /* head_only (HEAD) and keep-alive as the request asked; closing: the
  * connection closes after it. */
-static void http_answer(struct client *cl, const struct client_call *call,
-                        char *json, size_t len, enum proto_err err,
-                        bool closing)
+static void httpconn_answer(struct client *cl, const struct client_call *call,
+                            char *json, size_t len, enum proto_err err,
+                            bool closing)
 {
     int status = err == ERR_NONE ? 200 : proto_err_status(err);
     bool keep_alive =
         !closing && (call->framing_flags & HTTPCALL_KEEP_ALIVE) != 0;
-    write_http(cl, status, "application/json", json, len, keep_alive, NULL,
-               (call->framing_flags & HTTPCALL_HEAD_ONLY) != 0);
+    httpconn_write(cl, status, "application/json", json, len, keep_alive, NULL,
+                   (call->framing_flags & HTTPCALL_HEAD_ONLY) != 0);
 }
 
-static void http_answered(struct client *cl, struct client_call *call)
+static void httpconn_answered(struct client *cl, struct client_call *call)
 {
     bool keep_alive = (call->framing_flags & HTTPCALL_KEEP_ALIVE) != 0;
     client_call_free(call);
@@ -277,16 +280,16 @@ static void http_answered(struct client *cl, struct client_call *call)
         return;
     }
     /* Requests pipelined behind this one are still owed, after a
-     * half-close too: http_next serves them, then closes. */
+     * half-close too: httpconn_next serves them, then closes. */
     client_resume_later(cl);
 }
 
 const struct framing_ops httpconn_framing = {
-    .input = http_next,
+    .input = httpconn_next,
     .feed = NULL,
-    .peer_eof = http_go_on,
-    .resume = http_go_on,
-    .answer = http_answer,
-    .answered = http_answered,
+    .peer_eof = httpconn_go_on,
+    .resume = httpconn_go_on,
+    .answer = httpconn_answer,
+    .answered = httpconn_answered,
     .events = false,
 };

@@ -13,7 +13,7 @@
 #include "metrics.h"
 #include "ops.h"
 
-static void write_ndjson_error(struct client *cl, const char *id, size_t id_len,
+static void ndjson_write_error(struct client *cl, const char *id, size_t id_len,
                                enum proto_err err, const char *msg)
 {
     char buf[PROTO_RESPONSE_MAX];
@@ -45,7 +45,7 @@ static void ndjson_too_large(struct client *cl, size_t max)
 {
     METRIC_INC(requests_bad);
     log_warn(cl->subject, "line over %zu bytes: closing", max);
-    write_ndjson_error(cl, NULL, 0, ERR_TOO_LARGE,
+    ndjson_write_error(cl, NULL, 0, ERR_TOO_LARGE,
                        "request line over the limit (--max-line-bytes)");
     client_close_after_flush(cl);
 }
@@ -70,7 +70,7 @@ static bool ndjson_line(struct client *cl, const char *line, size_t len)
     if (rc != 0) {
         METRIC_INC(requests_bad);
         client_call_unlink(cl, sc);
-        write_ndjson_error(cl, call->req.id, call->req.id_len, ERR_BAD_REQUEST,
+        ndjson_write_error(cl, call->req.id, call->req.id_len, ERR_BAD_REQUEST,
                            err);
         bool fatal = rc == -2;
         client_call_free(sc);
@@ -191,7 +191,7 @@ static void ndjson_answer_unterminated(struct client *cl)
     }
     if (client_drain_cut_request(cl)) {
         METRIC_INC(requests_bad);
-        write_ndjson_error(cl, NULL, 0, ERR_BAD_REQUEST,
+        ndjson_write_error(cl, NULL, 0, ERR_BAD_REQUEST,
                            "the input ended inside a line: every request "
                            "ends with a newline (\\n)");
     }

@@ -14,7 +14,6 @@
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
-#include <event2/event.h>
 
 #include "client.h"
 #include "config.h"
@@ -23,9 +22,7 @@
 #include "listener.h"
 #include "locks.h"
 #include "log.h"
-#include "metrics.h"
 #include "ndjson.h"
-#include "ops.h"
 #include "proto.h"
 #include "rlassert.h"
 #include "util.h"
@@ -80,7 +77,7 @@ static void call_done_cb(struct call *call, const struct response *rsp)
 }
 
 /* The connection that embeds a session. */
-static struct client *client_of(struct lock_owner *owner)
+static struct client *session_client(struct lock_owner *owner)
 {
     return (struct client *)((char *)owner - offsetof(struct client, session));
 }
@@ -89,7 +86,7 @@ static struct client *client_of(struct lock_owner *owner)
 static void session_event_cb(struct lock_owner *owner, const char *json,
                              size_t len)
 {
-    struct client *cl = client_of(owner);
+    struct client *cl = session_client(owner);
     if (!client_attached(cl) || !cl->fops->events) {
         return;
     }
@@ -112,7 +109,7 @@ static const struct framing_ops *framing_of(unsigned char first,
  * it is buffered (looked at a slice at a time, so a long run costs no big
  * pull-up), and picks the framing from that byte. Returns false while
  * nothing but whitespace has come; it is all drained, so it never grows. */
-static bool client_pick_framing(struct client *cl)
+static bool server_pick_framing(struct client *cl)
 {
     struct evbuffer *in = bufferevent_get_input(cl->bev);
     if (!cl->bom_checked) {
@@ -160,7 +157,7 @@ static bool client_pick_framing(struct client *cl)
  * framing serves them. */
 static void unknown_input(struct client *cl)
 {
-    if (client_pick_framing(cl)) {
+    if (server_pick_framing(cl)) {
         cl->fops->input(cl);
     }
 }
@@ -203,7 +200,7 @@ static void session_read_cred(struct lock_owner *session, evutil_socket_t fd)
 }
 
 /* The listener's accept_cb: a client, or a refusal at accept. */
-static void client_accept(evutil_socket_t fd, bool metrics_only, void *arg)
+static void server_accept_cb(evutil_socket_t fd, bool metrics_only, void *arg)
 {
     struct server *s = arg;
     char who[96];
@@ -262,7 +259,7 @@ struct server *server_create(struct event_base *base, const struct config *cfg,
     s->env.http_limits = &s->http_limits;
     s->env.call_done = call_done_cb;
     http_limits_default(&s->http_limits, cfg->max_line_bytes);
-    s->lst = listener_create(base, cfg, client_accept, server_clients_cb, s,
+    s->lst = listener_create(base, cfg, server_accept_cb, server_clients_cb, s,
                              err, errlen);
     if (s->lst == NULL) {
         free(s);
@@ -279,7 +276,7 @@ void server_stop_accepting(struct server *s)
 
 /* At exit, for a call still in flight: shutting_down, since its node
  * commands are abandoned and it will not be answered otherwise. */
-static void client_answer_shutdown(struct client *cl, struct client_call *sc)
+static void server_answer_shutdown(struct client *cl, struct client_call *sc)
 {
     struct call *call = &sc->call;
     char buf[PROTO_RESPONSE_MAX];
@@ -298,12 +295,12 @@ static void client_answer_shutdown(struct client *cl, struct client_call *sc)
 /* A session's close_cb (locks.h), at shutdown. */
 static void session_close_cb(struct lock_owner *owner)
 {
-    struct client *cl = client_of(owner);
+    struct client *cl = session_client(owner);
     if (!client_attached(cl)) {
         return; /* detached already */
     }
     for (struct client_call *c = cl->calls; c != NULL; c = c->next) {
-        client_answer_shutdown(cl, c);
+        server_answer_shutdown(cl, c);
     }
     /* The lost events go out before the releases they announce. */
     client_flush_now(cl);
@@ -332,7 +329,7 @@ void server_destroy(struct server *s)
         struct client *cl = s->env.clients;
         if (client_attached(cl)) {
             for (struct client_call *c = cl->calls; c != NULL; c = c->next) {
-                client_answer_shutdown(cl, c);
+                server_answer_shutdown(cl, c);
             }
         }
         client_flush_now(cl);
