@@ -1,5 +1,5 @@
 /* fuzz_http.c: libFuzzer target for the HTTP reader and router. Reads every
- * pipelined request in the input the way server.c would, routes each one and
+ * pipelined request in the input the way httpconn.c does, routes each one and
  * formats its answer head, checking the reader's promises as it goes.
  *
  *   clang -g -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Isidecar \

@@ -20,7 +20,7 @@ from extra import HttpConn, _parse_head, free_port, http, parse_one, \
     parse_responses
 from rl import SLOW, Client, assert_ok, rname
 
-# sidecar/server.c: METRICS_MAX_CONNECTIONS and METRICS_IDLE_MS.
+# sidecar/server.c: METRICS_MAX_CONNECTIONS; sidecar/client.h: METRICS_IDLE_MS.
 METRICS_CAP = 16
 METRICS_IDLE_S = 5.0
 # How long past the deadline a close may take to be seen.
