@@ -64,49 +64,23 @@ struct client_call *client_call_new(struct client *cl)
     /* A detached connection's calls were abandoned: no new one joins. */
     RL_ASSERT(client_attached(cl));
     struct client_env *env = cl->env;
-    struct client_call *sc = env->free_calls;
-    if (sc != NULL) {
-        env->free_calls = sc->next;
-        env->free_calls_count--;
-    } else {
-        sc = malloc(sizeof(*sc));
-        if (sc == NULL) {
-            return NULL;
-        }
+    struct client_call *sc = pool_new(&env->call_pool);
+    if (sc == NULL) {
+        return NULL;
     }
     memset(sc, 0, sizeof(*sc));
     sc->call.done = env->call_done;
     sc->call.start_us = util_now_us();
     sc->env = env;
     sc->client = cl;
-    /* link into the client's in-flight list */
-    sc->next = cl->calls;
-    sc->prev = NULL;
-    if (cl->calls != NULL) {
-        cl->calls->prev = sc;
-    }
-    cl->calls = sc;
+    list_push_head(&cl->calls, &sc->link);
     cl->inflight++;
     return sc;
 }
 
-/* Unlinks sc from the list headed by *head. */
-static void call_list_unlink(struct client_call **head, struct client_call *sc)
-{
-    if (sc->prev != NULL) {
-        sc->prev->next = sc->next;
-    } else {
-        *head = sc->next;
-    }
-    if (sc->next != NULL) {
-        sc->next->prev = sc->prev;
-    }
-    sc->next = sc->prev = NULL;
-}
-
 void client_call_unlink(struct client *cl, struct client_call *sc)
 {
-    call_list_unlink(&cl->calls, sc);
+    list_unlink(&cl->calls, &sc->link);
     cl->inflight--;
     RL_ASSERT(cl->inflight >= 0);
 }
@@ -119,36 +93,28 @@ void client_call_free(struct client_call *sc)
         free(sc);
         return;
     }
-    if (env->free_calls_count < 4096) {
-        sc->next = env->free_calls;
-        env->free_calls = sc;
-        env->free_calls_count++;
-    } else {
-        free(sc);
-    }
+    pool_put(&env->call_pool, sc);
 }
 
 void client_call_orphan_done(struct client_call *sc)
 {
     if (sc->env != NULL) {
-        call_list_unlink(&sc->env->orphans, sc);
+        list_unlink(&sc->env->orphans, &sc->link);
     }
     client_call_free(sc);
 }
 
 void client_env_release(struct client_env *env)
 {
-    RL_ASSERT(env->clients == NULL);
-    for (struct client_call *c = env->orphans; c != NULL; c = c->next) {
+    RL_ASSERT(list_empty(&env->clients));
+    /* Orphans still in ops' hands keep their links, which nothing walks
+     * again: the list is forgotten, not unlinked. */
+    for (struct client_call *c = client_call_first(&env->orphans); c != NULL;
+         c = client_call_next(c)) {
         c->env = NULL;
     }
-    env->orphans = NULL;
-    while (env->free_calls != NULL) {
-        struct client_call *c = env->free_calls;
-        env->free_calls = c->next;
-        free(c);
-    }
-    env->free_calls_count = 0;
+    env->orphans = (struct list){0};
+    pool_drain(&env->call_pool);
 }
 
 /* ---- life -----------------------------------------------------------------
@@ -161,17 +127,13 @@ void client_env_release(struct client_env *env)
 static void client_detach(struct client *cl)
 {
     struct client_env *env = cl->env;
-    while (cl->calls != NULL) {
+    struct client_call *sc;
+    while ((sc = client_call_first(&cl->calls)) != NULL) {
         /* Calls outlive their client: an orphan goes back to the pool
          * when ops answers it, or is freed then after teardown. */
-        struct client_call *sc = cl->calls;
         client_call_unlink(cl, sc);
         sc->client = NULL;
-        sc->next = env->orphans;
-        if (env->orphans != NULL) {
-            env->orphans->prev = sc;
-        }
-        env->orphans = sc;
+        list_push_head(&env->orphans, &sc->link);
         ops_call_abandoned(env->ops, &sc->call);
     }
     RL_ASSERT(cl->inflight == 0);
@@ -216,16 +178,9 @@ void client_free(struct client *cl)
 {
     struct client_env *env = cl->env;
     client_leave(cl, CLIENT_FREED);
-    RL_ASSERT(cl->calls == NULL);
+    RL_ASSERT(list_empty(&cl->calls));
     client_free_events(cl);
-    if (cl->prev != NULL) {
-        cl->prev->next = cl->next;
-    } else {
-        env->clients = cl->next;
-    }
-    if (cl->next != NULL) {
-        cl->next->prev = cl->prev;
-    }
+    list_unlink(&env->clients, &cl->link);
     if (cl->metrics_only) {
         env->n_metrics_clients--;
         RL_ASSERT(env->n_metrics_clients >= 0);
@@ -660,11 +615,7 @@ struct client *client_new(struct client_env *env, int fd, bool metrics_only,
     cl->session.conn_id = id;
     snprintf(cl->subject, sizeof(cl->subject), "client %llu",
              (unsigned long long)id);
-    cl->next = env->clients;
-    if (env->clients != NULL) {
-        env->clients->prev = cl;
-    }
-    env->clients = cl;
+    list_push_head(&env->clients, &cl->link);
     if (metrics_only) {
         env->n_metrics_clients++;
         client_idle_arm(cl);

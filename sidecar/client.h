@@ -41,7 +41,9 @@
 #include <stdint.h>
 
 #include "call.h"
+#include "list.h"
 #include "locks.h"
+#include "pool.h"
 #include "proto.h"
 
 struct bufferevent;
@@ -113,9 +115,9 @@ struct client_call {
                                env's call_done */
     struct client_env *env; /* borrowed: NULL once the env is torn down */
     struct client *client;  /* borrowed: NULL once the client closed */
-    struct client_call *next, *prev; /* the client's in-flight list, or
-                                        the env's orphans */
-    unsigned framing_flags;          /* the framing's own (how to answer) */
+    struct list_node link;  /* the client's in-flight calls, or the
+                               env's orphans */
+    unsigned framing_flags; /* the framing's own (how to answer) */
 };
 
 /* What every connection of one server shares. Owned by the server. */
@@ -126,13 +128,18 @@ struct client_env {
     struct listener *lst;                  /* borrowed; NULL in teardown */
     const struct http_limits *http_limits; /* borrowed: HTTP's parser */
     void (*call_done)(struct call *call, const struct response *rsp);
-    struct client *clients; /* owned: every open connection */
+    struct list clients;    /* owned: every open connection, by link */
     int n_clients;          /* lock socket: bounded by --max-connections */
     int n_metrics_clients;  /* metrics listener */
-    struct client_call *free_calls; /* owned: the pool */
-    int free_calls_count;
-    struct client_call *orphans; /* in flight, their client closed */
+    struct pool call_pool;  /* owned: calls kept for reuse */
+    struct list orphans;    /* calls in flight whose client closed */
 };
+
+/* The call after c in its list, or NULL. */
+static inline struct client_call *client_call_next(const struct client_call *c)
+{
+    return LIST_ITEM(c->link.next, struct client_call, link);
+}
 
 /* What the client code asks of a framing: one table per framing, so that
  * the connection's life is written once and each framing says only how it
@@ -170,7 +177,7 @@ struct client {
     const struct framing_ops *fops; /* its framing; static */
     enum client_state state;        /* written by client_set_state() only */
     struct lock_owner session;      /* NDJSON: locks that die with us */
-    struct client_call *calls;      /* in-flight calls (the env's pool) */
+    struct list calls;              /* in-flight calls (the env's pool) */
     int inflight;
     bool read_paused;        /* back-pressure: over a limit, not read */
     bool bom_checked;        /* the stream's first bytes were not a BOM */
@@ -188,9 +195,20 @@ struct client {
                                 time (HTTP) has one in flight */
     bool metrics_only;       /* from --metrics-listen: no lock routes */
     unsigned framing_bits;   /* the framing's own conditions */
-    struct client *prev, *next;
+    struct list_node link; /* the env's clients */
     char subject[32];
 };
+
+/* The first of a list of clients or calls, or NULL. */
+static inline struct client *client_first(const struct list *clients)
+{
+    return LIST_ITEM(clients->head, struct client, link);
+}
+
+static inline struct client_call *client_call_first(const struct list *calls)
+{
+    return LIST_ITEM(calls->head, struct client_call, link);
+}
 
 /* Whether cl still has its calls and session: reading, answering. */
 static inline bool client_attached(const struct client *cl)

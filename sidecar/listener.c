@@ -23,6 +23,7 @@
 
 #include "config.h"
 #include "http.h"
+#include "list.h"
 #include "log.h"
 #include "metrics.h"
 #include "rlassert.h"
@@ -54,7 +55,7 @@ struct listener {
     struct evconnlistener *lock_lst;    /* owned, NULL once stopped */
     struct evconnlistener *metrics_lst; /* owned, NULL when off */
     char *socket_path;                  /* owned copy, for unlink */
-    struct refusal *refusals; /* owned: connections refused, not answered */
+    struct list refusals; /* owned: connections refused, not answered */
     int n_refusals;
     struct event *accept_ev; /* owned: resumes paused listeners, then ends
                                 the starved episode after ACCEPT_QUIET_MS */
@@ -73,7 +74,7 @@ struct refusal {
     struct event *ev;
     enum proto_err err;
     const char *message; /* static */
-    struct refusal *prev, *next;
+    struct list_node link; /* the listener's refusals */
 };
 
 static void accept_error_cb(struct evconnlistener *lst, void *arg);
@@ -165,14 +166,7 @@ static void refusal_free(struct refusal *r, const char *first, size_t n)
     refusal_answer(r->fd, r->err, r->message, first, n);
     event_free(r->ev);
     struct listener *l = r->lst;
-    if (r->prev != NULL) {
-        r->prev->next = r->next;
-    } else {
-        l->refusals = r->next;
-    }
-    if (r->next != NULL) {
-        r->next->prev = r->prev;
-    }
+    list_unlink(&l->refusals, &r->link);
     l->n_refusals--;
     RL_ASSERT(l->n_refusals >= 0);
     free(r);
@@ -220,11 +214,7 @@ void listener_refuse(struct listener *l, evutil_socket_t fd, enum proto_err err,
     r->fd = fd;
     r->err = err;
     r->message = message;
-    r->next = l->refusals;
-    if (l->refusals != NULL) {
-        l->refusals->prev = r;
-    }
-    l->refusals = r;
+    list_push_head(&l->refusals, &r->link);
     l->n_refusals++;
 }
 
@@ -538,8 +528,9 @@ void listener_destroy(struct listener *l)
         return;
     }
     listener_stop(l);
-    while (l->refusals != NULL) {
-        refusal_free(l->refusals, NULL, 0);
+    while (!list_empty(&l->refusals)) {
+        refusal_free(LIST_ITEM(l->refusals.head, struct refusal, link), NULL,
+                     0);
     }
     event_free(l->accept_ev);
     free(l->socket_path);

@@ -31,6 +31,8 @@
  * socket (docker binds 0.0.0.0), so its connections neither count toward
  * --max-connections nor may they sit there: a scraper needs one or two. */
 #define METRICS_MAX_CONNECTIONS 16
+/* Calls kept for reuse past a burst. */
+#define CALL_POOL_KEEP 4096
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
@@ -258,6 +260,8 @@ struct server *server_create(struct event_base *base, const struct config *cfg,
     s->env.ops = ops;
     s->env.http_limits = &s->http_limits;
     s->env.call_done = call_done_cb;
+    pool_init(&s->env.call_pool, sizeof(struct client_call), CALL_POOL_KEEP,
+              NULL);
     http_limits_default(&s->http_limits, cfg->max_line_bytes);
     s->lst = listener_create(base, cfg, server_accept_cb, server_clients_cb, s,
                              err, errlen);
@@ -299,7 +303,8 @@ static void session_close_cb(struct lock_owner *owner)
     if (!client_attached(cl)) {
         return; /* detached already */
     }
-    for (struct client_call *c = cl->calls; c != NULL; c = c->next) {
+    for (struct client_call *c = client_call_first(&cl->calls); c != NULL;
+         c = client_call_next(c)) {
         server_answer_shutdown(cl, c);
     }
     /* The lost events go out before the releases they announce. */
@@ -325,10 +330,11 @@ void server_destroy(struct server *s)
     listener_destroy(s->lst);
     s->lst = NULL;
     s->env.lst = NULL;
-    while (s->env.clients != NULL) {
-        struct client *cl = s->env.clients;
+    struct client *cl;
+    while ((cl = client_first(&s->env.clients)) != NULL) {
         if (client_attached(cl)) {
-            for (struct client_call *c = cl->calls; c != NULL; c = c->next) {
+            for (struct client_call *c = client_call_first(&cl->calls);
+                 c != NULL; c = client_call_next(c)) {
                 server_answer_shutdown(cl, c);
             }
         }
@@ -341,7 +347,8 @@ void server_destroy(struct server *s)
 
 bool server_flushed(const struct server *s)
 {
-    for (const struct client *cl = s->env.clients; cl != NULL; cl = cl->next) {
+    for (const struct client *cl = client_first(&s->env.clients); cl != NULL;
+         cl = LIST_ITEM(cl->link.next, struct client, link)) {
         if (evbuffer_get_length(bufferevent_get_output(cl->bev)) > 0) {
             return false;
         }
