@@ -1,9 +1,9 @@
 /* node_check.c: what INFO tells of a node up, read at each handshake and
- * again by the heartbeat (node.c's ping timer): the eviction policy, the
- * AOF of a ?persistent=1 node, a master it replicates, and a replication
- * id that changed under the connection. The fields are info.c's to read;
- * here is what each means for the node, told once, or the drop that makes
- * the reconnect quarantine it. */
+ * again by the heartbeat (node_conn.c's ping timer): the eviction policy,
+ * the AOF of a ?persistent=1 node, a master it replicates, and a
+ * replication id that changed under the connection. The fields are
+ * info.c's to read; here is what each means for the node, told once, or
+ * the drop that makes the reconnect quarantine it. */
 #include "node.h"
 #include "node_int.h"
 

@@ -26,6 +26,7 @@
 #include "cmdq.h"
 #include "config.h"
 #include "info.h"
+#include "mark.h"
 #include "log.h"
 #include "metrics.h"
 #include "redlock.h"
@@ -146,7 +147,7 @@ static void mark_retry_cb(struct node *node, struct redisReply *reply,
     if (!get) {
         return;
     }
-    dataset_read(reply, mark);
+    mark_read(reply, mark);
     if (mark[0] == '\0') {
         return;
     }
@@ -309,7 +310,7 @@ static int handshake_step_done(struct node *node, enum handshake_step step,
         node_check_persistence(node, info);
         break;
     case HANDSHAKE_DATASET_GET:
-        dataset_read(reply, node->last.dataset);
+        mark_read(reply, node->last.dataset);
         break;
     case HANDSHAKE_DATASET_PTTL:
         handshake_dataset_pttl(node, reply);

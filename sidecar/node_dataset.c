@@ -22,7 +22,7 @@
  * any other reason does not vote at all (node_unmarked).
  *
  * node_io.c queues the guard as a turn's write goes out (guard_close) and
- * reads the replies through it (guard_read); node.c's handshake and
+ * reads the replies through it (guard_read); node_conn.c's handshake and
  * heartbeat send the mark's commands and hand their replies here. */
 #include "node.h"
 #include "node_int.h"
@@ -30,6 +30,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "mark.h"
 
 /* A refusal of the data-set key's commands: NOPERM (an ACL that does not
  * name the key) is told once; the node goes on without a mark, unguarded.
@@ -112,18 +114,6 @@ void date_refused(struct node *node, const char *step, const char *text)
              node->addr->display, step, node->opts.dataset_key, text);
 }
 
-/* The mark a GET answered into out ("" for none). */
-void dataset_read(const struct redisReply *reply,
-                  char out[RESTART_MARK_LEN + 1])
-{
-    size_t n = 0;
-    if (reply->type == REDIS_REPLY_STRING) {
-        n = reply->len < RESTART_MARK_LEN ? reply->len : RESTART_MARK_LEN;
-        memcpy(out, reply->str, n);
-    }
-    out[n] = '\0';
-}
-
 /* The mark's TTL (RESTART_DATASET_TTL_MS) as a command argument. */
 const char *dataset_ttl_arg(void)
 {
@@ -133,22 +123,6 @@ const char *dataset_ttl_arg(void)
                  (unsigned long long)RESTART_DATASET_TTL_MS);
     }
     return ttl;
-}
-
-/* The mark in a GET's reply is the one the connection came up with (or
- * cannot be checked: no mark known, or an error, which the check's
- * callback reads). *gone: the reply had no mark at all. */
-static bool dataset_same(const struct node *node, const redisReply *reply,
-                         bool *gone)
-{
-    char mark[RESTART_MARK_LEN + 1];
-    *gone = false;
-    if (reply->type == REDIS_REPLY_ERROR || node->up.dataset[0] == '\0') {
-        return true;
-    }
-    dataset_read(reply, mark);
-    *gone = mark[0] == '\0';
-    return strcmp(mark, node->up.dataset) == 0;
 }
 
 /* The mark gone or changed since the handshake means the node was
@@ -192,6 +166,27 @@ static void dataset_unreadable(struct node *node, const char *text, bool guard)
               guard ? "data-set guard refused" : "data-set check refused");
 }
 
+/* Acts on what a GET of the mark on a live connection answered (mark.c's
+ * verdict): the connection is dropped unless the mark stood. guard: the
+ * reply is a guard's. Returns true when the mark stood. */
+static bool dataset_judge(struct node *node, const redisReply *reply,
+                          bool guard)
+{
+    enum mark_verdict v = mark_verdict(node->up.dataset, reply);
+    switch (v) {
+    case MARK_STOOD:
+        return true;
+    case MARK_REFUSED:
+        dataset_unreadable(node, reply->str, guard);
+        break;
+    case MARK_GONE:
+    case MARK_CHANGED:
+        dataset_lost(node, v == MARK_GONE);
+        break;
+    }
+    return false;
+}
+
 /* The check every second, and each guard's reply (guard_close). A guard
  * read by guard_read was compared there already; comparing again costs
  * one strcmp per turn and covers the guards whose acquires all timed out,
@@ -203,14 +198,7 @@ void dataset_check_cb(struct node *node, struct redisReply *reply,
     if (status != NODE_REPLY || node->state != NODE_UP) {
         return;
     }
-    if (reply->type == REDIS_REPLY_ERROR) {
-        dataset_unreadable(node, reply->str, false);
-        return;
-    }
-    bool gone;
-    if (!dataset_same(node, reply, &gone)) {
-        dataset_lost(node, gone);
-    }
+    (void)dataset_judge(node, reply, false);
 }
 
 /* Queues one guard: right after the guarded commands that go out now
@@ -345,16 +333,9 @@ int guard_read(struct node *node, size_t *off)
         node->ahead_ready = true;
         return 1;
     }
-    const redisReply *gr = node->ahead[k - 1];
-    if (gr->type == REDIS_REPLY_ERROR) {
-        /* Nothing shows that no flush came before these acquires: they
-         * do not count. */
-        dataset_unreadable(node, gr->str, true);
-        return -1;
-    }
-    bool gone;
-    if (!dataset_same(node, gr, &gone)) {
-        dataset_lost(node, gone);
+    /* A mark gone or changed, or refused (then nothing shows that no flush
+     * came before these acquires): they do not count. */
+    if (!dataset_judge(node, node->ahead[k - 1], true)) {
         return -1;
     }
     node->ahead_ready = true;

@@ -284,8 +284,6 @@ const char *mark_text(const struct node *node);
 void mark_refused(struct node *node, const char *step, const char *text);
 void mark_tell(struct node *node);
 void date_refused(struct node *node, const char *step, const char *text);
-void dataset_read(const struct redisReply *reply,
-                  char out[RESTART_MARK_LEN + 1]);
 const char *dataset_ttl_arg(void);
 void dataset_check_cb(struct node *node, struct redisReply *reply,
                       enum node_status status, void *privdata);
