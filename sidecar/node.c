@@ -1,6 +1,6 @@
 /* node.c: one Redis node behind one connection of our own.
  *
- * Life of a connection:
+ * Life of a connection (node_conn.c):
  *
  *   DOWN --reconnect timer--> CONNECTING --socket connected--> handshake
  *     (AUTH, SELECT, INFO, SCRIPT LOAD x n; all with the connect deadline)
@@ -13,19 +13,19 @@
  * write_wants_read). A subscriber node (wake.c, opts.push_cb) runs AUTH and
  * PING only and hands "message" pushes to push_cb.
  *
- * Writes: commands are formatted as RESP once (per op, see node_prepare;
- * the encoder is resp.c's) and appended to the node's output buffer; the
- * buffer goes out in one write() at the end of the current event-loop turn
- * (flush_ev is made active, so it runs after every callback already active
- * in this turn).
- * Every request read from every client in one turn therefore reaches each
- * node in one write, and EV_WRITE is armed only while the socket is full.
- * hiredis's async layer did the same with an epoll_ctl pair and a buffer
- * regrown by realloc per batch: a third of the daemon's instructions.
+ * Writes (node_io.c): commands are formatted as RESP once (per op, see
+ * node_prepare; the encoder is resp.c's) and appended to the node's output
+ * buffer; the buffer goes out in one write() at the end of the current
+ * event-loop turn (flush_ev is made active, so it runs after every callback
+ * already active in this turn). Every request read from every client in one
+ * turn therefore reaches each node in one write, and EV_WRITE is armed only
+ * while the socket is full. hiredis's async layer did the same with an
+ * epoll_ctl pair and a buffer regrown by realloc per batch: a third of the
+ * daemon's instructions.
  *
- * Reads: the socket is read into the node's input buffer and resp.c parses
- * the replies (into pooled redisReply objects); commands are kept in a FIFO
- * (cmdq.c) in send order and Redis answers in order, so each reply belongs
+ * Reads (node_io.c): the socket is read into the node's input buffer and resp.c
+ * parses the replies (into pooled redisReply objects); commands are kept in a
+ * FIFO (cmdq.c) in send order and Redis answers in order, so each reply belongs
  * to the FIFO's head. Every command gets the same timeout, on util_now_us(),
  * the clock cluster.c measures validity on, so deadlines grow along the FIFO:
  * one timer armed for the oldest live command serves them all. A command that
