@@ -17,6 +17,7 @@
 #include <event2/event.h>
 
 #include "metrics.h"
+#include "noscript.h"
 #include "tls.h"
 #include "util.h"
 
@@ -149,7 +150,10 @@ void flush_cb(evutil_socket_t fd, short what, void *arg)
  *      ran, so nothing is left behind); a re-sent release, extend or
  *      completion can only find less to do, never create a key;
  *   4. rec_last's answer closes the window: the list goes out as EVAL in
- *      its order, then SCRIPT LOAD, then the held commands. */
+ *      its order, then SCRIPT LOAD, then the held commands.
+ *
+ * Which case a reply is, and which listed commands step 3 answers, are
+ * noscript.h's rules; here are the lists and the bytes. */
 
 /* A reload's SCRIPT LOAD failed, why: counted, the first reason kept. A
  * failed load means the next EVALSHA of that script meets NOSCRIPT again,
@@ -214,7 +218,7 @@ static bool reply_is_noscript(const struct node_cmd *cmd,
                               const redisReply *reply)
 {
     return cmd->prep != NULL && reply->type == REDIS_REPLY_ERROR &&
-           reply->str != NULL && strncmp(reply->str, "NOSCRIPT", 8) == 0;
+           noscript_is_error(reply->str, reply->len);
 }
 
 /* Step 3: answers every acquire on the re-send list with the NOSCRIPT
@@ -228,7 +232,7 @@ static bool rec_fail_acquires(struct node *node)
     node->rec_tail = NULL;
     while (*pp != NULL) {
         struct node_cmd *cmd = *pp;
-        if (cmd->script != SCRIPT_ACQUIRE) {
+        if (!noscript_refuse(cmd->script)) {
             node->rec_tail = cmd;
             pp = &cmd->rec_next;
             continue;
@@ -366,7 +370,7 @@ static void node_handle_reply(struct node *node, redisReply *reply,
     struct node_cmd *cmd = fifo_head(node);
     uint64_t gen = node->conn_gen;
     bool noscript = reply_is_noscript(cmd, reply);
-    if (noscript && !node->rec_active) {
+    if (noscript_opens(node->rec_active, noscript)) {
         node->rec_active = true;
         node->rec_last = cmd_of(node->fifo.tail);
         log_warn(node->subject,
@@ -380,7 +384,13 @@ static void node_handle_reply(struct node *node, redisReply *reply,
     if (node->opts.push_cb == NULL) { /* not a subscriber */
         metrics_observe_node(node->index, now - cmd->sent_us);
     }
-    if (noscript && !cmd->q.done) {
+    struct noscript_reply nr = {.open = node->rec_active,
+                                .noscript = noscript,
+                                .done = cmd->q.done,
+                                .script = cmd->script >= 0,
+                                .listed = node->rec_head != NULL};
+    enum noscript_act act = noscript_act(&nr);
+    if (act == NOSCRIPT_RESEND) {
         /* Step 2: it did not run; it goes out again in its place. */
         cmd->rec_next = NULL;
         if (node->rec_tail != NULL) {
@@ -392,8 +402,7 @@ static void node_handle_reply(struct node *node, redisReply *reply,
     } else {
         /* A timed-out command that met NOSCRIPT never ran, and its caller
          * was told already: nothing to re-send. */
-        if (!noscript && node->rec_active && cmd->script >= 0 &&
-            node->rec_head != NULL && !rec_fail_acquires(node)) {
+        if (act == NOSCRIPT_FAIL_LISTED && !rec_fail_acquires(node)) {
             window_end = false;
         }
         if (!cmd->q.done) {
