@@ -179,6 +179,8 @@ static void mark_retry(struct node *node)
         node_command(node, 2, argv, lens, mark_retry_cb, node) == 0;
 }
 
+/* ---- handshake --------------------------------------------------------- */
+
 static void handshake_send(struct node *node, int argc, const char **argv,
                            size_t *lens, int tag);
 
@@ -449,6 +451,8 @@ static void handshake_start(struct node *node)
     }
 }
 
+/* ---- connect ----------------------------------------------------------- */
+
 /* EV_WRITE: the connect finished (either way), or the socket has room. */
 static void write_cb(evutil_socket_t fd, short what, void *arg)
 {
@@ -673,6 +677,8 @@ static void node_connect(struct node *node)
     node_set_state(node, NODE_CONNECTING);
     conn_deadline_arm(node);
 }
+
+/* ---- create and destroy ------------------------------------------------ */
 
 struct node *node_create(struct event_base *base, int index,
                          const struct node_addr *addr,
