@@ -17,7 +17,7 @@ import time
 
 import pytest
 from rl import (PREFIX, SLOW, assert_error, assert_ok, lock_key,
-                need_acl_channels, poll_until, rname)
+                need_acl_channels, poll_until, rname, wait_for)
 
 QUARANTINE = ["--quarantine-ms", "300"]
 
@@ -259,14 +259,16 @@ def _complete_on_first_three(cluster, daemon, res, keep_ms, permits=None):
 
 def _assert_completed(daemon, res, key, permits):
     """A completed lock answers done; a semaphore with one permit completed
-    admits one holder fewer: the others are granted, then busy."""
+    admits one holder fewer: the others are granted, then busy. The ttl is
+    long so that only a rollback, never an expiry, clears what a refused
+    acquire wrote."""
     with daemon.client() as c:
         if permits is None:
-            r = c.call("acquire", resource=res, ttl_ms=5000)
+            r = c.call("acquire", resource=res, ttl_ms=60000)
             print("acquire of the completed resource: %r" % r)
             assert_error(r, "done")
             return
-        got = [c.call("acquire", resource=res, ttl_ms=5000, permits=permits)
+        got = [c.call("acquire", resource=res, ttl_ms=60000, permits=permits)
                for _ in range(permits)]
         print("acquires of the semaphore with a completed permit: %r" % got)
         for r in got[:-1]:
@@ -309,7 +311,11 @@ def test_done_marks_survive_minority_restarts(cluster, daemon_factory,
     print("after nodes 2 and 3's repair: %r" % vals)
     assert vals == [mark] * 3 + [None] * 2, vals
     _assert_completed(d, res, key, permits)
-    assert cluster.get_all(key) == [mark] * 3 + [None] * 2
+    # The acquire that answered done wrote its token on nodes 4 and 5; the
+    # answer goes out once the three done marks decide it, and the rollback
+    # of those two follows their replies, so it may land after the answer.
+    wait_for(lambda: cluster.get_all(key) == [mark] * 3 + [None] * 2,
+             5.0 * SLOW, "the done acquire's rollback on nodes 4 and 5")
 
 
 def test_rolling_restart_waiting_for_each_repair_keeps_done_marks(
