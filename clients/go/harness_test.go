@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -169,9 +170,17 @@ func startDaemon(t testing.TB, args ...string) (*daemon, error) {
 		d.waitMu.Unlock()
 		close(d.exited)
 	}()
+	// With --dev, ready means every node up too: the daemon serves from
+	// its first moment, and a request that beats its own nodes'
+	// connections is answered no_quorum.
+	dev := false
+	for _, a := range args {
+		dev = dev || a == "--dev"
+	}
 	deadline := time.Now().Add(startTimeout)
 	for {
-		if pingOnce(d.sock, 500*time.Millisecond) == nil {
+		if pingOnce(d.sock, 500*time.Millisecond) == nil &&
+			(!dev || allNodesUp(d.sock, 500*time.Millisecond) == nil) {
 			return d, nil
 		}
 		select {
@@ -230,17 +239,46 @@ func (d *daemon) stop() (int, error) {
 	return d.code, err
 }
 
-func pingOnce(sock string, timeout time.Duration) error {
-	conn, err := net.DialTimeout("unix", sock, timeout)
+// allNodesUp asks health once and says whether every node is up.
+func allNodesUp(sock string, timeout time.Duration) error {
+	line, err := requestOnce(sock, "{\"op\":\"health\",\"id\":\"ready\"}\n", timeout)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(timeout))
-	if _, err := conn.Write([]byte("{\"op\":\"ping\",\"id\":\"ready\"}\n")); err != nil {
+	var h struct {
+		Nodes []struct {
+			Up bool `json:"up"`
+		} `json:"nodes"`
+	}
+	if err := json.Unmarshal([]byte(line), &h); err != nil {
 		return err
 	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
+	if len(h.Nodes) == 0 {
+		return fmt.Errorf("health without nodes: %q", line)
+	}
+	for _, n := range h.Nodes {
+		if !n.Up {
+			return fmt.Errorf("a node is not up yet: %q", line)
+		}
+	}
+	return nil
+}
+
+func requestOnce(sock, req string, timeout time.Duration) (string, error) {
+	conn, err := net.DialTimeout("unix", sock, timeout)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err := conn.Write([]byte(req)); err != nil {
+		return "", err
+	}
+	return bufio.NewReader(conn).ReadString('\n')
+}
+
+func pingOnce(sock string, timeout time.Duration) error {
+	line, err := requestOnce(sock, "{\"op\":\"ping\",\"id\":\"ready\"}\n", timeout)
 	if err != nil {
 		return err
 	}

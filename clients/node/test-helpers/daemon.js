@@ -132,7 +132,9 @@ async function waitFor(what, fn, timeoutMs, proc) {
 /**
  * Start redlockd. With `nodes` (unix socket paths) it runs against them;
  * otherwise with --dev (5 throw-away redis-servers it removes on SIGTERM).
- * Resolves once {"op":"ping"} answers.
+ * Resolves once {"op":"ping"} answers and, with --dev, once health shows
+ * every node up: the daemon serves from its first moment, and a request
+ * that beats its own nodes' connections is answered no_quorum.
  */
 export async function startDaemon({ nodes, args = [], dir } = {}) {
   const ownDir = !dir;
@@ -145,6 +147,13 @@ export async function startDaemon({ nodes, args = [], dir } = {}) {
   const c = track(proc, 'redlockd');
   try {
     await waitFor('redlockd', async () => (await rawCall(sock, { op: 'ping' }, 1000)).ok === true, 15_000, c);
+    if (!nodes) {
+      const allUp = async () => {
+        const h = await rawCall(sock, { op: 'health' }, 1000);
+        return Array.isArray(h.nodes) && h.nodes.length > 0 && h.nodes.every((n) => n.up === true);
+      };
+      await waitFor('redlockd --dev nodes', allUp, 15_000, c);
+    }
   } catch (e) {
     await stopChild(c);
     if (ownDir) rmSync(dir, { recursive: true, force: true });

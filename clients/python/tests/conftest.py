@@ -54,7 +54,8 @@ class Daemon(rl.Daemon):
         if not os.access(str(rl.BIN), os.X_OK):
             pytest.skip("redlockd binary not found at %s (build it, or set "
                         "REDLOCKD_BIN)" % rl.BIN)
-        node_args = ["--dev"] if nodes is None else [
+        self.dev = nodes is None
+        node_args = ["--dev"] if self.dev else [
             a for uri in nodes for a in ("--node", uri)]
         super().__init__(_Dir(dir_), name=name, extra=extra,
                          node_args=node_args, flags=["--log-level", "debug"])
@@ -65,9 +66,11 @@ class Daemon(rl.Daemon):
         return str(self.socket)
 
     def start(self, timeout: float = 15.0) -> "Daemon":
-        """Until it answers a ping (a --dev daemon's nodes come up on
-        their own)."""
-        return super().start(wait_nodes=False, timeout=timeout)
+        """Until it answers a ping and, with --dev, every node is up: the
+        daemon serves from its first moment, and a request that beats its
+        own nodes' connections is answered no_quorum. Nodes the test gave
+        may be down on purpose."""
+        return super().start(wait_nodes=self.dev, timeout=timeout)
 
     def signal(self, sig: int) -> None:
         if self.proc is not None and self.proc.poll() is None:
