@@ -6,7 +6,8 @@
 
 void cmdq_init(struct cmdq *q, size_t entry_size, int pool_max)
 {
-    q->head = q->tail = q->live = NULL;
+    q->order = (struct list){NULL, NULL};
+    q->live = NULL;
     q->len = 0;
     size_t size = entry_size < sizeof(struct cmdq_entry)
                       ? sizeof(struct cmdq_entry)
@@ -26,7 +27,7 @@ struct cmdq_entry *cmdq_get(struct cmdq *q)
     if (e == NULL) {
         return NULL;
     }
-    e->prev = e->next = NULL;
+    e->link = (struct list_node){NULL, NULL};
     e->deadline_us = 0;
     e->done = false;
     return e;
@@ -39,14 +40,7 @@ void cmdq_put(struct cmdq *q, struct cmdq_entry *e)
 
 void cmdq_push(struct cmdq *q, struct cmdq_entry *e)
 {
-    e->next = NULL;
-    e->prev = q->tail;
-    if (q->tail != NULL) {
-        q->tail->next = e;
-    } else {
-        q->head = e;
-    }
-    q->tail = e;
+    list_push_tail(&q->order, &e->link);
     if (q->live == NULL) {
         q->live = e;
     }
@@ -60,41 +54,24 @@ void cmdq_insert_before(struct cmdq *q, struct cmdq_entry *e,
         cmdq_push(q, e);
         return;
     }
-    e->next = before;
-    e->prev = before->prev;
-    if (before->prev != NULL) {
-        before->prev->next = e;
-    } else {
-        q->head = e;
-    }
-    before->prev = e;
+    list_insert_before(&q->order, &before->link, &e->link);
     q->len++;
 }
 
 void cmdq_find_live(struct cmdq *q)
 {
-    q->live = q->head;
+    q->live = cmdq_head(q);
     while (q->live != NULL && q->live->done) {
-        q->live = q->live->next;
+        q->live = cmdq_next(q->live);
     }
 }
 
 void cmdq_unlink(struct cmdq *q, struct cmdq_entry *e)
 {
     if (q->live == e) {
-        q->live = e->next;
+        q->live = cmdq_next(e);
     }
-    if (e->prev != NULL) {
-        e->prev->next = e->next;
-    } else {
-        q->head = e->next;
-    }
-    if (e->next != NULL) {
-        e->next->prev = e->prev;
-    } else {
-        q->tail = e->prev;
-    }
-    e->prev = e->next = NULL;
+    list_unlink(&q->order, &e->link);
     q->len--;
 }
 
@@ -102,7 +79,7 @@ struct cmdq_entry *cmdq_due(struct cmdq *q, uint64_t now)
 {
     while (q->live != NULL && q->live->deadline_us <= now) {
         struct cmdq_entry *e = q->live;
-        q->live = e->next;
+        q->live = cmdq_next(e);
         if (!e->done) {
             e->done = true;
             return e;

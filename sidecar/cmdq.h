@@ -27,18 +27,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "list.h"
 #include "pool.h"
 
 struct cmdq_entry {
-    struct cmdq_entry *prev, *next; /* the queue */
-    uint64_t deadline_us;           /* no earlier than the previous one's */
+    struct list_node link; /* the queue */
+    uint64_t deadline_us;  /* no earlier than the previous one's */
     bool done; /* timed out, or answered: its caller was told */
 };
 
 struct cmdq {
-    struct cmdq_entry *head, *tail; /* in send order */
-    struct cmdq_entry *live;        /* first command not yet timed out */
-    int len;                        /* entries in the queue */
+    struct list order;       /* the entries, in send order */
+    struct cmdq_entry *live; /* first command not yet timed out */
+    int len;                 /* entries in the queue */
     /* owned: free entries of the caller's size, at most pool_max kept;
      * it keeps none after cmdq_close */
     struct pool pool;
@@ -47,6 +48,23 @@ struct cmdq {
 /* The caller's struct `type` whose member `member` is entry e. */
 #define CMDQ_ITEM(e, type, member)                                             \
     ((type *)(void *)((char *)(e)-offsetof(type, member)))
+
+/* The entry after e in the queue, the queue's first and last (NULL when
+ * there is none). */
+static inline struct cmdq_entry *cmdq_next(const struct cmdq_entry *e)
+{
+    return LIST_ITEM(e->link.next, struct cmdq_entry, link);
+}
+
+static inline struct cmdq_entry *cmdq_head(const struct cmdq *q)
+{
+    return LIST_ITEM(q->order.head, struct cmdq_entry, link);
+}
+
+static inline struct cmdq_entry *cmdq_tail(const struct cmdq *q)
+{
+    return LIST_ITEM(q->order.tail, struct cmdq_entry, link);
+}
 
 /* cmdq_init: an empty queue q whose entries are entry_size bytes (the
  * caller's struct, a struct cmdq_entry first) and whose pool keeps up to

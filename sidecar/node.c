@@ -534,7 +534,7 @@ void node_drop(struct node *node, const char *why)
         cmd_put(node, cmd);
     }
     node->rec_tail = NULL;
-    while (node->fifo.head != NULL) {
+    while (cmdq_head(&node->fifo) != NULL) {
         struct node_cmd *cmd = fifo_head(node);
         cmdq_unlink(&node->fifo, &cmd->q);
         if (!cmd->q.done) {

@@ -293,7 +293,7 @@ int guard_read(struct node *node, size_t *off)
     int k = 1;
     const struct node_cmd *g = fifo_head(node);
     while (g != NULL && !g->guard) {
-        g = cmd_of(g->q.next);
+        g = cmd_of(cmdq_next(&g->q));
         k++;
     }
     if (g == NULL) {

@@ -228,7 +228,7 @@ static inline struct node_cmd *cmd_of(struct cmdq_entry *e)
 
 static inline struct node_cmd *fifo_head(const struct node *node)
 {
-    return cmd_of(node->fifo.head);
+    return cmd_of(cmdq_head(&node->fifo));
 }
 
 /* The FIFO's head is a guarded command still awaiting its reply. */

@@ -372,7 +372,7 @@ static void node_handle_reply(struct node *node, redisReply *reply,
     bool noscript = reply_is_noscript(cmd, reply);
     if (noscript_opens(node->rec_active, noscript)) {
         node->rec_active = true;
-        node->rec_last = cmd_of(node->fifo.tail);
+        node->rec_last = cmd_of(cmdq_tail(&node->fifo));
         log_warn(node->subject,
                  "NOSCRIPT: the server lost its scripts; re-sending in "
                  "order and reloading them");
@@ -522,7 +522,7 @@ void read_cb(evutil_socket_t fd, short what, void *arg)
                 }
                 continue;
             }
-            if (rc == RESP_OK && node->fifo.head == NULL) {
+            if (rc == RESP_OK && cmdq_head(&node->fifo) == NULL) {
                 resp_reply_free(r);
                 snprintf(why, sizeof(why), "a reply nobody asked for");
                 rc = RESP_PROTOCOL;

@@ -38,13 +38,14 @@ static int tags(const struct cmdq *q, int *out, int cap)
 {
     int n = 0;
     const struct cmdq_entry *prev = NULL;
-    for (struct cmdq_entry *e = q->head; e != NULL; e = e->next) {
-        assert_ptr_equal(e->prev, prev);
+    for (struct cmdq_entry *e = cmdq_head(q); e != NULL; e = cmdq_next(e)) {
+        assert_ptr_equal(LIST_ITEM(e->link.prev, struct cmdq_entry, link),
+                         prev);
         assert_true(n < cap);
         out[n++] = item_of(e)->tag;
         prev = e;
     }
-    assert_ptr_equal(q->tail, prev);
+    assert_ptr_equal(cmdq_tail(q), prev);
     assert_int_equal(q->len, n);
     return n;
 }
@@ -71,8 +72,8 @@ static void start(struct cmdq *q, struct item **out, int n)
 /* Puts back every queued entry and closes q. */
 static void drain(struct cmdq *q)
 {
-    while (q->head != NULL) {
-        struct cmdq_entry *e = q->head;
+    while (cmdq_head(q) != NULL) {
+        struct cmdq_entry *e = cmdq_head(q);
         cmdq_unlink(q, e);
         cmdq_put(q, e);
     }
@@ -84,8 +85,8 @@ static void test_empty(void **state)
     (void)state;
     struct cmdq q;
     cmdq_init(&q, sizeof(struct item), 8);
-    assert_null(q.head);
-    assert_null(q.tail);
+    assert_null(cmdq_head(&q));
+    assert_null(cmdq_tail(&q));
     assert_null(q.live);
     assert_int_equal(q.len, 0);
     assert_null(cmdq_due(&q, UINT64_MAX));
@@ -107,8 +108,8 @@ static void test_order(void **state)
     struct item *t[3];
     start(&q, t, 3);
     struct item *a = t[0], *b = t[1], *c = t[2];
-    assert_null(a->q.prev);
-    assert_null(a->q.next);
+    assert_null(a->q.link.prev);
+    assert_null(a->q.link.next);
     assert_false(a->q.done);
     cmdq_push(&q, &a->q);
     assert_ptr_equal(q.live, &a->q);
@@ -128,8 +129,8 @@ static void test_order(void **state)
     ASSERT_ORDER(&q, 0, 1, 2, 3, 4);
     /* unlink from the middle, the head and the tail */
     cmdq_unlink(&q, &b->q);
-    assert_null(b->q.prev);
-    assert_null(b->q.next);
+    assert_null(b->q.link.prev);
+    assert_null(b->q.link.next);
     ASSERT_ORDER(&q, 0, 1, 3, 4);
     cmdq_unlink(&q, &z->q);
     ASSERT_ORDER(&q, 1, 3, 4);
@@ -142,8 +143,8 @@ static void test_order(void **state)
     /* the last one out leaves the queue empty */
     cmdq_unlink(&q, &a->q);
     cmdq_unlink(&q, &c->q);
-    assert_null(q.head);
-    assert_null(q.tail);
+    assert_null(cmdq_head(&q));
+    assert_null(cmdq_tail(&q));
     assert_null(q.live);
     assert_int_equal(q.len, 0);
     cmdq_put(&q, &a->q);
@@ -307,8 +308,8 @@ static void test_pool(void **state)
     struct cmdq_entry *again = cmdq_get(&q);
     assert_ptr_equal(again, e[1]);
     assert_false(again->done);
-    assert_null(again->prev);
-    assert_null(again->next);
+    assert_null(again->link.prev);
+    assert_null(again->link.next);
     assert_int_equal(again->deadline_us, 0);
     assert_int_equal(item_of(again)->tag, 42); /* the caller's to set */
     assert_int_equal(q.pool.count, 1);
