@@ -32,8 +32,40 @@ struct daemon {
     struct event *sigusr_ev[2]; /* SIGUSR1, SIGUSR2: logged, no action */
     struct event *drain_ev;
     uint64_t drain_deadline_us;
+    struct event *dev_ready_ev; /* --dev: the banner once every node counts */
+    int dev_ready_checks;
     int signals;
 };
+
+/* --dev: every 20 ms until its nodes all count toward quorums, then the
+ * banner, so that "ready" means a pasted example succeeds. Its own nodes
+ * are local and fresh: after 10 s something is wrong, and the banner says
+ * so instead of waiting on. */
+#define DEV_READY_CHECK_MS 20
+#define DEV_READY_CHECKS 500
+
+static void dev_ready_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    struct daemon *d = arg;
+    if (d->signals > 0) {
+        return; /* stopping: nothing to try */
+    }
+    int n = d->cfg.n_nodes;
+    int counted = ops_nodes_counted(d->ops);
+    if (counted < n && ++d->dev_ready_checks < DEV_READY_CHECKS) {
+        struct timeval tv = {0, DEV_READY_CHECK_MS * 1000};
+        evtimer_add(d->dev_ready_ev, &tv);
+        return;
+    }
+    if (counted < n) {
+        log_warn(NULL, "--dev: %d of %d node(s) count toward quorums after "
+                       "%d s; see health",
+                 counted, n, DEV_READY_CHECKS * DEV_READY_CHECK_MS / 1000);
+    }
+    dev_print_examples(d->cfg.socket_path);
+}
 
 /* Every 10 ms during shutdown: exit once no node command is outstanding,
  * or when the shutdown timeout has passed. */
@@ -246,7 +278,12 @@ int main(int argc, char **argv)
              REDLOCKD_VERSION, d.cfg.n_nodes, d.cfg.n_nodes / 2 + 1,
              d.cfg.socket_path);
     if (d.dev) {
-        dev_print_examples(d.cfg.socket_path);
+        d.dev_ready_ev = evtimer_new(d.base, dev_ready_cb, &d);
+        struct timeval now = {0, 0};
+        if (d.dev_ready_ev == NULL || evtimer_add(d.dev_ready_ev, &now) != 0) {
+            log_error(NULL, "cannot create a timer");
+            goto out;
+        }
     }
     event_base_dispatch(d.base);
     rc = 0;
@@ -259,6 +296,9 @@ out:
     /* Teardown in reverse order of start-up. */
     if (d.drain_ev != NULL) {
         event_free(d.drain_ev);
+    }
+    if (d.dev_ready_ev != NULL) {
+        event_free(d.dev_ready_ev);
     }
     if (d.sigint_ev != NULL) {
         event_free(d.sigint_ev);

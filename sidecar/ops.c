@@ -1124,6 +1124,17 @@ bool ops_idle(const struct ops *o)
     return cluster_inflight(o->cluster) == 0 && o->inspect_inflight == 0;
 }
 
+int ops_nodes_counted(const struct ops *o)
+{
+    int usable = 0;
+    for (int i = 0; i < cluster_size(o->cluster); i++) {
+        struct node *nd = cluster_node(o->cluster, i);
+        usable += node_is_up(nd) && !cluster_node_quarantined(o->cluster, i) &&
+                  !node_unmarked(nd);
+    }
+    return usable;
+}
+
 char *ops_health_json(struct ops *o, const char *id, size_t id_len,
                       bool *quorum_ok, size_t *len)
 {
@@ -1143,11 +1154,7 @@ char *ops_health_json(struct ops *o, const char *id, size_t id_len,
         nodes[i].refusing = cluster_node_refusal(o->cluster, i);
         nodes[i].not_counted = node_unmarked(nd);
     }
-    int usable = 0;
-    for (int i = 0; i < n; i++) {
-        usable += nodes[i].up && !nodes[i].quarantined && !nodes[i].not_counted;
-    }
-    *quorum_ok = usable >= cluster_quorum(o->cluster);
+    *quorum_ok = ops_nodes_counted(o) >= cluster_quorum(o->cluster);
     return proto_encode_health(id, id_len, *quorum_ok,
                                cluster_quorum(o->cluster), nodes, n, len);
 }

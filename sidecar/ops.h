@@ -51,6 +51,10 @@ bool ops_idle(const struct ops *o);
  * their nodes until their TTL. */
 size_t ops_session_releases_failed(const struct ops *o);
 
+/* ops_nodes_counted: the nodes that count toward quorums now: up, marked
+ * and not quarantined (health's "ok" is this against the quorum). */
+int ops_nodes_counted(const struct ops *o);
+
 /* ops_health: whether a quorum of nodes is up, and the health JSON (malloc'd,
  * owned by the caller). */
 char *ops_health_json(struct ops *o, const char *id, size_t id_len,

@@ -4,6 +4,7 @@ when a node has lost its script cache."""
 import glob
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
@@ -29,6 +30,24 @@ def _dev_dirs():
                                       "redlockd-dev-*")))
 
 
+def _read_banner(p):
+    """What a --dev daemon printed on stdout up to its "is ready" banner,
+    read within a bound."""
+    seen = b""
+    deadline = time.monotonic() + 20.0 * SLOW
+    for _ in range(100000):
+        if b"is ready on" in seen or time.monotonic() > deadline:
+            break
+        r, _w, _x = select.select([p.stdout], [], [], 0.5)
+        if r:
+            chunk = os.read(p.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            seen += chunk
+    assert b"is ready on" in seen, seen
+    return seen
+
+
 def test_dev_runs_five_nodes_and_cleans_up(work):
     sock = os.path.join(work, "d.sock")
     before = _dev_dirs()
@@ -36,14 +55,12 @@ def test_dev_runs_five_nodes_and_cleans_up(work):
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env=dict(os.environ, TMPDIR=tempfile.gettempdir()))
     try:
-        # Healthy means a quorum is up; all five follow within moments
-        # (a loaded or sanitized run connects the last ones later).
-        def all_up():
-            h = dev_health(sock)
-            return h if h and all(n["up"] for n in h["nodes"]) else None
-        h, secs = poll_until(all_up, 20.0, 0.05, what="--dev with 5 up")
-        assert h, "--dev never had its five nodes up"
-        print("--dev had all five nodes up after %.2f s" % secs)
+        # The banner comes once all five count toward quorums.
+        start = time.monotonic()
+        banner = _read_banner(p)
+        print("--dev was ready after %.2f s" % (time.monotonic() - start))
+        h = dev_health(sock)
+        assert h, "--dev has no quorum after its banner"
         assert len(h["nodes"]) == 5 and h["quorum"] == 3, h
         assert all(n["up"] and n["addr"].startswith("unix:")
                    for n in h["nodes"]), h
@@ -59,7 +76,7 @@ def test_dev_runs_five_nodes_and_cleans_up(work):
         p.send_signal(signal.SIGTERM)
         out, err = p.communicate(timeout=15)
     assert p.returncode == 0, (p.returncode, err.decode()[-2000:])
-    text = out.decode()
+    text = (banner + out).decode()
     # Ready-to-paste examples for the socket in use.
     assert "socat - UNIX-CONNECT:%s" % sock in text, text
     assert "curl --unix-socket %s" % sock in text, text
@@ -70,6 +87,31 @@ def test_dev_runs_five_nodes_and_cleans_up(work):
                           capture_output=True, text=True).stdout.strip()
     assert left == "", "redis-server children left: %s" % left
     assert os.listdir(work) == [], os.listdir(work)
+
+
+def test_dev_banner_comes_once_every_node_counts(work):
+    """The "is ready" banner is printed once all five nodes count toward
+    quorums, so the example it shows, pasted at once, succeeds: at the
+    moment the banner is read, health shows every node up, marked and out
+    of quarantine, and an acquire is granted on the first try."""
+    sock = os.path.join(work, "d.sock")
+    p = subprocess.Popen([str(BIN), "--dev", "--socket", sock],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        _read_banner(p)
+        with Client(sock) as c:
+            h = c.call("health")
+            print("health when the banner was read: %r" % h)
+            assert h["ok"] is True, h
+            assert [(n["up"], n.get("quarantined"), n.get("not_counted"))
+                    for n in h["nodes"]] == [(True, False, None)] * 5, h
+            r = c.call("acquire", resource=rname("banner"), ttl_ms=5000)
+            assert_ok(r)
+            assert_ok(c.call("release", lock=r["lock"]))
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=15)
+    assert p.returncode == 0, p.returncode
 
 
 def _dev_stop_during(work, sig, when):
