@@ -16,7 +16,8 @@ them). --pin TITLE
 leaves the rest of BENCHMARKS.md alone and adds this run's Redis-work tables
 as a new pinned section at the top of "Current measurements": a record that
 later runs do not overwrite. results-tls.txt (run.sh --tls) becomes the
-table "TLS cost per cycle".
+table "TLS cost per cycle", results-servers.txt (run.sh --server) the
+table "Per server kind".
 """
 
 import argparse
@@ -163,6 +164,13 @@ is that of the whole redis-server processes, so Redis's TLS work is in it. \
 The **TLS / plain** row is the ratio of the medians, and in brackets the \
 median of the paired per-repetition ratios. The limits and node-redlock \
 are not run (hiredis 0.14 has no TLS).
+- **Per server kind** (`run.sh --server redis-6.0,redis-7.0,...`): the \
+daemon's cycle against five nodes of one server kind at a time, each run \
+by `tests/compat/redis-server` from its Debian root \
+([tests/compat/README.md](tests/compat/README.md)), with a fresh daemon \
+per kind; the kinds run one after the other, not interleaved. Commands \
+per cycle are exact (INFO commandstats); the Redis CPU per cycle (INFO \
+cpu of the five processes) is indicative only.
 - **How cost grows** (`run.sh --scaling`): single runs of 5 s, not \
 medians: the node count (1, 3, 5, 7 at 64 clients), client connections (1 \
 to 10,000, each one client with one request in flight), idle connections \
@@ -196,6 +204,8 @@ contention | `tests/bench/run.sh` (`--no-node` without node-redlock; \
 `--unix` adds the nodes over unix sockets) |
 | renewing locks alone | `tests/bench/run.sh --renew` |
 | TLS cost per cycle | `tests/bench/run.sh --tls` |
+| per server kind | `tests/bench/run.sh --server redis-6.0,redis-7.0,\
+redis-8.0,valkey-8.1` |
 | how cost grows | `tests/bench/run.sh --scaling` |
 | profiles | `tests/bench/run.sh --profile` |
 | all of the above | `tests/bench/run.sh --all` |
@@ -550,6 +560,38 @@ def tls_table(rows):
                      "acquire p50 / p99 (µs)", "Redis cmds/cycle",
                      "Redis CPU µs/cycle", "daemon CPU µs/cycle", "errors"],
                     table)
+    out.append("")
+    return "\n".join(out)
+
+
+def servers_table(rows):
+    """"Per server kind": the daemon's cycle against five nodes of each
+    kind (impl daemon@KIND), in the order the kinds ran."""
+    g = group(rows)
+    kinds = []
+    for r in rows:
+        i = r.get("impl", "")
+        if i.startswith("daemon@") and i not in kinds:
+            kinds.append(i)
+    if not kinds:
+        return ""
+    concs = sorted({c for (i, c) in g if i in kinds})
+    reps = max(len(v) for v in g.values())
+    table = []
+    for c in concs:
+        for i in kinds:
+            if not g.get((i, c)):
+                continue
+            table.append([c, "`%s`" % i.split("@", 1)[1],
+                          fmt(agg(g, i, c, "cmds_per_cycle"), 2),
+                          fmt(agg(g, i, c, "cpu_us_per_cycle"), 1),
+                          cmd_mix(g, i, c),
+                          errors_of(g.get((i, c), []))])
+    out = ["#### Daemon, five nodes of each server kind (127.0.0.1), "
+           "median of %d repetition(s)\n" % reps]
+    out += md_table(["clients", "server", "Redis cmds/cycle",
+                     "Redis CPU µs/cycle (indicative)",
+                     "commands per cycle", "errors"], table)
     out.append("")
     return "\n".join(out)
 
@@ -995,12 +1037,13 @@ def pinned_blocks(text):
                       re.S)
 
 
-def pin_block(args, rows, unix_rows, renew, tls_rows=()):
+def pin_block(args, rows, unix_rows, renew, tls_rows=(), server_rows=()):
     """A pinned section: this run's Redis-work tables (and its TLS cost
     table) under args.pin."""
     out_dir = args.out_dir
     t = read(os.path.join(out_dir, "commit-compare.txt")).split() or \
-        read(os.path.join(out_dir, "commit-tls.txt")).split()
+        read(os.path.join(out_dir, "commit-tls.txt")).split() or \
+        read(os.path.join(out_dir, "commit-servers.txt")).split()
     machine = read(os.path.join(out_dir, "machine.txt"))
     doc = [P_BEGIN, "### %s\n" % args.pin]
     when = t[1] if len(t) > 1 else "?"
@@ -1010,6 +1053,27 @@ def pin_block(args, rows, unix_rows, renew, tls_rows=()):
         doc.append("- **commit**: daemon sources (`sidecar/`) as of `%s`; "
                    "bench at `%s`" % (src, t[0]))
     doc.append("- **machine**: %s" % machine_kind(machine))
+    if not rows and not unix_rows and not tls_rows:
+        g = group(server_rows)
+        reps = max([len(v) for v in g.values()] or [0])
+        secs = med([num(r, "secs") for r in server_rows])
+        kinds = []
+        for r in server_rows:
+            k = r.get("impl", "").partition("@")[2]
+            if k and k not in kinds:
+                kinds.append(k)
+        doc.append("- **run**: `tests/bench/run.sh --server %s`, %d "
+                   "repetition(s) of %s s per run, the kinds one after "
+                   "the other, a fresh daemon and five fresh nodes for "
+                   "each\n" % (",".join(kinds), reps,
+                               fmt(secs, 1) if secs else "?"))
+        doc[-1] = doc[-1].rstrip("\n")
+        doc.append("- **servers**: %s\n" % "; ".join(
+            ln.split(" sha=")[0][len("server "):]
+            for ln in machine.splitlines() if ln.startswith("server ")))
+        doc.append(servers_table(server_rows))
+        doc.append(P_END)
+        return "\n".join(doc)
     if not rows and not unix_rows:
         g = group(tls_rows)
         reps = max([len(v) for v in g.values()] or [0])
@@ -1048,6 +1112,9 @@ def pin_block(args, rows, unix_rows, renew, tls_rows=()):
     if tls_rows:
         doc.append("#### TLS cost per cycle\n")
         doc.append(tls_table(tls_rows))
+    if server_rows:
+        doc.append("#### Per server kind\n")
+        doc.append(servers_table(server_rows))
     doc.append(P_END)
     return "\n".join(doc)
 
@@ -1083,8 +1150,12 @@ def pin(args):
     rows = parse_results(os.path.join(out_dir, "results.txt"))
     unix_rows = parse_results(os.path.join(out_dir, "results-unix.txt"))
     tls_rows = parse_results(os.path.join(out_dir, "results-tls.txt"))
+    server_rows = parse_results(os.path.join(out_dir,
+                                             "results-servers.txt"))
+    server_rows = parse_results(os.path.join(out_dir,
+                                             "results-servers.txt"))
     _, renew = renew_table(parse_results(os.path.join(out_dir, "renew.txt")))
-    if not rows and not unix_rows and not tls_rows:
+    if not rows and not unix_rows and not tls_rows and not server_rows:
         sys.exit("report.py: no results in %s to pin" % out_dir)
     rows = rows or unix_rows
     old = read(args.md) if os.path.exists(args.md) else TITLE
@@ -1092,7 +1163,7 @@ def pin(args):
     for b in blocks:
         old = old.replace(b + "\n\n", "", 1).replace(b, "", 1)
     new = insert_pinned(old, [pin_block(args, rows, unix_rows, renew,
-                                        tls_rows)] +
+                                        tls_rows, server_rows)] +
                         blocks)
     with open(args.md, "w", encoding="utf-8") as f:
         f.write(new)
@@ -1108,6 +1179,8 @@ def build(args):
                                   "SAMPLE")
     sc_rows = parse_results(os.path.join(out_dir, "scaling.txt"))
     tls_rows = parse_results(os.path.join(out_dir, "results-tls.txt"))
+    server_rows = parse_results(os.path.join(out_dir,
+                                             "results-servers.txt"))
     machine = read(os.path.join(out_dir, "machine.txt")).strip()
     notes = read(os.path.join(out_dir, "notes.txt")).strip()
 
@@ -1184,6 +1257,11 @@ def build(args):
         doc.append("### TLS cost per cycle\n")
         doc.append(stamp(out_dir, "tls"))
         doc.append(tls)
+    srv = servers_table(server_rows)
+    if srv:
+        doc.append("### Per server kind\n")
+        doc.append(stamp(out_dir, "servers"))
+        doc.append(srv)
     sc = scaling_tables(sc_rows)
     if sc:
         doc.append("### How cost grows\n")
@@ -1212,12 +1290,13 @@ def build(args):
     doc.append(A_BEGIN)
     doc.append(analysis.rstrip("\n"))
     doc.append(A_END + "\n")
-    raw = rows + unix_rows + renew_rows + sc_rows + tls_rows
+    raw = rows + unix_rows + renew_rows + sc_rows + tls_rows + server_rows
     if raw:
         doc.append("<details><summary>Raw RESULT lines</summary>\n")
         doc.append("```")
         for path in ("results.txt", "results-unix.txt", "renew.txt",
-                     "scaling.txt", "results-tls.txt"):
+                     "scaling.txt", "results-tls.txt",
+                     "results-servers.txt"):
             t = read(os.path.join(out_dir, path)).strip()
             if t:
                 doc.append(t)

@@ -32,6 +32,16 @@
 #                                   min; writes under tests/bench/out/tls/
 #                                   (with --pin TITLE: a kept section of
 #                                   BENCHMARKS.md)
+#   tests/bench/run.sh --server KINDS
+#                                   "Per server kind": the daemon's cycle
+#                                   against five nodes of each kind of the
+#                                   comma-separated list (redis-6.0,
+#                                   redis-7.0, redis-8.0, valkey-8.1: the
+#                                   servers of tests/compat/redis-server,
+#                                   roots from tests/compat/roots.sh);
+#                                   writes under tests/bench/out/servers/
+#                                   (with --pin TITLE: a kept section of
+#                                   BENCHMARKS.md)
 #   tests/bench/run.sh --all        everything above but --quick
 #   options: --no-node (skip node-redlock), --node-ap (add node-redlock
 #            with auto-pipelining), --uuid (add the limit with the daemon's
@@ -68,7 +78,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 
 QUICK=0 SCALING=0 PROFILE=0 COMPARE=1 RENEW=1 NODE=1 BUILD=1 REPORT_ONLY=0
-UNIX=0 NODE_AP=0 UUID=0 TLS=0
+UNIX=0 NODE_AP=0 UUID=0 TLS=0 SERVERS=
 REPS_ARG= PIN=
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -82,6 +92,7 @@ while [ $# -gt 0 ]; do
     --uuid) UUID=1 ;;
     --unix) UNIX=1 ;;
     --tls) TLS=1 COMPARE=0 RENEW=0 ;;
+    --server) SERVERS=$2 COMPARE=0 RENEW=0; shift ;;
     --pin) PIN=$2; shift ;;
     --no-build) BUILD=0 ;;
     --reps) REPS_ARG=$2; shift ;;
@@ -102,6 +113,13 @@ TLS_ONLY=0
 if [ "$TLS" = 1 ] && [ "$QUICK$COMPARE$RENEW$SCALING$PROFILE" = 00000 ]; then
     TLS_ONLY=1
     OUT=$OUT/tls
+fi
+# --server alone likewise, under servers/.
+SERVERS_ONLY=0
+if [ -n "$SERVERS" ] &&
+    [ "$QUICK$COMPARE$RENEW$SCALING$PROFILE$TLS" = 000000 ]; then
+    SERVERS_ONLY=1
+    OUT=$OUT/servers
 fi
 if [ "$QUICK" = 1 ]; then
     OUT=$OUT/quick
@@ -149,7 +167,8 @@ report() {
     # results are not the ones BENCHMARKS.md was made from) writes its
     # report to its out dir, unless it pins a section.
     if [ "$QUICK" = 1 ] || { [ -z "$PIN" ] &&
-        { [ "$TLS_ONLY" = 1 ] || [ -n "${BENCH_OUT:-}" ]; }; }; then
+        { [ "$TLS_ONLY" = 1 ] || [ "$SERVERS_ONLY" = 1 ] ||
+            [ -n "${BENCH_OUT:-}" ]; }; }; then
         md=$OUT/BENCHMARKS.md png=$OUT/throughput_p99.png
     fi
     if [ -n "$PIN" ] && [ "$QUICK" != 1 ]; then
@@ -235,6 +254,16 @@ ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/rlbench.XXXXXX")
 REDIS_PIDS=()
 DAEMON_PID= FLOOR_PID=
+stop_nodes() {
+    local p
+    for p in "${REDIS_PIDS[@]}"; do
+        kill -TERM "$p" 2>/dev/null || true
+    done
+    for p in "${REDIS_PIDS[@]}"; do
+        wait "$p" 2>/dev/null || true
+    done
+    REDIS_PIDS=()
+}
 cleanup() {
     local rc=$?
     for p in "$DAEMON_PID" "$FLOOR_PID"; do
@@ -242,12 +271,7 @@ cleanup() {
         kill -TERM "$p" 2>/dev/null || true
         wait "$p" 2>/dev/null || true
     done
-    for p in "${REDIS_PIDS[@]}"; do
-        kill -TERM "$p" 2>/dev/null || true
-    done
-    for p in "${REDIS_PIDS[@]}"; do
-        wait "$p" 2>/dev/null || true
-    done
+    stop_nodes
     rm -rf "$TMP"
     exit $rc
 }
@@ -293,6 +317,9 @@ if [ "$TLS" = 1 ]; then
 fi
 REDIS_PORTS=()
 TLS_PORTS=()
+# The nodes' server: this machine's, or (--server) the compat launcher,
+# which picks the kind from REDLOCKD_COMPAT_SERVERS.
+REDIS_SERVER=redis-server
 start_redis() { # index
     local i=$1 try port tls=()
     for try in 1 2 3 4 5; do
@@ -306,7 +333,7 @@ start_redis() { # index
                 --tls-auth-clients no)
         fi
         rm -f "$TMP/r$i.sock"
-        redis-server --port "$port" --bind 127.0.0.1 \
+        "$REDIS_SERVER" --port "$port" --bind 127.0.0.1 \
             --unixsocket "$TMP/r$i.sock" --unixsocketperm 700 \
             --save '' --appendonly no --dir "$TMP" --daemonize no \
             --maxclients 20000 --logfile "$TMP/r$i.log" "${tls[@]}" &
@@ -655,6 +682,55 @@ if [ "$TLS" = 1 ]; then
         : >"$OUT/daemon.log"
     fi
     tls_compare "$OUT/results-tls.txt"
+fi
+
+# ---- per server kind -------------------------------------------------------------
+# For each kind: five fresh nodes of it through tests/compat/redis-server
+# (its root's own loader and libraries), a fresh daemon, and the daemon's
+# cycle at each concurrency; the kind is in the RESULT line's impl
+# (daemon@KIND). The nodes of the other sections stay as they were.
+servers_compare() {
+    local res=$1 kind rep c i
+    : >"$res"
+    for kind in ${SERVERS//,/ }; do
+        stop_daemon
+        stop_nodes
+        export REDLOCKD_COMPAT_SERVERS=$kind
+        REDIS_SERVER=$ROOT/tests/compat/redis-server
+        for i in 1 2 3 4 5; do
+            start_redis "$i"
+        done
+        echo "server $kind: $("$REDIS_SERVER" --version | head -1)" \
+            >>"$OUT/machine.txt"
+        RP=$(redis_pids 5)
+        start_daemon 5
+        all_up tcp
+        for rep in $(seq 1 "$REPS"); do
+            for c in ${CONC//,/ }; do
+                log "rep $rep, $c client(s): daemon, five $kind nodes"
+                rl "$res" "r$rep" --impl "daemon@$kind" --socket "$SOCK" \
+                    --mode cycle --concurrency "$c" --duration "$DUR" \
+                    --warmup "$WARM" --daemon-pid "$DAEMON_PID" \
+                    --redis-pids "$RP" --redis "$(redis_addrs 5)"
+            done
+        done
+        stop_daemon
+    done
+    stop_nodes
+    unset REDLOCKD_COMPAT_SERVERS
+    REDIS_SERVER=redis-server
+}
+
+if [ -n "$SERVERS" ]; then
+    stamp servers
+    if [ "$SERVERS_ONLY" = 1 ]; then
+        machine_info
+        rm -f "$OUT/notes.txt" "$OUT/results.txt" "$OUT/results-unix.txt" \
+            "$OUT/results-tls.txt" "$OUT/renew.txt" "$OUT/scaling.txt"
+        : >"$OUT/rlbench.log"
+        : >"$OUT/daemon.log"
+    fi
+    servers_compare "$OUT/results-servers.txt"
 fi
 
 # ---- renewing locks -------------------------------------------------------------
