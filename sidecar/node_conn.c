@@ -27,6 +27,7 @@
 #include "config.h"
 #include "info.h"
 #include "mark.h"
+#include "missing.h"
 #include "log.h"
 #include "metrics.h"
 #include "redlock.h"
@@ -205,9 +206,18 @@ static void handshake_fail(struct node *node, const redisReply *reply,
         return;
     }
     char msg[sizeof(node->last_error)];
+    char name[32];
+    enum missing_kind kind = status == NODE_REPLY
+                                 ? missing_of(reply->str, name, sizeof(name))
+                                 : MISSING_NONE;
     node->handshake_failed = true;
     if (status == NODE_TIMEOUT) {
         snprintf(msg, sizeof(msg), "%s", connect_timeout_text(node));
+    } else if (kind != MISSING_NONE) {
+        /* The command first: the error may be long enough to be cut. */
+        snprintf(msg, sizeof(msg), "handshake failed: %s %s: %s",
+                 name[0] != '\0' ? name : "a command", missing_text(kind),
+                 reply->str);
     } else {
         snprintf(msg, sizeof(msg), "handshake failed: %s",
                  status == NODE_REPLY ? reply->str : "disconnected");
@@ -388,6 +398,7 @@ static void handshake_start(struct node *node)
     size_t lens[6];
     node->handshake_left = 0;
     node->handshake_failed = false;
+    node->script_missing_told = false;
     memset(node->sha_ok, 0, sizeof(node->sha_ok));
     if (node->addr->password != NULL) {
         int argc = 0;

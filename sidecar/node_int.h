@@ -171,6 +171,9 @@ struct node {
      * date_warned: a refused PTTL or PEXPIRE was told (once per node). */
     char mark_why[120];
     bool mark_logged;
+    /* A script refused for something the daemon needs (missing.h) was
+     * told on this connection. */
+    bool script_missing_told;
     bool mark_retrying;
     bool mark_seen;
     bool first_marked;

@@ -17,6 +17,7 @@
 #include <event2/event.h>
 
 #include "metrics.h"
+#include "missing.h"
 #include "noscript.h"
 #include "tls.h"
 #include "util.h"
@@ -363,6 +364,31 @@ static redisReply *queued_error_fold(const struct node *node, redisReply *reply,
     return folded;
 }
 
+/* A script's reply: a refusal for something the daemon needs (EVALSHA
+ * renamed away, scripting off, an ACL) is told once a connection, as a
+ * rename or an ACL stays until someone changes the server; the caller's
+ * own line (cluster.c) says only which operation failed. */
+static void script_missing_check(struct node *node, const redisReply *reply)
+{
+    if (reply->type != REDIS_REPLY_ERROR) {
+        return;
+    }
+    char name[32];
+    enum missing_kind kind = missing_of(reply->str, name, sizeof(name));
+    if (kind == MISSING_NONE || node->script_missing_told) {
+        return;
+    }
+    node->script_missing_told = true;
+    log_warn(node->subject,
+             "%s: scripts refused: %s %s (%s); this node's releases, "
+             "extends and script acquires fail, and its lock keys live out "
+             "their ttl, until EVAL, EVALSHA, SCRIPT and what the scripts "
+             "call are allowed (see \"Known limits\" in "
+             "docs/operations.md)",
+             node->addr->display, name[0] != '\0' ? name : "a command",
+             missing_text(kind), reply->str);
+}
+
 /* One reply, for the FIFO's head. */
 static void node_handle_reply(struct node *node, redisReply *reply,
                               uint64_t now)
@@ -404,6 +430,9 @@ static void node_handle_reply(struct node *node, redisReply *reply,
          * was told already: nothing to re-send. */
         if (act == NOSCRIPT_FAIL_LISTED && !rec_fail_acquires(node)) {
             window_end = false;
+        }
+        if (cmd->script >= 0 && !noscript) {
+            script_missing_check(node, reply);
         }
         if (!cmd->q.done) {
             cmd->q.done = true;

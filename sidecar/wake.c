@@ -83,8 +83,12 @@ static void subscribe_cb(struct node *node, struct redisReply *reply,
         /* An ACL user without &<prefix>wake:*: waiters poll instead.
          * Once per daemon and node, not once per waiter. */
         wn->refused = true;
-        log_warn(NULL, "%s: SUBSCRIBE refused (waiters poll): %s",
-                 node_display(node), reply->str);
+        log_warn(NULL,
+                 "node %d: %s: SUBSCRIBE refused (waiters poll): %s; this "
+                 "node wakes no waiter (the others' wake-ups still do) "
+                 "until SUBSCRIBE and the channels %swake:* are allowed",
+                 wn->index + 1, node_display(node), reply->str,
+                 wn->w->cfg->prefix);
     }
 }
 
