@@ -297,6 +297,35 @@ def test_report_pins_sections_and_keeps_them(tmp_path):
     assert "## Older" not in text  # regenerated: only pinned parts stay
 
 
+def test_report_pins_one_row_per_server_kind(tmp_path):
+    """run.sh --server's results (impl daemon@KIND) become one pinned
+    table, a row per kind in the order they ran, with the servers'
+    versions from machine.txt, and the full report keeps it too."""
+    out = _out_dir(tmp_path, machine="CPU(s): 2\nserver redis-6.0: Redis "
+                   "server v=6.0.16 sha=0\nserver valkey-8.1: Valkey "
+                   "server v=8.1.1 sha=0\n")
+    (out / "commit-compare.txt").unlink()
+    (out / "commit-servers.txt").write_text(
+        "abc1234 2026-12-01T00:00:00Z 98c0982\n")
+    res = "".join(_line("daemon@redis-6.0", 64, "r%d" % k, 900, 28.5, 130) +
+                  _line("daemon@valkey-8.1", 64, "r%d" % k, 900, 18.6, 55)
+                  for k in (1, 2, 3))
+    (out / "results-servers.txt").write_text(res)
+    md = tmp_path / "BENCHMARKS.md"
+    md.write_text("# redlockd benchmarks\n")
+    text = _report(out, md, "--pin", "Servers")
+    assert ("run.sh --server redis-6.0,valkey-8.1`, 3 repetition(s)"
+            in text), text
+    assert ("- **servers**: redis-6.0: Redis server v=6.0.16; valkey-8.1: "
+            "Valkey server v=8.1.1") in text, text
+    assert ("| 64 | `redis-6.0` | 28.50 | 130.0 | set 5.00, get 5.00 | "
+            "none |") in text, text
+    assert text.index("`redis-6.0`") < text.index("`valkey-8.1` | 18.60")
+    assert "daemon sources (`sidecar/`) as of `98c0982`" in text
+    text = _report(out, md)
+    assert "### Per server kind" in text and "### Servers" in text, text
+
+
 def test_report_shared_connections_row(tmp_path):
     """The daemon on shared connections gets its row and its own ratio
     columns beside the per-connection daemon's."""
