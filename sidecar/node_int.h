@@ -171,9 +171,6 @@ struct node {
      * date_warned: a refused PTTL or PEXPIRE was told (once per node). */
     char mark_why[120];
     bool mark_logged;
-    /* A script refused for something the daemon needs (missing.h) was
-     * told on this connection. */
-    bool script_missing_told;
     bool mark_retrying;
     bool mark_seen;
     bool first_marked;
@@ -181,6 +178,9 @@ struct node {
     /* When the mark was set, monotonic, from its PTTL at the last
      * handshake (restart_dataset_born_us); 0 not known. */
     uint64_t dataset_born_us;
+    /* A script refused for something the daemon needs (missing.h) was
+     * told on this connection. */
+    bool script_missing_told;
     /* The data-set guard (see guard_close): guard_due, a guarded command
      * was queued after the last guard (guard_due_held: behind a NOSCRIPT
      * recovery, in hbuf); guard_buf (owned), the guard's
