@@ -43,6 +43,12 @@ struct call {
     bool waited;             /* waitq: was queued: its wait is measured */
     uint64_t round_start_us; /* ops: when its last acquire round went out */
     uint64_t round_us;       /* ops: time spent in acquire rounds */
+    int slot;                /* ops: the semaphore slot it acts on, with
+                                req.resource (struct lock_name, ops_submit
+                                sets it): an acquire's slot this round
+                                tries, a release's, extend's or complete's
+                                from its permit or the table; SEM_NO_SLOT
+                                (-1): a lock */
     unsigned slot0;          /* ops: semaphore: first slot of this round */
     unsigned slots_tried;    /* ops: semaphore: slots tried this round */
     unsigned slots_done;     /* ops: semaphore: of them, completed (done) */

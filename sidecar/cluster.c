@@ -42,12 +42,14 @@
 #include "quarantine.h"
 #include "redlock.h"
 #include "replyview.h"
+#include "rlassert.h"
 #include "semaphore.h"
 #include "util.h"
 #include "tls.h"
 
 #define OP_POOL_KEEP 1024 /* ops kept for reuse past a burst */
-#define KEY_INLINE 600 /* prefix (<= 64) + "lock:" + resource (<= 512) */
+/* prefix (<= 64), "lock:" or "sem:<k>:" (SEM_NAME_EXTRA), resource (<= 512) */
+#define KEY_INLINE 600
 
 enum op_phase {
     PHASE_MAIN = 0,  /* the operation's own script on every node */
@@ -70,9 +72,10 @@ struct cluster_op {
     int64_t fence_written; /* the value the write-back raises to */
     uint32_t ttl_ms;
     char token[PROTO_TOKEN_LEN + 1];
-    char key[KEY_INLINE]; /* <prefix>lock:<resource> */
+    char key[KEY_INLINE]; /* <prefix>lock:<resource> (sem_key) */
     size_t key_len;
-    char channel[KEY_INLINE + 8]; /* <prefix>wake:<resource> */
+    struct lock_name name;    /* what it acts on; resource: key's tail */
+    char channel[KEY_INLINE]; /* <prefix>wake:<resource> (sem_channel) */
     size_t channel_len;
     struct node_prep prep_main;     /* acquire: the script, for every node
                                        on Redis < 7.0 */
@@ -160,13 +163,14 @@ static void op_drop(void *o)
 }
 
 static struct cluster_op *op_new(struct cluster *c, enum redlock_op kind,
-                                 const char *resource, size_t len,
+                                 const struct lock_name *name,
                                  const char *token, cluster_done_fn *cb,
                                  void *priv)
 {
     const char *prefix = c->cfg->prefix;
     size_t plen = strlen(prefix);
-    if (plen + 5 + len >= KEY_INLINE) {
+    if (plen + SEM_NAME_EXTRA + name->len > KEY_INLINE ||
+        name->slot == SEM_QUEUE) {
         return NULL;
     }
     struct cluster_op *op = pool_get(&c->op_pool);
@@ -192,21 +196,14 @@ static struct cluster_op *op_new(struct cluster *c, enum redlock_op kind,
     op->ttl_ms = 0;
     memcpy(op->token, token, PROTO_TOKEN_LEN);
     op->token[PROTO_TOKEN_LEN] = '\0';
-    memcpy(op->key, prefix, plen);
-    memcpy(op->key + plen, "lock:", 5);
-    memcpy(op->key + plen + 5, resource, len);
-    op->key_len = plen + 5 + len;
-    memcpy(op->channel, prefix, plen);
-    memcpy(op->channel + plen, "wake:", 5);
-    memcpy(op->channel + plen + 5, resource, len);
-    op->channel_len = plen + 5 + len;
-    if (len > 0 && resource[0] == SEM_MARK) {
-        /* A semaphore's slot: its own key space, its semaphore's channel
-         * (semaphore.h); both fit where "lock:" and the slot name did. */
-        op->key_len = sem_key(prefix, resource, len, op->key, KEY_INLINE);
-        op->channel_len =
-            sem_channel(prefix, resource, len, op->channel, KEY_INLINE + 8);
-    }
+    /* Both fit: checked above. A slot has its own key space and
+     * announces on its semaphore's channel (semaphore.h). */
+    op->key_len = sem_key(prefix, plen, name, op->key, sizeof(op->key));
+    op->channel_len =
+        sem_channel(prefix, plen, name, op->channel, sizeof(op->channel));
+    RL_ASSERT(op->key_len > 0 && op->channel_len > 0);
+    op->name = *name;
+    op->name.resource = op->key + op->key_len - name->len;
     op->prep_main.buf = op->prep_fence.buf = NULL;
     op->rollback_sent = false;
     op->keep_ms = 0;
@@ -966,23 +963,9 @@ static void op_owe(struct cluster_op *op, uint32_t ttl_ms, uint32_t mask)
     if (mask == 0 || c->closing) {
         return;
     }
-    /* The resource back from the key (op_new), which the op keeps alone:
-     * "<prefix>lock:<r>", or "<prefix>sem:<k>:<r>" for slot "\x01<k>:<r>". */
-    size_t plen = strlen(c->cfg->prefix);
-    char name[KEY_INLINE];
-    size_t len;
-    if (memcmp(op->key + plen, "sem:", 4) == 0) {
-        name[0] = SEM_MARK;
-        len = op->key_len - plen - 4;
-        memcpy(name + 1, op->key + plen + 4, len);
-        len++;
-    } else {
-        len = op->key_len - plen - 5;
-        memcpy(name, op->key + plen + 5, len);
-    }
     uint64_t until =
         redlock_given_up_until_us(util_now_us(), ttl_ms, c->cfg->drift_factor);
-    if (givenup_add(c->gu, name, len, op->token, until, mask) != 0) {
+    if (givenup_add(c->gu, &op->name, op->token, until, mask) != 0) {
         log_error(NULL, "delete: out of memory remembering the nodes that "
                         "missed a delete");
     }
@@ -990,12 +973,11 @@ static void op_owe(struct cluster_op *op, uint32_t ttl_ms, uint32_t mask)
 
 /* Sends node i the delete of a given-up token again (givenup_send_fn), on
  * its own: a rollback entry of a batch, no announcement, no round. */
-static int op_resend_cb(void *priv, int i, const char *resource, size_t len,
+static int op_resend_cb(void *priv, int i, const struct lock_name *name,
                         const char *token)
 {
     struct cluster *c = priv;
-    struct cluster_op *op =
-        op_new(c, RL_OP_RELEASE, resource, len, token, NULL, NULL);
+    struct cluster_op *op = op_new(c, RL_OP_RELEASE, name, token, NULL, NULL);
     if (op == NULL) {
         return -1; /* out of memory: owed still, sent at the next come-back */
     }
@@ -1024,12 +1006,11 @@ static void node_state_cb(struct node *node, enum node_state state, void *priv)
 
 /* ---- public operations ------------------------------------------------ */
 
-int cluster_acquire(struct cluster *c, const char *resource, size_t len,
+int cluster_acquire(struct cluster *c, const struct lock_name *name,
                     const char *token, uint32_t ttl_ms, bool fence,
                     bool want_pttl, cluster_done_fn *cb, void *priv)
 {
-    struct cluster_op *op =
-        op_new(c, RL_OP_ACQUIRE, resource, len, token, cb, priv);
+    struct cluster_op *op = op_new(c, RL_OP_ACQUIRE, name, token, cb, priv);
     if (op == NULL) {
         return -1;
     }
@@ -1041,12 +1022,11 @@ int cluster_acquire(struct cluster *c, const char *resource, size_t len,
     return 0;
 }
 
-int cluster_extend(struct cluster *c, const char *resource, size_t len,
+int cluster_extend(struct cluster *c, const struct lock_name *name,
                    const char *token, uint32_t ttl_ms, cluster_done_fn *cb,
                    void *priv)
 {
-    struct cluster_op *op =
-        op_new(c, RL_OP_EXTEND, resource, len, token, cb, priv);
+    struct cluster_op *op = op_new(c, RL_OP_EXTEND, name, token, cb, priv);
     if (op == NULL) {
         return -1;
     }
@@ -1054,12 +1034,11 @@ int cluster_extend(struct cluster *c, const char *resource, size_t len,
     return 0;
 }
 
-int cluster_release(struct cluster *c, const char *resource, size_t len,
+int cluster_release(struct cluster *c, const struct lock_name *name,
                     const char *token, uint32_t ttl_ms, cluster_done_fn *cb,
                     void *priv)
 {
-    struct cluster_op *op =
-        op_new(c, RL_OP_RELEASE, resource, len, token, cb, priv);
+    struct cluster_op *op = op_new(c, RL_OP_RELEASE, name, token, cb, priv);
     if (op == NULL) {
         return -1;
     }
@@ -1069,16 +1048,15 @@ int cluster_release(struct cluster *c, const char *resource, size_t len,
     return 0;
 }
 
-int cluster_give_up(struct cluster *c, const char *resource, size_t len,
+int cluster_give_up(struct cluster *c, const struct lock_name *name,
                     const char *token, uint64_t until_us, cluster_done_fn *cb,
                     void *priv)
 {
-    if (givenup_add(c->gu, resource, len, token, until_us,
-                    redlock_all_nodes(c->n)) != 0) {
+    if (givenup_add(c->gu, name, token, until_us, redlock_all_nodes(c->n)) !=
+        0) {
         log_error(NULL, "give-up: out of memory remembering a lock");
     }
-    struct cluster_op *op =
-        op_new(c, RL_OP_RELEASE, resource, len, token, cb, priv);
+    struct cluster_op *op = op_new(c, RL_OP_RELEASE, name, token, cb, priv);
     if (op == NULL) {
         return -1; /* owed by every node: sent as each comes up */
     }
@@ -1088,17 +1066,16 @@ int cluster_give_up(struct cluster *c, const char *resource, size_t len,
 }
 
 bool cluster_given_up(const struct cluster *c, const char *token,
-                      const char *resource, size_t len)
+                      const struct lock_name *name)
 {
-    return givenup_refuses(c->gu, token, resource, len);
+    return givenup_refuses(c->gu, token, name);
 }
 
-int cluster_complete(struct cluster *c, const char *resource, size_t len,
+int cluster_complete(struct cluster *c, const struct lock_name *name,
                      const char *token, uint64_t keep_ms, cluster_done_fn *cb,
                      void *priv)
 {
-    struct cluster_op *op =
-        op_new(c, RL_OP_COMPLETE, resource, len, token, cb, priv);
+    struct cluster_op *op = op_new(c, RL_OP_COMPLETE, name, token, cb, priv);
     if (op == NULL) {
         return -1;
     }

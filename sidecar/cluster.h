@@ -18,6 +18,7 @@
 struct event_base;
 struct config;
 struct cluster;
+struct lock_name;
 struct node;
 
 struct cluster_result {
@@ -59,7 +60,11 @@ struct cluster *cluster_create(struct event_base *base,
  * callback may start new operations: they are answered at once. */
 void cluster_destroy(struct cluster *c);
 
-/* cluster_acquire: SET NX PX token on every node: `SET .. NX PX .. GET`
+/* Each operation acts on name (semaphore.h): a lock, or one slot of a
+ * semaphore (never a semaphore's queue), whose key and channel it builds
+ * from the fields; name is read before the call returns.
+ *
+ * cluster_acquire: SET NX PX token on every node: `SET .. NX PX .. GET`
  * on Redis 7.0 and later (the old value tells a done mark from a holder),
  * inside MULTI with INCR of the node's fence counter when fence is set;
  * the acquire script on older servers. With fence the quorum's maximum is
@@ -67,7 +72,7 @@ void cluster_destroy(struct cluster *c);
  * backs off on the holder's PTTL when busy (res->pttl_min), so a busy
  * answer to SET is followed by PTTL on that node (the script reports it
  * anyway). Returns 0 or -1 (out of memory; cb does not run). */
-int cluster_acquire(struct cluster *c, const char *resource, size_t len,
+int cluster_acquire(struct cluster *c, const struct lock_name *name,
                     const char *token, uint32_t ttl_ms, bool fence,
                     bool want_pttl, cluster_done_fn *cb, void *priv);
 
@@ -76,7 +81,7 @@ int cluster_acquire(struct cluster *c, const char *resource, size_t len,
  * extend and complete alike, ERR_NOT_HELD needs proof: more than n - quorum
  * nodes without the token, so no quorum can hold it; fewer answers than
  * that are ERR_NO_QUORUM. */
-int cluster_extend(struct cluster *c, const char *resource, size_t len,
+int cluster_extend(struct cluster *c, const struct lock_name *name,
                    const char *token, uint32_t ttl_ms, cluster_done_fn *cb,
                    void *priv);
 
@@ -91,12 +96,12 @@ int cluster_extend(struct cluster *c, const char *resource, size_t len,
  * come back, and cluster_given_up names the token. None when every node
  * confirmed. A failed release leaves none, so its retry asks the nodes.
  * cb may be NULL (fire and forget). */
-int cluster_release(struct cluster *c, const char *resource, size_t len,
+int cluster_release(struct cluster *c, const struct lock_name *name,
                     const char *token, uint32_t ttl_ms, cluster_done_fn *cb,
                     void *priv);
 
 /* cluster_give_up: the release of a lock this daemon gave up (token on
- * resource[0..len)): sent as cluster_release's, and remembered until
+ * name): sent as cluster_release's, and remembered until
  * until_us (redlock_given_up_until_us), past which no node can hold the
  * key. Meanwhile each node that did not confirm it (down, dropped, timed
  * out, refused) is sent it again whenever it comes up, and
@@ -104,21 +109,21 @@ int cluster_release(struct cluster *c, const char *resource, size_t len,
  * confirmed it or until_us passed; at most --max-locks are kept (the
  * oldest goes first, logged). cb may be NULL. Returns 0, or -1 out of
  * memory (nothing sent now; each node is sent it when it comes up). */
-int cluster_give_up(struct cluster *c, const char *resource, size_t len,
+int cluster_give_up(struct cluster *c, const struct lock_name *name,
                     const char *token, uint64_t until_us, cluster_done_fn *cb,
                     void *priv);
 
 /* cluster_given_up: whether token (PROTO_TOKEN_LEN hex) names a lock given
- * up (cluster_give_up) that a node may still hold, on resource[0..len):
- * its own resource, its semaphore's name for a permit, or any when len is
- * 0. */
+ * up (cluster_give_up) that a node may still hold, on name: its own, its
+ * semaphore's resource without a slot for a permit, or any when name's
+ * len is 0 (givenup_names). */
 bool cluster_given_up(const struct cluster *c, const char *token,
-                      const char *resource, size_t len);
+                      const struct lock_name *name);
 
 /* cluster_complete: compare-and-set the lock key to "done:<token>" with a
  * PX of keep_ms on every node; success on a quorum; ERR_NOT_HELD when more
  * than n - quorum nodes are without the token. */
-int cluster_complete(struct cluster *c, const char *resource, size_t len,
+int cluster_complete(struct cluster *c, const struct lock_name *name,
                      const char *token, uint64_t keep_ms, cluster_done_fn *cb,
                      void *priv);
 

@@ -27,8 +27,8 @@ struct given_up {
     uint64_t until_us;            /* never less than the previous one's */
     uint32_t owed;                /* nodes that may still hold the key */
     char token[PROTO_TOKEN_LEN + 1];
-    size_t resource_len;
-    char resource[]; /* NUL-terminated, part of this allocation */
+    struct lock_name name; /* resource: the bytes below */
+    char resource[];       /* NUL-terminated, part of this allocation */
 };
 
 struct givenup {
@@ -121,9 +121,10 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     timer_arm(gu);
 }
 
-int givenup_add(struct givenup *gu, const char *resource, size_t len,
+int givenup_add(struct givenup *gu, const struct lock_name *name,
                 const char *token, uint64_t until_us, uint32_t owed)
 {
+    size_t len = name->len;
     struct given_up *g = given_up_find(gu, token);
     if (g != NULL) {
         /* The same token again: the later bound counts, at the tail. */
@@ -154,9 +155,9 @@ int givenup_add(struct givenup *gu, const char *resource, size_t len,
     }
     memcpy(g->token, token, PROTO_TOKEN_LEN);
     g->token[PROTO_TOKEN_LEN] = '\0';
-    memcpy(g->resource, resource, len);
+    memcpy(g->resource, name->resource, len);
     g->resource[len] = '\0';
-    g->resource_len = len;
+    g->name = (struct lock_name){g->resource, len, name->slot};
     g->owed = owed;
     g->until_us =
         givenup_bound(newest(gu) != NULL ? newest(gu)->until_us : 0, until_us);
@@ -204,8 +205,7 @@ static void resend_cb(evutil_socket_t fd, short what, void *arg)
             struct given_up *g = gu->cursor[i];
             gu->cursor[i] = record_next(g);
             if (givenup_due(g->owed, i, g->until_us, now) &&
-                gu->send(gu->send_priv, i, g->resource, g->resource_len,
-                         g->token) == 0) {
+                gu->send(gu->send_priv, i, &g->name, g->token) == 0) {
                 gu->inflight++;
             }
         }
@@ -233,13 +233,13 @@ void givenup_node_up(struct givenup *gu, int i)
 }
 
 bool givenup_refuses(const struct givenup *gu, const char *token,
-                     const char *resource, size_t len)
+                     const struct lock_name *name)
 {
     const struct given_up *g = given_up_find(gu, token);
     if (g == NULL || g->until_us <= util_now_us()) {
         return false;
     }
-    return givenup_names(g->resource, g->resource_len, resource, len);
+    return givenup_names(&g->name, name);
 }
 
 void givenup_stop(struct givenup *gu)

@@ -26,12 +26,13 @@ struct event_base;
 struct givenup;
 struct node;
 
-/* givenup_send_fn: sends node the compare-and-delete of token on
- * resource[0..len) again, on its own (no announcement, no round), whose
- * answer comes back through givenup_answered and givenup_resent. Returns
- * 0 when sent, else nonzero (still owed: sent at the next come-back). */
-typedef int givenup_send_fn(void *priv, int node, const char *resource,
-                            size_t len, const char *token);
+/* givenup_send_fn: sends node the compare-and-delete of token on name (a
+ * lock or a slot, borrowed for the call) again, on its own (no
+ * announcement, no round), whose answer comes back through
+ * givenup_answered and givenup_resent. Returns 0 when sent, else nonzero
+ * (still owed: sent at the next come-back). */
+typedef int givenup_send_fn(void *priv, int node, const struct lock_name *name,
+                            const char *token);
 
 /* givenup_create: no records yet, for n nodes (borrowed: nodes, an array
  * the caller fills and keeps, NULL slots allowed) on base; cfg (borrowed)
@@ -42,10 +43,11 @@ struct givenup *givenup_create(struct event_base *base,
                                struct node *const *nodes, int n,
                                givenup_send_fn *send, void *priv);
 
-/* givenup_add: remembers token on resource[0..len) as given up until
- * until_us, owed by the nodes in owed (and by those a record of the same
- * token still named). Returns 0, or -1 out of memory (not remembered). */
-int givenup_add(struct givenup *gu, const char *resource, size_t len,
+/* givenup_add: remembers token on name (its resource copied) as given up
+ * until until_us, owed by the nodes in owed (and by those a record of the
+ * same token still named). Returns 0, or -1 out of memory (not
+ * remembered). */
+int givenup_add(struct givenup *gu, const struct lock_name *name,
                 const char *token, uint64_t until_us, uint32_t owed);
 
 /* givenup_answered: node i answered res to the delete of given-up token:
@@ -62,9 +64,9 @@ void givenup_resent(struct givenup *gu);
 void givenup_node_up(struct givenup *gu, int i);
 
 /* givenup_refuses: whether token (PROTO_TOKEN_LEN hex) names a lock given
- * up and not past its bound, on resource[0..len) (len 0: any resource). */
+ * up and not past its bound, on name as givenup_names reads it. */
 bool givenup_refuses(const struct givenup *gu, const char *token,
-                     const char *resource, size_t len);
+                     const struct lock_name *name);
 
 /* givenup_stop: from now on nothing is sent and no timer armed: the nodes
  * are closing and run their callbacks. */
@@ -105,20 +107,18 @@ static inline bool givenup_due(uint32_t owed, int i, uint64_t until_us,
     return (owed & (1u << i)) != 0 && until_us > now_us;
 }
 
-/* givenup_names: whether a record of resource rec[0..rl) answers for
- * resource[0..len): any when len is 0, the same name, or a semaphore's
- * permit asked for by its semaphore's name, without "permit". */
-static inline bool givenup_names(const char *rec, size_t rl,
-                                 const char *resource, size_t len)
+/* givenup_names: whether a record of rec answers for asked: any when
+ * asked names no resource (len 0), the same lock or slot, or a semaphore's
+ * permit asked for by its semaphore's resource, without "permit". */
+static inline bool givenup_names(const struct lock_name *rec,
+                                 const struct lock_name *asked)
 {
-    if (len == 0 || (len == rl && memcmp(resource, rec, len) == 0)) {
+    if (asked->len == 0 || sem_name_equal(rec, asked)) {
         return true;
     }
-    const char *r;
-    size_t sl;
-    int k;
-    return sem_parse(rec, rl, &r, &sl, &k) && k >= 0 && sl == len &&
-           memcmp(resource, r, len) == 0;
+    return rec->slot >= 0 && asked->slot == SEM_NO_SLOT &&
+           rec->len == asked->len &&
+           memcmp(rec->resource, asked->resource, rec->len) == 0;
 }
 
 #endif

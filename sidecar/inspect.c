@@ -86,14 +86,11 @@ static void lock_json(struct buf *b, const struct lock *l, uint64_t now,
                        ? (int64_t)((l->valid_until_us - now) / 1000u)
                        : 0;
     uint64_t held = now > l->added_us ? (now - l->added_us) / 1000u : 0;
-    const char *r = l->resource;
-    size_t rl = l->resource_len;
-    int k = -1;
-    (void)sem_parse(l->resource, l->resource_len, &r, &rl, &k);
     buf_str(b, "{\"resource\":");
-    put_json_string(b, r, rl);
-    if (k >= 0) {
-        buf_printf(b, ",\"permit\":%d,\"permits\":%u", k, (unsigned)l->permits);
+    put_json_string(b, l->resource, l->resource_len);
+    if (l->slot >= 0) {
+        buf_printf(b, ",\"permit\":%d,\"permits\":%u", l->slot,
+                   (unsigned)l->permits);
     }
     buf_printf(b,
                ",\"ttl_ms\":%u,\"validity_ms\":%lld,\"renew\":%s,"
@@ -147,8 +144,8 @@ void inspect_locks(struct lock_table *t, inspect_waiters_fn *waiters,
         if (i > 0) {
             buf_str(&b, ",");
         }
-        lock_json(&b, page[i], now, wall_ms,
-                  waiters(page[i]->resource, page[i]->resource_len, priv));
+        struct lock_name name = locks_name(page[i]);
+        lock_json(&b, page[i], now, wall_ms, waiters(&name, priv));
     }
     buf_printf(&b, "],\"count\":%zu,\"total\":%zu", n, locks_count(t));
     if (next != 0) {
@@ -199,7 +196,9 @@ static bool token_is_ours(struct peek *p, const char *v, size_t n)
     tok[n] = '\0';
     struct lock *l = locks_find(p->locks, tok);
     const struct request *req = &p->call->req;
-    return l != NULL && l->resource_len == req->resource_len &&
+    /* The key read is the lock's: a slot of the same resource is not. */
+    return l != NULL && l->slot == SEM_NO_SLOT &&
+           l->resource_len == req->resource_len &&
            memcmp(l->resource, req->resource, req->resource_len) == 0;
 }
 
@@ -254,8 +253,9 @@ static void peek_finish(struct peek *p)
     if (d.pttl_min >= 0) {
         buf_printf(&b, ",\"pttl_ms\":%lld", (long long)d.pttl_min);
     }
+    struct lock_name name = {req->resource, req->resource_len, SEM_NO_SLOT};
     buf_printf(&b, ",\"mine\":%s,\"waiters\":%zu", p->mine ? "true" : "false",
-               p->waiters(req->resource, req->resource_len, p->priv));
+               p->waiters(&name, p->priv));
     if (req->fence) {
         /* Not the largest counter: a minority's may run ahead from
          * rounds lost there, which no quorum's next grant has to pass. */
@@ -314,7 +314,8 @@ int inspect_resource(struct cluster *c, const struct config *cfg,
     const struct request *req = &call->req;
     struct peek *p = calloc(1, sizeof(*p));
     size_t plen = strlen(cfg->prefix);
-    char *key = malloc(plen + 5 + req->resource_len + 1);
+    size_t kcap = plen + SEM_NAME_EXTRA + req->resource_len;
+    char *key = malloc(kcap);
     char *fkey = malloc(plen + 6);
     if (p == NULL || key == NULL || fkey == NULL) {
         free(p);
@@ -322,9 +323,9 @@ int inspect_resource(struct cluster *c, const struct config *cfg,
         free(fkey);
         return -1;
     }
-    memcpy(key, cfg->prefix, plen);
-    memcpy(key + plen, "lock:", 5);
-    memcpy(key + plen + 5, req->resource, req->resource_len);
+    /* The lock's key only, never a slot's (proto/README.md). */
+    struct lock_name name = {req->resource, req->resource_len, SEM_NO_SLOT};
+    size_t klen = sem_key(cfg->prefix, plen, &name, key, kcap);
     memcpy(fkey, cfg->prefix, plen);
     memcpy(fkey + plen, "fence", 6);
     p->call = call;
@@ -335,9 +336,7 @@ int inspect_resource(struct cluster *c, const struct config *cfg,
     p->n_nodes = cluster_size(c);
     const char *argv[6] = {"EVAL", peek_script, "2",
                            key,    fkey,        req->fence ? "1" : "0"};
-    size_t argvlen[6] = {4,        sizeof(peek_script) - 1,
-                         1,        plen + 5 + req->resource_len,
-                         plen + 5, 1};
+    size_t argvlen[6] = {4, sizeof(peek_script) - 1, 1, klen, plen + 5, 1};
     /* One extra count keeps p alive while sending: a node's callback may
      * run before node_command returns. */
     p->pending = 1;

@@ -12,10 +12,12 @@
 struct call;
 struct cluster;
 struct config;
+struct lock_name;
 struct lock_table;
 
-/* The number of calls waiting for a resource in this daemon. */
-typedef size_t inspect_waiters_fn(const char *resource, size_t len, void *priv);
+/* The number of calls waiting for name (a lock; a slot: its semaphore) in
+ * this daemon. */
+typedef size_t inspect_waiters_fn(const struct lock_name *name, void *priv);
 
 /* inspect_locks: answers call (op locks) at once with one page of the
  * locks in t: prefix, limit and cursor from the request. */

@@ -189,20 +189,6 @@ static void order_remove(struct lock_table *t, struct lock *l)
     }
 }
 
-/* Whether l's resource begins with p[0..n): a semaphore's slot
- * ("\x01<k>:<resource>", semaphore.h) by its resource. */
-static bool has_prefix(const struct lock *l, const char *p, size_t n)
-{
-    const char *r = l->resource;
-    size_t len = l->resource_len;
-    const char *colon = len > 0 && r[0] == '\x01' ? memchr(r, ':', len) : NULL;
-    if (colon != NULL) {
-        len -= (size_t)(colon + 1 - r);
-        r = colon + 1;
-    }
-    return len >= n && memcmp(r, p, n) == 0;
-}
-
 size_t locks_scan(const struct lock_table *t, uint64_t after,
                   const char *prefix, size_t prefix_len, size_t visit_max,
                   struct lock **out, size_t out_max, uint64_t *next)
@@ -221,7 +207,8 @@ size_t locks_scan(const struct lock_table *t, uint64_t after,
     while (i < t->order_len && visited < visit_max && found < out_max) {
         struct lock *l = order_lock(t, i++);
         visited++;
-        if (l != NULL && has_prefix(l, prefix, prefix_len)) {
+        if (l != NULL && l->resource_len >= prefix_len &&
+            memcmp(l->resource, prefix, prefix_len) == 0) {
             out[found++] = l;
         }
     }
@@ -368,12 +355,15 @@ struct lock *locks_peek_due(struct lock_table *t, uint64_t *due_us)
 /* ---- table -------------------------------------------------------------- */
 
 struct lock *locks_add(struct lock_table *t, const char *token,
-                       const char *resource, size_t resource_len,
-                       struct lock_owner *owner, uint32_t ttl_ms,
-                       uint64_t valid_until_us, const int64_t *fence)
+                       const struct lock_name *name, struct lock_owner *owner,
+                       uint32_t ttl_ms, uint64_t valid_until_us,
+                       const int64_t *fence)
 {
     unsigned char raw[TOKEN_RAW_LEN];
-    if (token_decode(token, raw) != 0 || resource_len > UINT32_MAX - 1) {
+    const char *resource = name->resource;
+    size_t resource_len = name->len;
+    if (token_decode(token, raw) != 0 || resource_len > UINT16_MAX - 1 ||
+        name->slot < SEM_NO_SLOT || name->slot > INT16_MAX) {
         return NULL;
     }
     if (heap_reserve(t) != 0 || order_reserve(t) != 0) {
@@ -389,7 +379,8 @@ struct lock *locks_add(struct lock_table *t, const char *token,
     }
     memcpy(l->resource, resource, resource_len);
     l->resource[resource_len] = '\0';
-    l->resource_len = (uint32_t)resource_len;
+    l->resource_len = (uint16_t)resource_len;
+    l->slot = (int16_t)name->slot;
     if (fence != NULL) {
         l->has_fence = true;
         memcpy(l->resource + resource_len + 1, fence, sizeof(*fence));

@@ -15,6 +15,7 @@
 
 #include "list.h"
 #include "proto.h"
+#include "semaphore.h"
 
 struct lock_table;
 struct lock_owner;
@@ -54,11 +55,11 @@ struct lock_owner {
 };
 
 /* One held lock. 100k renewing locks is a load the bench keeps, so the
- * layout is packed: the 8-byte fields first, then the 4-byte ones and the
- * permits' 2, then the token's 16 bytes (not its 32 hex digits) and the
- * flags, and the resource inline at the end (one allocation per lock,
- * sized to its resource), and after it the fence, only when there is one
- * (locks_fence). */
+ * layout is packed: the 8-byte fields first, then the 4-byte ones, the
+ * 2-byte resource length, permits and slot, then the token's 16 bytes
+ * (not its 32 hex digits) and the flags, and the resource inline at the
+ * end (one allocation per lock, sized to its resource), and after it the
+ * fence, only when there is one (locks_fence). */
 struct lock {
     struct lock_owner *owner; /* borrowed: owning NDJSON session, or NULL */
     struct lock *tok_next;    /* table: token hash chain */
@@ -73,12 +74,13 @@ struct lock {
                               waits, their answer decides */
     uint32_t heap_idx;     /* table: position in the deadline heap */
     uint32_t order_idx;    /* table: position in the addition order */
-    uint32_t resource_len; /* at most PROTO_RESOURCE_MAX + a slot prefix */
     uint32_t renew_max_ms; /* ops: renewed until added_us + this; 0: no cap */
     uint32_t ttl_sent_max_ms; /* the longest ttl its acquire, renewals and
                                  extends asked for: how long a node may
                                  keep it after a give-up */
+    uint16_t resource_len;    /* at most PROTO_RESOURCE_MAX */
     uint16_t permits;         /* ops: a semaphore's slot (of permits), or 0 */
+    int16_t slot;             /* its slot, or SEM_NO_SLOT (locks_name) */
     unsigned char token_raw[PROTO_TOKEN_LEN / 2]; /* locks_token_hex() */
     bool renew : 1;     /* renewed by the daemon (NDJSON only) */
     bool deferred : 1;  /* in its owner's list's deferred tail */
@@ -90,6 +92,10 @@ struct lock {
 
 _Static_assert(PROTO_PERMITS_MAX <= UINT16_MAX,
                "a lock's permits are kept in 16 bits");
+_Static_assert(PROTO_PERMITS_MAX <= INT16_MAX,
+               "a lock's slot is kept in 16 bits");
+_Static_assert(PROTO_RESOURCE_MAX <= UINT16_MAX,
+               "a lock's resource length is kept in 16 bits");
 
 struct lock_table *locks_create(void);
 
@@ -97,13 +103,20 @@ struct lock_table *locks_create(void);
 void locks_destroy(struct lock_table *t);
 
 /* locks_add: a new lock under token (PROTO_TOKEN_LEN lowercase hex, as
- * locks_new_token makes); owner may be NULL; fence: the fencing token it
- * was acquired with, or NULL. Returns NULL on allocation failure or a token
- * of another shape. */
+ * locks_new_token makes) on name (a lock or a slot; its resource is
+ * copied); owner may be NULL; fence: the fencing token it was acquired
+ * with, or NULL. Returns NULL on allocation failure, a token of another
+ * shape, or a name that is no lock or slot of one. */
 struct lock *locks_add(struct lock_table *t, const char *token,
-                       const char *resource, size_t resource_len,
-                       struct lock_owner *owner, uint32_t ttl_ms,
-                       uint64_t valid_until_us, const int64_t *fence);
+                       const struct lock_name *name, struct lock_owner *owner,
+                       uint32_t ttl_ms, uint64_t valid_until_us,
+                       const int64_t *fence);
+
+/* locks_name: what l is a lock on; it borrows l's resource. */
+static inline struct lock_name locks_name(const struct lock *l)
+{
+    return (struct lock_name){l->resource, l->resource_len, l->slot};
+}
 
 /* locks_fence: l's fencing token into *fence; false when it has none. */
 bool locks_fence(const struct lock *l, int64_t *fence);
@@ -141,12 +154,12 @@ struct lock *locks_peek_due(struct lock_table *t, uint64_t *due_us);
 size_t locks_count(const struct lock_table *t);
 
 /* locks_scan: one page of the locks in the order they were added, after
- * the lock numbered after (0: from the start), whose resource begins with
- * prefix[0..prefix_len). At most out_max locks go to out (borrowed: valid
- * until the table changes), and at most visit_max entries are looked at,
- * so a page costs bounded time whatever the table holds. *next is the
- * number to resume after, or 0 when the scan reached the end. Returns the
- * number of locks written. */
+ * the lock numbered after (0: from the start), whose resource (a slot's:
+ * its semaphore's) begins with prefix[0..prefix_len). At most out_max locks go
+ * to out (borrowed: valid until the table changes), and at most visit_max
+ * entries are looked at, so a page costs bounded time whatever the table holds.
+ * *next is the number to resume after, or 0 when the scan reached the end.
+ * Returns the number of locks written. */
 size_t locks_scan(const struct lock_table *t, uint64_t after,
                   const char *prefix, size_t prefix_len, size_t visit_max,
                   struct lock **out, size_t out_max, uint64_t *next);

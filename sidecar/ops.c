@@ -69,30 +69,25 @@ static void reply_error(struct call *call, enum proto_err err, const char *msg)
     call_done(call, &rsp);
 }
 
-static void reply_ok(struct call *call, const char *lock, const char *resource,
-                     size_t resource_len, int64_t validity_ms, bool has_fence,
-                     int64_t fence)
+/* An ok answer; name: the lock or slot it names (its resource, and for a
+ * slot which permit it is), or NULL. */
+static void reply_ok(struct call *call, const char *lock,
+                     const struct lock_name *name, int64_t validity_ms,
+                     bool has_fence, int64_t fence)
 {
     struct response rsp = {0};
     char extra[32];
-    const char *r;
-    size_t rl;
-    int k;
-    if (resource != NULL && sem_parse(resource, resource_len, &r, &rl, &k) &&
-        k >= 0) {
-        /* A semaphore's slot: its resource, and which permit it is. */
-        resource = r;
-        resource_len = rl;
+    if (name != NULL && name->slot >= 0) {
         rsp.extra = extra;
         rsp.extra_len =
-            (size_t)snprintf(extra, sizeof(extra), "\"permit\":%d", k);
+            (size_t)snprintf(extra, sizeof(extra), "\"permit\":%d", name->slot);
     }
     rsp.id = call->req.id_len ? call->req.id : NULL;
     rsp.id_len = call->req.id_len;
     rsp.err = ERR_NONE;
     rsp.lock = lock;
-    rsp.resource = resource;
-    rsp.resource_len = resource_len;
+    rsp.resource = name != NULL ? name->resource : NULL;
+    rsp.resource_len = name != NULL ? name->len : 0;
     rsp.validity_ms = validity_ms;
     rsp.has_fence = has_fence;
     rsp.fence = fence;
@@ -215,17 +210,17 @@ static uint64_t wait_left_ms(const struct call *call, uint64_t now)
 
 /* A release or completion was announced by a node (perhaps from another
  * daemon). */
-static void wake_cb(const char *resource, size_t len, void *priv)
+static void wake_cb(const struct lock_name *name, void *priv)
 {
     struct ops *o = priv;
-    waitq_wake(o->waitqs, resource, len);
+    waitq_wake(o->waitqs, name);
 }
 
 /* A lock left the table (renew_drop): the next waiter may go. */
-static void lock_freed_cb(const char *resource, size_t len, void *arg)
+static void lock_freed_cb(const struct lock_name *name, void *arg)
 {
     struct ops *o = arg;
-    waitq_wake(o->waitqs, resource, len);
+    waitq_wake(o->waitqs, name);
 }
 
 /* A call that queued is answered: the time it spent waiting, apart from its
@@ -254,38 +249,22 @@ static void waiter_finish(struct ops *o, struct call *call, enum proto_err err,
 
 static void acquire_done_cb(const struct cluster_result *res, void *priv);
 
+/* What call acts on: its request's resource and the slot ops chose. */
+static struct lock_name call_name(const struct call *call)
+{
+    return (struct lock_name){call->req.resource, call->req.resource_len,
+                              call->slot};
+}
+
 /* A semaphore call tries its slots in turn, each round from a random one:
- * req.resource becomes the slot's name (semaphore.h). */
+ * call->slot is the one this round tries. */
 static void sem_pick_slot(struct call *call)
 {
-    char tmp[SEM_NAME_MAX + 1];
-    const char *r = call->req.resource;
-    size_t rl = call->req.resource_len;
-    int k;
-    (void)sem_parse(r, rl, &r, &rl, &k);
-    memcpy(tmp, r, rl); /* the name is rewritten in place */
-    r = tmp;
     if (call->slots_tried == 0) {
         call->slot0 = (unsigned)random() % call->req.permits;
         call->slots_done = 0;
     }
-    unsigned slot = (call->slot0 + call->slots_tried) % call->req.permits;
-    call->req.resource_len = sem_slot_name(r, rl, slot, call->req.resource);
-}
-
-/* The name of a call's wait queue: its resource, or for a semaphore the
- * queue all its slots share. */
-static const char *call_queue(const struct call *call, char *buf, size_t *len)
-{
-    const char *r;
-    size_t rl;
-    int k;
-    if (sem_parse(call->req.resource, call->req.resource_len, &r, &rl, &k)) {
-        *len = sem_queue_name(r, rl, buf);
-        return buf;
-    }
-    *len = call->req.resource_len;
-    return call->req.resource;
+    call->slot = (int)((call->slot0 + call->slots_tried) % call->req.permits);
 }
 
 static void acquire_start(struct ops *o, struct call *call)
@@ -296,9 +275,10 @@ static void acquire_start(struct ops *o, struct call *call)
     locks_new_token(call->token);
     call->attempt++;
     call->round_start_us = util_now_us();
-    if (cluster_acquire(o->cluster, call->req.resource, call->req.resource_len,
-                        call->token, call->req.ttl_ms, call->req.fence,
-                        call->waitq != NULL, acquire_done_cb, call) != 0) {
+    struct lock_name name = call_name(call);
+    if (cluster_acquire(o->cluster, &name, call->token, call->req.ttl_ms,
+                        call->req.fence, call->waitq != NULL, acquire_done_cb,
+                        call) != 0) {
         log_error(NULL, "acquire: out of memory");
         if (call->waitq != NULL) {
             (void)waitq_end_try(call->waitq);
@@ -393,12 +373,13 @@ static bool acquire_won(struct ops *o, struct call *call,
                         const struct redlock_acquire_step *step)
 {
     uint64_t now = util_now_us();
+    struct lock_name name = call_name(call);
     metrics_observe_acquire(now - call->start_us);
     observe_wait(call, now);
     if (step->action == RL_ACQ_GIVE_BACK) {
         /* Nobody is left to hold it, or everything is being let go. */
-        cluster_release(o->cluster, call->req.resource, call->req.resource_len,
-                        call->token, call->req.ttl_ms, NULL, NULL);
+        cluster_release(o->cluster, &name, call->token, call->req.ttl_ms, NULL,
+                        NULL);
         METRIC_INC(session_releases);
         reply_error(call, ERR_SHUTTING_DOWN,
                     call->abandoned ? "client closed"
@@ -410,20 +391,19 @@ static bool acquire_won(struct ops *o, struct call *call,
      * would go over gives back what it won. */
     const char *over = lock_limit_refusal(o, call);
     if (over != NULL) {
-        cluster_release(o->cluster, call->req.resource, call->req.resource_len,
-                        call->token, call->req.ttl_ms, NULL, NULL);
+        cluster_release(o->cluster, &name, call->token, call->req.ttl_ms, NULL,
+                        NULL);
         METRIC_INC(acquire_error);
         reply_error(call, ERR_LIMIT, over);
         return false;
     }
     struct lock *l =
-        locks_add(o->locks, call->token, call->req.resource,
-                  call->req.resource_len, call->session, call->req.ttl_ms,
+        locks_add(o->locks, call->token, &name, call->session, call->req.ttl_ms,
                   res->valid_until_us, step->fence ? &res->fence : NULL);
     if (l == NULL) {
         log_error(NULL, "acquire: out of memory adding a lock");
-        cluster_release(o->cluster, call->req.resource, call->req.resource_len,
-                        call->token, call->req.ttl_ms, NULL, NULL);
+        cluster_release(o->cluster, &name, call->token, call->req.ttl_ms, NULL,
+                        NULL);
         reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
         return false;
     }
@@ -438,8 +418,9 @@ static bool acquire_won(struct ops *o, struct call *call,
         l->renew_max_ms = (uint32_t)call->req.renew_max_ms;
     }
     renew_schedule(o->renew, l, now);
-    reply_ok(call, call->token, l->resource, l->resource_len, res->validity_ms,
-             step->fence, res->fence);
+    name = locks_name(l);
+    reply_ok(call, call->token, &name, res->validity_ms, step->fence,
+             res->fence);
     return true;
 }
 
@@ -489,11 +470,9 @@ static bool acquire_wait(struct ops *o, struct call *call,
             reply_error(call, ERR_LIMIT, why);
             return true;
         }
-        char qbuf[SEM_NAME_MAX + 1];
-        size_t qlen;
-        const char *qname = call_queue(call, qbuf, &qlen);
-        fresh = waitq_find(o->waitqs, qname, qlen) == NULL;
-        q = waitq_get(o->waitqs, qname, qlen);
+        struct lock_name name = call_name(call);
+        fresh = waitq_find(o->waitqs, &name) == NULL;
+        q = waitq_get(o->waitqs, &name);
         if (q == NULL || waitq_push(o->waitqs, q, call) != 0) {
             log_error(NULL, "acquire: out of memory queueing a waiter");
             if (q != NULL) {
@@ -621,32 +600,33 @@ static void lock_drop_by(struct ops *o, struct lock *l, const struct call *call,
     renew_drop(o->renew, l);
 }
 
-/* Resolves which resource a token refers to: the request's, else the
- * table's. Returns NULL when neither knows. */
-static const char *call_resource(struct call *call, struct lock *l, size_t *len)
+/* Resolves which lock or slot a token refers to, into *name: the
+ * request's, else the table's. Returns false when neither knows. */
+static bool call_resource(const struct call *call, const struct lock *l,
+                          struct lock_name *name)
 {
     if (call->req.resource_len > 0) {
-        *len = call->req.resource_len;
-        return call->req.resource;
+        *name = call_name(call);
+        return true;
     }
     if (l != NULL) {
-        *len = l->resource_len;
-        return l->resource;
+        *name = locks_name(l);
+        return true;
     }
-    return NULL;
+    return false;
 }
 
 /* Whether a call addressed the table's lock l (found by its token): it
- * names no resource or l's own. A token with another resource names a lock
- * that is not l, so its result says nothing about l. */
+ * names no resource or l's own (and l's slot). A token with another names
+ * a lock that is not l, so its result says nothing about l. */
 static bool call_addresses(const struct call *call, const struct lock *l)
 {
     if (l == NULL) {
         return false;
     }
-    return call->req.resource_len == 0 ||
-           (call->req.resource_len == l->resource_len &&
-            memcmp(call->req.resource, l->resource, l->resource_len) == 0);
+    struct lock_name asked = call_name(call);
+    struct lock_name held = locks_name(l);
+    return asked.len == 0 || sem_name_equal(&asked, &held);
 }
 
 /* The table's lock a call addressed, or NULL (unknown token, or a token
@@ -657,16 +637,15 @@ static struct lock *call_lock(struct ops *o, const struct call *call)
     return call_addresses(call, l) ? l : NULL;
 }
 
-/* The table's lock (or NULL) and the resource a release, extend or
- * complete acts on. Returns NULL, having answered not_held, when neither
- * the request nor the table names a resource for the token. */
-static const char *call_target(struct ops *o, struct call *call,
-                               struct lock **l, size_t *len)
+/* The table's lock (or NULL) and the lock or slot a release, extend or
+ * complete acts on, into *name. Returns false, having answered not_held,
+ * when neither the request nor the table names a resource for the token. */
+static bool call_target(struct ops *o, struct call *call, struct lock **l,
+                        struct lock_name *name)
 {
     *l = call_lock(o, call);
-    *len = 0;
-    const char *res = call_resource(call, *l, len);
-    if (res == NULL) {
+    bool known = call_resource(call, *l, name);
+    if (!known) {
         char msg[PROTO_MSG_MAX];
         snprintf(msg, sizeof(msg),
                  "unknown token (pass \"resource\" to %s a lock taken "
@@ -674,7 +653,7 @@ static const char *call_target(struct ops *o, struct call *call,
                  proto_op_name(call->req.op));
         reply_error(call, ERR_NOT_HELD, msg);
     }
-    return res;
+    return known;
 }
 
 /* Whether the call names a lock this daemon gave up (lost), or released
@@ -683,8 +662,8 @@ static const char *call_target(struct ops *o, struct call *call,
  * nothing, even where a node that missed its release still holds it. */
 static bool call_given_up(struct ops *o, struct call *call)
 {
-    if (!cluster_given_up(o->cluster, call->req.lock, call->req.resource,
-                          call->req.resource_len)) {
+    struct lock_name name = call_name(call);
+    if (!cluster_given_up(o->cluster, call->req.lock, &name)) {
         return false;
     }
     reply_error(call, ERR_NOT_HELD,
@@ -726,7 +705,7 @@ static void release_done_cb(const struct cluster_result *res, void *priv)
     switch (res->err) {
     case ERR_NONE:
         METRIC_INC(release_ok);
-        reply_ok(call, NULL, NULL, 0, 0, false, 0);
+        reply_ok(call, NULL, NULL, 0, false, 0);
         return;
     case ERR_NOT_HELD:
         METRIC_INC(release_not_held);
@@ -741,9 +720,9 @@ static void release_done_cb(const struct cluster_result *res, void *priv)
 static void op_release(struct ops *o, struct call *call)
 {
     struct lock *l;
-    size_t len;
-    const char *res = call_target(o, call, &l, &len);
-    if (res == NULL || (l == NULL && call_given_up(o, call))) {
+    struct lock_name name;
+    if (!call_target(o, call, &l, &name) ||
+        (l == NULL && call_given_up(o, call))) {
         METRIC_INC(release_not_held);
         return;
     }
@@ -755,8 +734,8 @@ static void op_release(struct ops *o, struct call *call)
     }
     /* A token this daemon does not hold may have any ttl: the longest. */
     uint32_t ttl = l != NULL ? l->ttl_sent_max_ms : PROTO_TTL_MAX;
-    if (cluster_release(o->cluster, res, len, call->req.lock, ttl,
-                        release_done_cb, call) != 0) {
+    if (cluster_release(o->cluster, &name, call->req.lock, ttl, release_done_cb,
+                        call) != 0) {
         if (l != NULL) {
             renew_ending_ended(o->renew, l);
         }
@@ -771,8 +750,8 @@ static void extend_done_cb(const struct cluster_result *res, void *priv)
     struct lock *l = call_lock(o, call);
     if (res->err == ERR_NONE) {
         METRIC_INC(extend_ok);
-        size_t len = 0;
-        const char *r = call_resource(call, l, &len);
+        struct lock_name name;
+        bool known = call_resource(call, l, &name);
         if (l != NULL) {
             l->valid_until_us = res->valid_until_us;
             if (call->req.has_ttl) {
@@ -780,7 +759,8 @@ static void extend_done_cb(const struct cluster_result *res, void *priv)
             }
             renew_schedule(o->renew, l, util_now_us());
         }
-        reply_ok(call, call->req.lock, r, len, res->validity_ms, false, 0);
+        reply_ok(call, call->req.lock, known ? &name : NULL, res->validity_ms,
+                 false, 0);
         return;
     }
     if (res->err == ERR_NOT_HELD) {
@@ -800,9 +780,9 @@ static void extend_done_cb(const struct cluster_result *res, void *priv)
 static void op_extend(struct ops *o, struct call *call)
 {
     struct lock *l;
-    size_t len;
-    const char *res = call_target(o, call, &l, &len);
-    if (res == NULL || (l == NULL && call_given_up(o, call))) {
+    struct lock_name name;
+    if (!call_target(o, call, &l, &name) ||
+        (l == NULL && call_given_up(o, call))) {
         METRIC_INC(extend_not_held);
         return;
     }
@@ -812,8 +792,8 @@ static void op_extend(struct ops *o, struct call *call)
     if (l != NULL && ttl > l->ttl_sent_max_ms) {
         l->ttl_sent_max_ms = ttl; /* a node may keep it so long */
     }
-    if (cluster_extend(o->cluster, res, len, call->req.lock, ttl,
-                       extend_done_cb, call) != 0) {
+    if (cluster_extend(o->cluster, &name, call->req.lock, ttl, extend_done_cb,
+                       call) != 0) {
         reply_error(call, ERR_INTERNAL, err_message(ERR_INTERNAL));
     }
 }
@@ -825,7 +805,7 @@ static void complete_done_cb(const struct cluster_result *res, void *priv)
                          "completed through another connection");
     if (res->err == ERR_NONE) {
         METRIC_INC(complete_ok);
-        reply_ok(call, NULL, NULL, 0, 0, false, 0);
+        reply_ok(call, NULL, NULL, 0, false, 0);
         return;
     }
     if (res->err == ERR_NOT_HELD) {
@@ -839,9 +819,9 @@ static void complete_done_cb(const struct cluster_result *res, void *priv)
 static void op_complete(struct ops *o, struct call *call)
 {
     struct lock *l;
-    size_t len;
-    const char *res = call_target(o, call, &l, &len);
-    if (res == NULL || (l == NULL && call_given_up(o, call))) {
+    struct lock_name name;
+    if (!call_target(o, call, &l, &name) ||
+        (l == NULL && call_given_up(o, call))) {
         METRIC_INC(complete_not_held);
         return;
     }
@@ -850,8 +830,8 @@ static void op_complete(struct ops *o, struct call *call)
          * restarts renewal if the complete fails. */
         l->ending++;
     }
-    if (cluster_complete(o->cluster, res, len, call->req.lock,
-                         call->req.keep_ms, complete_done_cb, call) != 0) {
+    if (cluster_complete(o->cluster, &name, call->req.lock, call->req.keep_ms,
+                         complete_done_cb, call) != 0) {
         if (l != NULL) {
             renew_ending_ended(o->renew, l);
         }
@@ -863,7 +843,7 @@ static void op_complete(struct ops *o, struct call *call)
  */
 
 /* A semaphore acquire: callers that disagree on N are told of once (in the
- * log), and the first slot is named, so the call queues with its
+ * log), and the first slot is chosen, so the call queues with its
  * semaphore. */
 static void sem_begin(struct ops *o, struct call *call)
 {
@@ -882,28 +862,21 @@ static void sem_begin(struct ops *o, struct call *call)
 
 /* release, extend, complete of a permit: "permit" names the slot of the
  * resource; without it, a token this daemon holds as a slot of the named
- * resource is that slot. Either way req.resource becomes the slot's name. */
+ * resource is that slot. Either way call->slot becomes it. */
 static void sem_resolve(struct ops *o, struct call *call)
 {
-    struct request *req = &call->req;
+    const struct request *req = &call->req;
     if (req->resource_len == 0) {
         return;
     }
     if (req->has_permit) {
-        char r[PROTO_RESOURCE_MAX + 1];
-        memcpy(r, req->resource, req->resource_len);
-        req->resource_len =
-            sem_slot_name(r, req->resource_len, req->permit, req->resource);
+        call->slot = (int)req->permit;
         return;
     }
-    struct lock *l = locks_find(o->locks, req->lock);
-    const char *r;
-    size_t rl;
-    int k;
-    if (l != NULL && sem_parse(l->resource, l->resource_len, &r, &rl, &k) &&
-        rl == req->resource_len && memcmp(r, req->resource, rl) == 0) {
-        memcpy(req->resource, l->resource, l->resource_len + 1);
-        req->resource_len = l->resource_len;
+    const struct lock *l = locks_find(o->locks, req->lock);
+    if (l != NULL && l->slot >= 0 && l->resource_len == req->resource_len &&
+        memcmp(l->resource, req->resource, req->resource_len) == 0) {
+        call->slot = l->slot;
     }
 }
 
@@ -926,10 +899,8 @@ static void op_acquire(struct ops *o, struct call *call)
     if (call->req.permits > 0) {
         sem_begin(o, call);
     }
-    char qbuf[SEM_NAME_MAX + 1];
-    size_t qlen;
-    const char *qname = call_queue(call, qbuf, &qlen);
-    struct waitq *q = waitq_find(o->waitqs, qname, qlen);
+    struct lock_name name = call_name(call);
+    struct waitq *q = waitq_find(o->waitqs, &name);
     if (q != NULL && waitq_head(q) != NULL && call->req.wait_ms > 0) {
         /* Others are already waiting: first come, first served. */
         const char *why = waiter_refusal(o, call);
@@ -951,22 +922,23 @@ static void op_acquire(struct ops *o, struct call *call)
 }
 
 /* The calls queued for a resource here (inspect_waiters_fn). */
-static size_t resource_waiters(const char *resource, size_t len, void *priv)
+static size_t resource_waiters(const struct lock_name *name, void *priv)
 {
     struct ops *o = priv;
-    return waitq_waiting(o->waitqs, resource, len);
+    return waitq_waiting(o->waitqs, name);
 }
 
 void ops_submit(struct ops *o, struct call *call)
 {
     call->ops = o;
+    call->slot = SEM_NO_SLOT; /* sem_begin, sem_resolve: a permit's */
     if (o->shutting_down && call->req.op != OP_PING) {
         reply_error(call, ERR_SHUTTING_DOWN, err_message(ERR_SHUTTING_DOWN));
         return;
     }
     switch (call->req.op) {
     case OP_PING:
-        reply_ok(call, NULL, NULL, 0, 0, false, 0);
+        reply_ok(call, NULL, NULL, 0, false, 0);
         return;
     case OP_ACQUIRE:
         op_acquire(o, call);

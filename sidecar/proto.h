@@ -21,8 +21,7 @@ struct request {
     enum proto_op op;
     char id[PROTO_ID_MAX + 1]; /* the id's JSON text, NUL-terminated */
     size_t id_len;             /* 0 when no id was given */
-    /* With room for a semaphore's slot name (semaphore.h). */
-    char resource[PROTO_RESOURCE_MAX + 8];
+    char resource[PROTO_RESOURCE_MAX + 1];
     size_t resource_len; /* 0 when not given */
     char lock[PROTO_TOKEN_LEN + 1];
     bool has_lock;

@@ -124,13 +124,14 @@ void renew_ending_ended(struct renew *r, struct lock *l)
 
 void renew_drop(struct renew *r, struct lock *l)
 {
-    char res[SEM_NAME_MAX + 1];
-    size_t len = l->resource_len;
-    memcpy(res, l->resource, len);
+    char res[PROTO_RESOURCE_MAX];
+    struct lock_name name = locks_name(l);
+    memcpy(res, name.resource, name.len);
+    name.resource = res;
     lock_renew_ended(r, l, util_now_us());
     locks_remove(r->locks, l);
     METRIC_ADD(locks_held, -1);
-    r->freed_cb(res, len, r->arg);
+    r->freed_cb(&name, r->arg);
 }
 
 /* An extend to ttl_ms sent at start_us failed, but it may have reached some
@@ -189,11 +190,8 @@ void renew_tell_lost(const struct lock *l)
     if (l->owner != NULL && l->owner->event_cb != NULL) {
         char buf[PROTO_RESPONSE_MAX], token[PROTO_TOKEN_LEN + 1];
         locks_token_hex(l, token);
-        const char *r = l->resource;
-        size_t rl = l->resource_len;
-        int k;
-        (void)sem_parse(l->resource, l->resource_len, &r, &rl, &k);
-        size_t n = proto_encode_event("lost", token, r, rl, buf, sizeof(buf));
+        size_t n = proto_encode_event("lost", token, l->resource,
+                                      l->resource_len, buf, sizeof(buf));
         if (n > 0) {
             l->owner->event_cb(l->owner, buf, n);
         }
@@ -218,8 +216,8 @@ int renew_release_everywhere(struct renew *r, const struct lock *l,
     locks_token_hex(l, token);
     uint64_t until = redlock_given_up_until_us(
         util_now_us(), l->ttl_sent_max_ms, r->cfg->drift_factor);
-    return cluster_give_up(r->cluster, l->resource, l->resource_len, token,
-                           until, cb, priv);
+    struct lock_name name = locks_name(l);
+    return cluster_give_up(r->cluster, &name, token, until, cb, priv);
 }
 
 /* Whether the timer would send l's renewal at now. */
@@ -330,8 +328,9 @@ static void lock_renew(struct renew *r, struct lock *l, uint64_t now,
     }
     /* Until the renewal answers, the next event is giving up on it. */
     locks_set_deadline(r->locks, l, give_up_us);
-    if (cluster_extend(r->cluster, l->resource, l->resource_len, ctx->token,
-                       l->ttl_ms, renew_done_cb, ctx) != 0) {
+    struct lock_name name = locks_name(l);
+    if (cluster_extend(r->cluster, &name, ctx->token, l->ttl_ms, renew_done_cb,
+                       ctx) != 0) {
         free(ctx);
         r->renew_inflight--;
         lock_renew_ended(r, l, now);

@@ -24,13 +24,14 @@ struct cluster;
 struct config;
 struct event_base;
 struct lock;
+struct lock_name;
 struct lock_table;
 struct renew;
 
-/* A lock on resource[0..len) left the table (released, completed, lost or
- * expired): the resource may be free here. resource is a copy, valid
+/* A lock on name (a lock or a slot) left the table (released, completed,
+ * lost or expired): it may be free here. name's resource is a copy, valid
  * during the call. */
-typedef void renew_freed_fn(const char *resource, size_t len, void *arg);
+typedef void renew_freed_fn(const struct lock_name *name, void *arg);
 
 struct renew *renew_create(struct event_base *base, const struct config *cfg,
                            struct lock_table *locks, struct cluster *cluster,

@@ -1,89 +1,77 @@
-/* semaphore.c: slot, queue, key and channel names of semaphores, and the
- * permits seen per resource. Pure: no I/O, unit-tested. */
+/* semaphore.c: the key and channel names of locks and semaphore slots,
+ * from their fields, and the permits seen per resource. Pure: no I/O,
+ * unit-tested. */
 #include "semaphore.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "util.h"
 
-size_t sem_slot_name(const char *resource, size_t len, unsigned k, char *out)
-{
-    int n = snprintf(out, SEM_NAME_MAX + 1, "%c%u:", SEM_MARK, k);
-    memcpy(out + n, resource, len);
-    out[(size_t)n + len] = '\0';
-    return (size_t)n + len;
-}
+/* The three bytes that open a semaphore's part of its channel. */
+static const char sem_queue_tag[3] = {SEM_MARK, '*', ':'};
 
-size_t sem_queue_name(const char *resource, size_t len, char *out)
+/* "<prefix><space>" then, when tag_len > 0, tag[0..tag_len), then the
+ * resource of n into out (cap bytes). Returns the length, 0 when it does
+ * not fit. */
+static size_t name_text(const char *prefix, size_t plen, const char *space,
+                        const char *tag, size_t tag_len,
+                        const struct lock_name *n, char *out, size_t cap)
 {
-    out[0] = SEM_MARK;
-    out[1] = '*';
-    out[2] = ':';
-    memcpy(out + 3, resource, len);
-    out[3 + len] = '\0';
-    return 3 + len;
-}
-
-bool sem_parse(const char *name, size_t len, const char **resource,
-               size_t *rlen, int *k)
-{
-    if (len < 3 || name[0] != SEM_MARK) {
-        return false;
-    }
-    const char *colon = memchr(name, ':', len);
-    if (colon == NULL || colon == name + 1) {
-        return false;
-    }
-    if (colon == name + 2 && name[1] == '*') {
-        *k = -1;
-    } else {
-        int v = 0;
-        for (const char *p = name + 1; p < colon; p++) {
-            if (*p < '0' || *p > '9' || colon - name > 5) {
-                return false;
-            }
-            v = v * 10 + (*p - '0');
-        }
-        *k = v;
-    }
-    *resource = colon + 1;
-    *rlen = len - (size_t)(colon + 1 - name);
-    return true;
-}
-
-/* "<prefix><space>" and, for slot name[0..len), "<k>:<resource>" (keep_slot)
- * or its queue name "\x01*:<resource>", into out (cap bytes). Returns the
- * length, 0 when name is no slot or it did not fit. */
-static size_t slot_text(const char *prefix, const char *space, bool keep_slot,
-                        const char *name, size_t len, char *out, size_t cap)
-{
-    const char *r;
-    size_t rlen;
-    int k;
-    if (!sem_parse(name, len, &r, &rlen, &k) || k < 0) {
+    size_t slen = strlen(space);
+    size_t total = plen + slen + tag_len + n->len;
+    if (total > cap) {
         return 0;
     }
-    int n = keep_slot ? snprintf(out, cap, "%s%s%d:", prefix, space, k)
-                      : snprintf(out, cap, "%s%s%c*:", prefix, space, SEM_MARK);
-    if (n < 0 || (size_t)n + rlen >= cap) {
+    memcpy(out, prefix, plen);
+    memcpy(out + plen, space, slen);
+    memcpy(out + plen + slen, tag, tag_len);
+    memcpy(out + plen + slen + tag_len, n->resource, n->len);
+    return total;
+}
+
+size_t sem_key(const char *prefix, size_t plen, const struct lock_name *n,
+               char *out, size_t cap)
+{
+    if (n->slot == SEM_NO_SLOT) {
+        return name_text(prefix, plen, "lock:", "", 0, n, out, cap);
+    }
+    if (n->slot < 0) {
         return 0;
     }
-    memcpy(out + n, r, rlen);
-    return (size_t)n + rlen;
+    /* "<k>:" without snprintf: a slot's key is built on every round. */
+    char tag[16];
+    size_t t = sizeof(tag);
+    tag[--t] = ':';
+    unsigned k = (unsigned)n->slot;
+    do {
+        tag[--t] = (char)('0' + k % 10);
+        k /= 10;
+    } while (k > 0);
+    return name_text(prefix, plen, "sem:", tag + t, sizeof(tag) - t, n, out,
+                     cap);
 }
 
-size_t sem_key(const char *prefix, const char *name, size_t len, char *out,
-               size_t cap)
+size_t sem_channel(const char *prefix, size_t plen, const struct lock_name *n,
+                   char *out, size_t cap)
 {
-    return slot_text(prefix, "sem:", true, name, len, out, cap);
+    bool sem = n->slot != SEM_NO_SLOT;
+    return name_text(prefix, plen, "wake:", sem_queue_tag,
+                     sem ? sizeof(sem_queue_tag) : 0, n, out, cap);
 }
 
-size_t sem_channel(const char *prefix, const char *name, size_t len, char *out,
-                   size_t cap)
+void sem_channel_name(const char *s, size_t len, struct lock_name *n)
 {
-    return slot_text(prefix, "wake:", false, name, len, out, cap);
+    if (len >= sizeof(sem_queue_tag) &&
+        memcmp(s, sem_queue_tag, sizeof(sem_queue_tag)) == 0) {
+        n->resource = s + sizeof(sem_queue_tag);
+        n->len = len - sizeof(sem_queue_tag);
+        n->slot = SEM_QUEUE;
+        return;
+    }
+    n->resource = s;
+    n->len = len;
+    n->slot = SEM_NO_SLOT;
 }
 
 /* ---- permits seen ---------------------------------------------------- */

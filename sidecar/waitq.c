@@ -6,7 +6,8 @@
  *   waitq_wake, waitq_leave -> the head's timer event made active: try_cb
  *               runs once the caller's callback has returned
  *
- * The queues are found by resource in util's hash table. */
+ * The queues are found by resource in util's hash tables, a lock's and a
+ * semaphore's apart (the same resource may name both). */
 #include "waitq.h"
 
 #include <stdlib.h>
@@ -30,9 +31,18 @@ struct waitq_set {
     waitq_try_fn *try_cb;
     waitq_expired_fn *expired_cb;
     void *arg;
-    struct util_htable queues; /* owned: struct waitq by resource */
+    /* owned: struct waitq by resource; [0] locks' queues, [1] those of
+     * semaphores (table_of) */
+    struct util_htable queues[2];
     int n_waiters; /* calls in every queue */
 };
+
+/* The table of the queues slot names: SEM_NO_SLOT locks', SEM_QUEUE
+ * semaphores'. */
+static struct util_htable *table_of(struct waitq_set *set, int slot)
+{
+    return &set->queues[slot != SEM_NO_SLOT];
+}
 
 struct waitq_set *waitq_set_create(struct event_base *base, struct wake *wake,
                                    waitq_try_fn *try_cb,
@@ -47,7 +57,9 @@ struct waitq_set *waitq_set_create(struct event_base *base, struct wake *wake,
     set->try_cb = try_cb;
     set->expired_cb = expired_cb;
     set->arg = arg;
-    if (util_htable_init(&set->queues, WAITQ_BUCKETS) != 0) {
+    if (util_htable_init(&set->queues[0], WAITQ_BUCKETS) != 0 ||
+        util_htable_init(&set->queues[1], WAITQ_BUCKETS) != 0) {
+        util_htable_free(&set->queues[0]);
         free(set);
         return NULL;
     }
@@ -59,30 +71,42 @@ void waitq_set_destroy(struct waitq_set *set)
     if (set == NULL) {
         return;
     }
-    struct util_hnode *h = util_htable_first(&set->queues);
-    while (h != NULL) {
-        struct util_hnode *next = util_htable_next(&set->queues, h);
-        struct waitq *q = UTIL_CONTAINER_OF(h, struct waitq, hnode);
-        free(q->resource);
-        free(q);
-        h = next;
+    for (int t = 0; t < 2; t++) {
+        struct util_hnode *h = util_htable_first(&set->queues[t]);
+        while (h != NULL) {
+            struct util_hnode *next = util_htable_next(&set->queues[t], h);
+            struct waitq *q = UTIL_CONTAINER_OF(h, struct waitq, hnode);
+            free(q->resource);
+            free(q);
+            h = next;
+        }
+        util_htable_free(&set->queues[t]);
     }
-    util_htable_free(&set->queues);
     free(set);
 }
 
-struct waitq *waitq_find(struct waitq_set *set, const char *res, size_t len)
+struct waitq *waitq_find(struct waitq_set *set, const struct lock_name *name)
 {
-    struct util_hnode *h = util_htable_find(&set->queues, res, len);
+    struct lock_name qn = sem_queue_of(name);
+    struct util_hnode *h =
+        util_htable_find(table_of(set, qn.slot), qn.resource, qn.len);
     return h != NULL ? UTIL_CONTAINER_OF(h, struct waitq, hnode) : NULL;
 }
 
-struct waitq *waitq_get(struct waitq_set *set, const char *res, size_t len)
+/* The name of q, a lock's or a semaphore's queue; it borrows q's
+ * resource. */
+static struct lock_name queue_name(const struct waitq *q)
 {
-    struct waitq *q = waitq_find(set, res, len);
+    return (struct lock_name){q->resource, q->resource_len, q->slot};
+}
+
+struct waitq *waitq_get(struct waitq_set *set, const struct lock_name *name)
+{
+    struct waitq *q = waitq_find(set, name);
     if (q != NULL) {
         return q;
     }
+    size_t len = name->len;
     q = calloc(1, sizeof(*q));
     if (q == NULL) {
         return NULL;
@@ -92,14 +116,16 @@ struct waitq *waitq_get(struct waitq_set *set, const char *res, size_t len)
         free(q);
         return NULL;
     }
-    memcpy(q->resource, res, len);
+    memcpy(q->resource, name->resource, len);
     q->resource[len] = '\0';
     q->resource_len = len;
+    q->slot = sem_queue_of(name).slot;
     q->set = set;
-    util_htable_add(&set->queues, &q->hnode, q->resource, len);
+    util_htable_add(table_of(set, q->slot), &q->hnode, q->resource, len);
     /* Hear of releases in other daemons while anyone waits here; on
      * failure the waiters still retry on their back-off. */
-    if (set->wake != NULL && wake_watch(set->wake, res, len) != 0) {
+    struct lock_name qn = queue_name(q);
+    if (set->wake != NULL && wake_watch(set->wake, &qn) != 0) {
         log_warn(NULL, "cannot watch a resource for wake-ups (out of memory)");
     }
     return q;
@@ -110,9 +136,10 @@ void waitq_free_if_empty(struct waitq_set *set, struct waitq *q)
     if (!list_empty(&q->calls) || waitq_trying(q)) {
         return;
     }
-    util_htable_remove(&set->queues, &q->hnode);
+    util_htable_remove(table_of(set, q->slot), &q->hnode);
     if (set->wake != NULL) {
-        wake_unwatch(set->wake, q->resource, q->resource_len);
+        struct lock_name qn = queue_name(q);
+        wake_unwatch(set->wake, &qn);
     }
     free(q->resource);
     free(q);
@@ -263,27 +290,11 @@ void waitq_resume_try(struct waitq *q, bool woken)
     head_set_state(q, woken ? WAITQ_HEAD_WOKEN : WAITQ_HEAD_TRYING);
 }
 
-/* The name of the queue res[0..len) belongs to: a semaphore's slot is
- * queued for under its semaphore. */
-static const char *queue_of(const char *res, size_t *len, char *buf)
-{
-    const char *r;
-    size_t rl;
-    int k;
-    if (sem_parse(res, *len, &r, &rl, &k) && k >= 0) {
-        *len = sem_queue_name(r, rl, buf);
-        return buf;
-    }
-    return res;
-}
-
 /* A local release was queued on every node before this, so the head's SET,
  * sent later, lands after it. */
-void waitq_wake(struct waitq_set *set, const char *res, size_t len)
+void waitq_wake(struct waitq_set *set, const struct lock_name *name)
 {
-    char qname[SEM_NAME_MAX + 1];
-    res = queue_of(res, &len, qname);
-    struct waitq *q = waitq_find(set, res, len);
+    struct waitq *q = waitq_find(set, name);
     if (q == NULL || list_empty(&q->calls)) {
         return;
     }
@@ -302,30 +313,30 @@ int waitq_count(const struct waitq_set *set)
     return set->n_waiters;
 }
 
-size_t waitq_waiting(struct waitq_set *set, const char *res, size_t len)
+size_t waitq_waiting(struct waitq_set *set, const struct lock_name *name)
 {
-    char qname[SEM_NAME_MAX + 1];
-    res = queue_of(res, &len, qname);
-    struct waitq *q = waitq_find(set, res, len);
+    struct waitq *q = waitq_find(set, name);
     return q != NULL ? q->n_waiting : 0;
 }
 
 void waitq_drain(struct waitq_set *set, waitq_answer_fn *answer, void *arg)
 {
-    struct util_hnode *h = util_htable_first(&set->queues);
-    while (h != NULL) {
-        struct util_hnode *next = util_htable_next(&set->queues, h);
-        struct waitq *q = UTIL_CONTAINER_OF(h, struct waitq, hnode);
-        struct call *c = waitq_head(q);
-        while (c != NULL) {
-            struct call *cn = LIST_ITEM(c->wlink.next, struct call, wlink);
-            if (!(c == waitq_head(q) && waitq_trying(q))) {
-                waitq_unlink(set, c);
-                answer(c, arg);
+    for (int t = 0; t < 2; t++) {
+        struct util_hnode *h = util_htable_first(&set->queues[t]);
+        while (h != NULL) {
+            struct util_hnode *next = util_htable_next(&set->queues[t], h);
+            struct waitq *q = UTIL_CONTAINER_OF(h, struct waitq, hnode);
+            struct call *c = waitq_head(q);
+            while (c != NULL) {
+                struct call *cn = LIST_ITEM(c->wlink.next, struct call, wlink);
+                if (!(c == waitq_head(q) && waitq_trying(q))) {
+                    waitq_unlink(set, c);
+                    answer(c, arg);
+                }
+                c = cn;
             }
-            c = cn;
+            waitq_free_if_empty(set, q);
+            h = next;
         }
-        waitq_free_if_empty(set, q);
-        h = next;
     }
 }

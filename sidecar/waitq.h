@@ -1,12 +1,12 @@
 /* waitq.h: the callers waiting for a resource, first come, first served.
  *
- * One queue per resource (a semaphore's slots share one), found by name in
- * a hash that the set owns. Only the head of a queue tries; the others wait
- * behind it until their wait_ms runs out. Each queued call has a timer of
- * its own (call->retry_ev, owned here): it fires the head's next attempt,
- * or ends a later call's wait. What an attempt is and how a call is
- * answered is up to the set's owner (ops), through the callbacks given to
- * waitq_set_create().
+ * One queue per lock (a semaphore's slots share one: sem_queue_of), found
+ * by its struct lock_name in hashes that the set owns. Only the head of a
+ * queue tries; the others wait behind it until their wait_ms runs out.
+ * Each queued call has a timer of its own (call->retry_ev, owned here): it
+ * fires the head's next attempt, or ends a later call's wait. What an
+ * attempt is and how a call is answered is up to the set's owner (ops),
+ * through the callbacks given to waitq_set_create().
  *
  * A head's attempt always starts from its own event, never inside the
  * callback that made it due (a release answered, a lock lost or expired, a
@@ -18,6 +18,7 @@
 #define REDLOCKD_WAITQ_H
 
 #include "list.h"
+#include "semaphore.h"
 #include "util.h"
 #include <stdbool.h>
 #include <stddef.h>
@@ -42,16 +43,17 @@ enum waitq_head_state {
                             resource may be free, try again at once */
 };
 
-/* The queue of one resource. Owned by its set; freed when it empties
- * (waitq_free_if_empty). */
+/* The queue of one lock, or of a semaphore's slots. Owned by its set;
+ * freed when it empties (waitq_free_if_empty). */
 struct waitq {
     char *resource; /* owned */
     size_t resource_len;
+    int slot;          /* SEM_NO_SLOT: a lock's; SEM_QUEUE: a semaphore's */
     struct list calls; /* borrowed: struct call by wlink, first come first */
     enum waitq_head_state head_state;
     size_t n_waiting;         /* calls in the queue, for listings */
     struct waitq_set *set;    /* borrowed: the set it belongs to */
-    struct util_hnode hnode;  /* in the set's table, keyed by resource */
+    struct util_hnode hnode;  /* in its set's table for slot, by resource */
 };
 
 /* The head's attempt is due (call->waitq->head == call, and no attempt of
@@ -71,12 +73,12 @@ struct waitq_set *waitq_set_create(struct event_base *base, struct wake *wake,
 /* waitq_set_destroy: frees the queues; every call must have left them. */
 void waitq_set_destroy(struct waitq_set *set);
 
-/* waitq_find: the queue named res[0..len), or NULL. */
-struct waitq *waitq_find(struct waitq_set *set, const char *res, size_t len);
+/* waitq_find: the queue name belongs to (sem_queue_of), or NULL. */
+struct waitq *waitq_find(struct waitq_set *set, const struct lock_name *name);
 
-/* waitq_get: the queue named res[0..len), made (and watched for wake-ups)
+/* waitq_get: the queue name belongs to, made (and watched for wake-ups)
  * when there is none. Returns NULL when out of memory. */
-struct waitq *waitq_get(struct waitq_set *set, const char *res, size_t len);
+struct waitq *waitq_get(struct waitq_set *set, const struct lock_name *name);
 
 /* waitq_free_if_empty: frees q if no call is in it or trying. */
 void waitq_free_if_empty(struct waitq_set *set, struct waitq *q);
@@ -116,16 +118,16 @@ bool waitq_end_try(struct waitq *q);
  * call returned, kept for the next answer. */
 void waitq_resume_try(struct waitq *q, bool woken);
 
-/* waitq_wake: the resource res[0..len) (a semaphore's slot: any slot of
- * its semaphore) may be free: its head's attempt is made due, or, when one
- * is in flight, the queue is marked woken. */
-void waitq_wake(struct waitq_set *set, const char *res, size_t len);
+/* waitq_wake: name (a semaphore's slot or queue: any slot of its
+ * semaphore) may be free: its queue's head's attempt is made due, or, when
+ * one is in flight, the queue is marked woken. */
+void waitq_wake(struct waitq_set *set, const struct lock_name *name);
 
 /* waitq_count: calls queued in the set. */
 int waitq_count(const struct waitq_set *set);
 
-/* waitq_waiting: calls queued for res[0..len) (a slot: its semaphore's). */
-size_t waitq_waiting(struct waitq_set *set, const char *res, size_t len);
+/* waitq_waiting: calls queued for name (a slot: its semaphore's). */
+size_t waitq_waiting(struct waitq_set *set, const struct lock_name *name);
 
 /* Answers a call taken out of its queue by waitq_drain. */
 typedef void waitq_answer_fn(struct call *call, void *arg);

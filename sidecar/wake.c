@@ -22,10 +22,12 @@
 #include "log.h"
 #include "node.h"
 #include "redlock.h"
+#include "semaphore.h"
 #include "tls.h"
 #include "util.h"
 
-#define CHANNEL_MAX 640 /* prefix (<= 64) + "wake:" + resource (<= 512) */
+/* prefix (<= 64), "wake:" or "wake:\x01*:" (SEM_NAME_EXTRA), resource */
+#define CHANNEL_MAX 640
 
 /* One watched resource; owned by the wake's table. */
 struct watch {
@@ -61,15 +63,13 @@ static struct watch *watch_of(struct util_hnode *n)
     return n != NULL ? UTIL_CONTAINER_OF(n, struct watch, hnode) : NULL;
 }
 
-/* Builds "<prefix>wake:<resource>" into buf (at least 600 bytes). */
-static size_t make_channel(const struct wake *w, const char *res, size_t len,
+/* Builds name's channel (sem_channel) into buf (CHANNEL_MAX bytes).
+ * Returns its length, 0 when it does not fit. */
+static size_t make_channel(const struct wake *w, const struct lock_name *name,
                            char *buf)
 {
-    size_t pl = strlen(w->cfg->prefix);
-    memcpy(buf, w->cfg->prefix, pl);
-    memcpy(buf + pl, "wake:", 5);
-    memcpy(buf + pl + 5, res, len);
-    return pl + 5 + len;
+    const char *prefix = w->cfg->prefix;
+    return sem_channel(prefix, strlen(prefix), name, buf, CHANNEL_MAX);
 }
 
 /* ---- subscriber connections ------------------------------------------ */
@@ -110,8 +110,10 @@ static void push_cb(struct node *node, const char *channel, size_t len,
     (void)node;
     struct wake_node *wn = privdata;
     if (len > wn->w->prefix_len) {
-        wn->w->cb(channel + wn->w->prefix_len, len - wn->w->prefix_len,
-                  wn->w->priv);
+        struct lock_name name;
+        sem_channel_name(channel + wn->w->prefix_len, len - wn->w->prefix_len,
+                         &name);
+        wn->w->cb(&name, wn->w->priv);
     }
 }
 
@@ -162,13 +164,13 @@ static void idle_cb(evutil_socket_t fd, short what, void *arg)
 
 /* ---- watch set --------------------------------------------------------- */
 
-int wake_watch(struct wake *w, const char *resource, size_t len)
+int wake_watch(struct wake *w, const struct lock_name *name)
 {
     char ch[CHANNEL_MAX];
-    if (strlen(w->cfg->prefix) + 5 + len > sizeof(ch)) {
+    size_t cl = make_channel(w, name, ch);
+    if (cl == 0) {
         return -1;
     }
-    size_t cl = make_channel(w, resource, len, ch);
     if (util_htable_find(&w->watches, ch, cl) != NULL) {
         return 0;
     }
@@ -196,13 +198,13 @@ int wake_watch(struct wake *w, const char *resource, size_t len)
     return 0;
 }
 
-void wake_unwatch(struct wake *w, const char *resource, size_t len)
+void wake_unwatch(struct wake *w, const struct lock_name *name)
 {
     char ch[CHANNEL_MAX];
-    if (strlen(w->cfg->prefix) + 5 + len > sizeof(ch)) {
+    size_t cl = make_channel(w, name, ch);
+    if (cl == 0) {
         return;
     }
-    size_t cl = make_channel(w, resource, len, ch);
     struct watch *x = watch_of(util_htable_find(&w->watches, ch, cl));
     if (x == NULL) {
         return;

@@ -1,10 +1,12 @@
 /* wake.h: cross-daemon wake-ups for waiters.
  *
- * The release and complete scripts PUBLISH on <prefix>wake:<resource>. While
- * this daemon has waiters, it keeps one subscriber connection per node and
- * subscribes to the channels of the resources it waits for, so a waiter
- * learns of a release in another daemon within milliseconds instead of after
- * a back-off. With no waiters left, the subscriber connections are closed. */
+ * The release and complete scripts PUBLISH on <prefix>wake:<resource> (a
+ * semaphore's slot: on its semaphore's channel, sem_channel). While this
+ * daemon has waiters, it keeps one subscriber connection per node and
+ * subscribes to the channels of the locks and semaphores it waits for, so a
+ * waiter learns of a release in another daemon within milliseconds instead of
+ * after a back-off. With no waiters left, the subscriber connections are
+ * closed. */
 #ifndef REDLOCKD_WAKE_H
 #define REDLOCKD_WAKE_H
 
@@ -13,11 +15,13 @@
 
 struct event_base;
 struct config;
+struct lock_name;
 struct wake;
 
-/* Called for every release or completion announced on a watched resource;
- * several nodes announce the same event, so expect repeats. */
-typedef void wake_fn(const char *resource, size_t len, void *priv);
+/* Called for every release or completion announced on a watched channel,
+ * with what it names (a lock, or a semaphore's queue; borrowed for the
+ * call); several nodes announce the same event, so expect repeats. */
+typedef void wake_fn(const struct lock_name *name, void *priv);
 
 /* wake_create: nothing connects until the first wake_watch(). cfg is
  * borrowed and must outlive the wake. */
@@ -25,10 +29,11 @@ struct wake *wake_create(struct event_base *base, const struct config *cfg,
                          wake_fn *cb, void *priv);
 void wake_destroy(struct wake *w);
 
-/* wake_watch / wake_unwatch: start or stop listening for a resource;
- * returns 0 or -1 (out of memory: the waiter falls back to its back-off). */
-int wake_watch(struct wake *w, const char *resource, size_t len);
-void wake_unwatch(struct wake *w, const char *resource, size_t len);
+/* wake_watch / wake_unwatch: start or stop listening on name's channel (a
+ * lock's, or a semaphore queue's); returns 0 or -1 (out of memory: the
+ * waiter falls back to its back-off). */
+int wake_watch(struct wake *w, const struct lock_name *name);
+void wake_unwatch(struct wake *w, const struct lock_name *name);
 
 /* wake_possible: some node can carry wake-ups (false only when every
  * node is rediss:// and no TLS context could be made for the

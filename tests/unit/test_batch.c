@@ -190,20 +190,27 @@ static void test_due(void **state)
 static void test_names(void **state)
 {
     (void)state;
-    assert_true(givenup_names("orders", 6, "orders", 6));
-    assert_true(givenup_names("orders", 6, "", 0)); /* any resource */
-    assert_false(givenup_names("orders", 6, "order", 5));
-    assert_false(givenup_names("orders", 6, "orderz", 6));
-    /* a semaphore's permit, asked for by its semaphore's name */
-    char slot[SEM_NAME_MAX + 1];
-    size_t n = sem_slot_name("orders", 6, 3, slot);
-    assert_true(givenup_names(slot, n, slot, n));
-    assert_true(givenup_names(slot, n, "orders", 6));
-    assert_false(givenup_names(slot, n, "other", 5));
+    struct lock_name orders = {"orders", 6, SEM_NO_SLOT};
+    struct lock_name any = {"", 0, SEM_NO_SLOT};
+    struct lock_name order = {"order", 5, SEM_NO_SLOT};
+    struct lock_name orderz = {"orderz", 6, SEM_NO_SLOT};
+    assert_true(givenup_names(&orders, &orders));
+    assert_true(givenup_names(&orders, &any)); /* any resource */
+    assert_false(givenup_names(&orders, &order));
+    assert_false(givenup_names(&orders, &orderz));
+    /* a semaphore's permit, asked for by its semaphore's resource */
+    struct lock_name slot = {"orders", 6, 3};
+    struct lock_name other = {"other", 5, SEM_NO_SLOT};
+    assert_true(givenup_names(&slot, &slot));
+    assert_true(givenup_names(&slot, &orders));
+    assert_false(givenup_names(&slot, &other));
+    /* another permit, or the lock of the same resource, is not it */
+    struct lock_name slot4 = {"orders", 6, 4};
+    assert_false(givenup_names(&slot, &slot4));
+    assert_false(givenup_names(&orders, &slot));
     /* the semaphore's queue name is no permit */
-    char queue[SEM_NAME_MAX + 1];
-    size_t q = sem_queue_name("orders", 6, queue);
-    assert_false(givenup_names(queue, q, "orders", 6));
+    struct lock_name queue = {"orders", 6, SEM_QUEUE};
+    assert_false(givenup_names(&queue, &orders));
 }
 
 int main(void)

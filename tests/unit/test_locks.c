@@ -13,6 +13,9 @@
 
 #include "locks.h"
 
+/* A lock (no semaphore's slot) on r[0..n). */
+#define NAME(r, n) (&(struct lock_name){(r), (n), SEM_NO_SLOT})
+
 static void test_token_shape_and_uniqueness(void **state)
 {
     (void)state;
@@ -51,8 +54,8 @@ static void test_add_find_remove_many(void **state)
         locks_new_token(tokens[i]);
         char res[32];
         int n = snprintf(res, sizeof(res), "r%d", i);
-        assert_non_null(locks_add(t, tokens[i], res, (size_t)n, NULL, 1000,
-                                  (uint64_t)i, NULL));
+        assert_non_null(locks_add(t, tokens[i], NAME(res, (size_t)n), NULL,
+                                  1000, (uint64_t)i, NULL));
     }
     assert_int_equal(locks_count(t), N);
     for (int i = 0; i < N; i++) {
@@ -84,7 +87,8 @@ static void test_owner_list(void **state)
     struct lock *l[4];
     for (int i = 0; i < 4; i++) {
         locks_new_token(tok[i]);
-        l[i] = locks_add(t, tok[i], "x", 1, i < 3 ? &a : &b, 100, 0, NULL);
+        l[i] =
+            locks_add(t, tok[i], NAME("x", 1), i < 3 ? &a : &b, 100, 0, NULL);
     }
     assert_int_equal(a.count, 3);
     assert_int_equal(b.count, 1);
@@ -115,7 +119,7 @@ static void test_deadline_heap(void **state)
     for (int i = 0; i < N; i++) {
         char tok[PROTO_TOKEN_LEN + 1];
         locks_new_token(tok);
-        l[i] = locks_add(t, tok, "r", 1, NULL, 100, 0, NULL);
+        l[i] = locks_add(t, tok, NAME("r", 1), NULL, 100, 0, NULL);
         locks_set_deadline(t, l[i], (uint64_t)(rand() % 100000));
     }
     /* move some (up, down, to the same time, as a renewal moves its lock
@@ -153,7 +157,7 @@ static void test_deadline_heap(void **state)
     for (int i = 0; i < M; i++) {
         char tok[PROTO_TOKEN_LEN + 1];
         locks_new_token(tok);
-        m[i] = locks_add(t, tok, "r", 1, NULL, 100, 0, NULL);
+        m[i] = locks_add(t, tok, NAME("r", 1), NULL, 100, 0, NULL);
         assert_non_null(m[i]);
     }
     for (int i = 0; i < M; i++) {
@@ -178,7 +182,7 @@ static void test_scan_pages(void **state)
         char tok[PROTO_TOKEN_LEN + 1], res[32];
         locks_new_token(tok);
         int n = snprintf(res, sizeof(res), "%s:%d", i % 3 ? "b" : "a", i);
-        all[i] = locks_add(t, tok, res, (size_t)n, NULL, 1000, 0, NULL);
+        all[i] = locks_add(t, tok, NAME(res, (size_t)n), NULL, 1000, 0, NULL);
         assert_non_null(all[i]);
         assert_int_equal(all[i]->seq, (uint64_t)i + 1);
     }
@@ -224,6 +228,41 @@ static void test_scan_pages(void **state)
     locks_destroy(t);
 }
 
+/* A semaphore's slot is kept as fields: its resource as the client named
+ * it, which a listing's prefix matches, and its slot, apart from a lock of
+ * the same resource. */
+static void test_slot_fields(void **state)
+{
+    (void)state;
+    struct lock_table *t = locks_create();
+    char tok[PROTO_TOKEN_LEN + 1];
+    locks_new_token(tok);
+    struct lock_name slot = {"pool:a", 6, 1023};
+    struct lock *s = locks_add(t, tok, &slot, NULL, 1000, 0, NULL);
+    assert_non_null(s);
+    struct lock_name got = locks_name(s);
+    assert_true(sem_name_equal(&got, &slot));
+    assert_string_equal(s->resource, "pool:a");
+    locks_new_token(tok);
+    struct lock *l = locks_add(t, tok, NAME("pool:a", 6), NULL, 1000, 0, NULL);
+    assert_non_null(l);
+    got = locks_name(l);
+    assert_int_equal(got.slot, SEM_NO_SLOT);
+    assert_false(sem_name_equal(&got, &slot));
+    struct lock *page[4];
+    uint64_t next;
+    assert_int_equal(locks_scan(t, 0, "pool:", 5, 100, page, 4, &next), 2);
+    assert_ptr_equal(page[0], s);
+    assert_ptr_equal(page[1], l);
+    assert_int_equal(locks_scan(t, 0, "pool:b", 6, 100, page, 4, &next), 0);
+    /* A semaphore's queue is no lock. */
+    locks_new_token(tok);
+    struct lock_name queue = {"pool:a", 6, SEM_QUEUE};
+    assert_null(locks_add(t, tok, &queue, NULL, 1000, 0, NULL));
+    assert_int_equal(locks_count(t), 2);
+    locks_destroy(t);
+}
+
 /* A page that stops on a removed lock (not yet compacted away) gives that
  * lock's number as the cursor, and resuming from it starts after it. */
 static void test_scan_cursor_on_removed_lock(void **state)
@@ -234,7 +273,7 @@ static void test_scan_cursor_on_removed_lock(void **state)
     for (int i = 0; i < 10; i++) {
         char tok[PROTO_TOKEN_LEN + 1];
         locks_new_token(tok);
-        all[i] = locks_add(t, tok, "r", 1, NULL, 1000, 0, NULL);
+        all[i] = locks_add(t, tok, NAME("r", 1), NULL, 1000, 0, NULL);
         assert_non_null(all[i]);
     }
     locks_remove(t, all[4]); /* number 5 */
@@ -255,27 +294,27 @@ static void test_scan_cursor_on_removed_lock(void **state)
 }
 
 /* The resource lives inside the lock's own block: the longest one a
- * request can name (a semaphore slot's prefix included) keeps every byte,
- * NULs too, and ends in a NUL. */
+ * request can name keeps every byte, NULs too, and ends in a NUL. */
 static void test_resource_inline(void **state)
 {
     (void)state;
     struct lock_table *t = locks_create();
-    char res[PROTO_RESOURCE_MAX + 8];
+    char res[PROTO_RESOURCE_MAX];
     for (size_t i = 0; i < sizeof(res); i++) {
         res[i] = (char)('a' + i % 26);
     }
     res[7] = '\0';
     char tok[PROTO_TOKEN_LEN + 1];
     locks_new_token(tok);
-    struct lock *l = locks_add(t, tok, res, sizeof(res), NULL, 1000, 0, NULL);
+    struct lock *l =
+        locks_add(t, tok, NAME(res, sizeof(res)), NULL, 1000, 0, NULL);
     assert_non_null(l);
     assert_int_equal(l->resource_len, sizeof(res));
     assert_memory_equal(l->resource, res, sizeof(res));
     assert_int_equal(l->resource[sizeof(res)], '\0');
     assert_ptr_equal(locks_find(t, tok), l);
     locks_new_token(tok);
-    struct lock *e = locks_add(t, tok, "", 0, NULL, 1000, 0, NULL);
+    struct lock *e = locks_add(t, tok, NAME("", 0), NULL, 1000, 0, NULL);
     assert_non_null(e);
     assert_int_equal(e->resource_len, 0);
     assert_int_equal(e->resource[0], '\0');
@@ -304,7 +343,7 @@ static void test_token_kept_as_bytes(void **state)
     char tok[PROTO_TOKEN_LEN + 1], back[PROTO_TOKEN_LEN + 1];
     locks_new_token(tok);
     tok[0] = 'a'; /* at least one letter to upper-case */
-    struct lock *l = locks_add(t, tok, "r", 1, NULL, 1000, 0, NULL);
+    struct lock *l = locks_add(t, tok, NAME("r", 1), NULL, 1000, 0, NULL);
     assert_non_null(l);
     locks_token_hex(l, back);
     assert_string_equal(back, tok);
@@ -332,7 +371,8 @@ static void test_token_kept_as_bytes(void **state)
                 continue;
             }
             assert_null(locks_find(t, bad));
-            struct lock *o = locks_add(t, bad, "r", 1, NULL, 1000, 0, NULL);
+            struct lock *o =
+                locks_add(t, bad, NAME("r", 1), NULL, 1000, 0, NULL);
             assert_true((o != NULL) == digit);
             if (o != NULL) {
                 assert_ptr_equal(locks_find(t, bad), o);
@@ -340,7 +380,7 @@ static void test_token_kept_as_bytes(void **state)
             }
         }
     }
-    assert_null(locks_add(t, up, "r", 1, NULL, 1000, 0, NULL));
+    assert_null(locks_add(t, up, NAME("r", 1), NULL, 1000, 0, NULL));
     assert_int_equal(locks_count(t), 1);
     locks_destroy(t);
 }
@@ -382,7 +422,7 @@ static void test_defer_order(void **state)
     for (int i = 0; i < 6; i++) {
         char tok[PROTO_TOKEN_LEN + 1];
         locks_new_token(tok);
-        l[i] = locks_add(t, tok, "x", 1, &o, 100, 0, NULL);
+        l[i] = locks_add(t, tok, NAME("x", 1), &o, 100, 0, NULL);
     }
     assert_null(locks_undefer(&o));
     int order[] = {2, 0, 5, 3, 1};
@@ -400,7 +440,7 @@ static void test_defer_order(void **state)
     assert_owner_list(&o);
     char tok[PROTO_TOKEN_LEN + 1];
     locks_new_token(tok);
-    struct lock *fresh = locks_add(t, tok, "x", 1, &o, 100, 0, NULL);
+    struct lock *fresh = locks_add(t, tok, NAME("x", 1), &o, 100, 0, NULL);
     assert_false(fresh->deferred);
     assert_owner_list(&o);
     locks_defer(l[2]); /* deferred again: behind the others */
@@ -431,14 +471,14 @@ static void test_fence_after_resource(void **state)
         char tok[PROTO_TOKEN_LEN + 1];
         locks_new_token(tok);
         int64_t f = (int64_t)len * 1000003 - 7, got = 0;
-        struct lock *l = locks_add(t, tok, res, len, NULL, 100, 0, &f);
+        struct lock *l = locks_add(t, tok, NAME(res, len), NULL, 100, 0, &f);
         assert_non_null(l);
         assert_true(locks_fence(l, &got));
         assert_int_equal(got, f);
         assert_memory_equal(l->resource, res, len);
         assert_int_equal(l->resource[len], '\0');
         locks_new_token(tok);
-        struct lock *n = locks_add(t, tok, res, len, NULL, 100, 0, NULL);
+        struct lock *n = locks_add(t, tok, NAME(res, len), NULL, 100, 0, NULL);
         assert_non_null(n);
         assert_false(locks_fence(n, &got));
         assert_int_equal(got, f);
@@ -456,6 +496,7 @@ int main(void)
         cmocka_unit_test(test_deadline_heap),
         cmocka_unit_test(test_scan_pages),
         cmocka_unit_test(test_scan_cursor_on_removed_lock),
+        cmocka_unit_test(test_slot_fields),
         cmocka_unit_test(test_resource_inline),
         cmocka_unit_test(test_lock_fixed_size_budget),
         cmocka_unit_test(test_token_kept_as_bytes),

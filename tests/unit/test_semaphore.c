@@ -1,5 +1,6 @@
-/* test_semaphore.c: slot, queue, key and channel names of semaphores (no
- * resource can meet a slot), and the permits seen per resource. */
+/* test_semaphore.c: the key and channel names of locks, semaphore slots
+ * and their queues, from the fields (no resource can meet a slot), and the
+ * permits seen per resource. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,61 +12,124 @@
 
 #include "semaphore.h"
 
-static void test_names_round_trip(void **state)
+/* A lock's key and channel: "lock:" and "wake:" with the resource. */
+static void test_lock_names(void **state)
 {
     (void)state;
-    char name[SEM_NAME_MAX + 1];
-    const char *r;
-    size_t rl;
-    int k;
-    size_t n = sem_slot_name("orders:42", 9, 17, name);
-    assert_int_equal(n, strlen(name));
-    assert_memory_equal(name,
-                        "\x01"
-                        "17:orders:42",
-                        n);
-    assert_true(sem_parse(name, n, &r, &rl, &k));
-    assert_int_equal(k, 17);
-    assert_int_equal(rl, 9);
-    assert_memory_equal(r, "orders:42", 9);
-    n = sem_queue_name("a", 1, name);
-    assert_true(sem_parse(name, n, &r, &rl, &k));
-    assert_int_equal(k, -1);
-    assert_memory_equal(r, "a", 1);
-    /* A resource is never a slot: it cannot start with a control byte. */
-    assert_false(sem_parse("17:orders", 9, &r, &rl, &k));
-    assert_false(sem_parse("\x01:x", 3, &r, &rl, &k));
-    assert_false(sem_parse("\x01"
-                           "1x:y",
-                           5, &r, &rl, &k));
-    assert_false(sem_parse("\x01"
-                           "12345:y",
-                           8, &r, &rl, &k));
-    /* The largest slot of the longest resource fits. */
-    char big[PROTO_RESOURCE_MAX];
-    memset(big, 'z', sizeof(big));
-    n = sem_slot_name(big, sizeof(big), 1023, name);
-    assert_true(n <= SEM_NAME_MAX);
+    char out[700];
+    struct lock_name n = {"orders:42", 9, SEM_NO_SLOT};
+    size_t k = sem_key("redlock:", 8, &n, out, sizeof(out));
+    assert_int_equal(k, strlen("redlock:lock:orders:42"));
+    assert_memory_equal(out, "redlock:lock:orders:42", k);
+    k = sem_channel("redlock:", 8, &n, out, sizeof(out));
+    assert_int_equal(k, strlen("redlock:wake:orders:42"));
+    assert_memory_equal(out, "redlock:wake:orders:42", k);
+    /* No prefix at all. */
+    k = sem_key("", 0, &n, out, sizeof(out));
+    assert_memory_equal(out, "lock:orders:42", k);
 }
 
-static void test_keys_and_channels(void **state)
+/* A slot's key is its own, "sem:<k>:", apart from every lock's; all slots
+ * of a semaphore announce on the one channel its queue watches, the same
+ * bytes as ever: daemons of other versions share them. */
+static void test_slot_names(void **state)
 {
     (void)state;
-    char name[SEM_NAME_MAX + 1], out[700];
-    size_t n = sem_slot_name("r", 1, 2, name);
-    size_t k = sem_key("redlock:", name, n, out, sizeof(out));
+    char out[700];
+    struct lock_name n = {"r", 1, 2};
+    size_t k = sem_key("redlock:", 8, &n, out, sizeof(out));
     assert_int_equal(k, strlen("redlock:sem:2:r"));
     assert_memory_equal(out, "redlock:sem:2:r", k);
-    k = sem_channel("redlock:", name, n, out, sizeof(out));
+    n.slot = 0;
+    k = sem_key("redlock:", 8, &n, out, sizeof(out));
+    assert_memory_equal(out, "redlock:sem:0:r", k);
+    n.slot = 1023;
+    k = sem_key("redlock:", 8, &n, out, sizeof(out));
+    assert_int_equal(k, strlen("redlock:sem:1023:r"));
+    assert_memory_equal(out, "redlock:sem:1023:r", k);
+    k = sem_channel("redlock:", 8, &n, out, sizeof(out));
+    assert_int_equal(k, strlen("redlock:wake:\x01*:r"));
     assert_memory_equal(out, "redlock:wake:\x01*:r", k);
-    /* Every slot of a semaphore announces on the one channel its queue
-     * watches. */
-    char q[SEM_NAME_MAX + 1];
-    size_t ql = sem_queue_name("r", 1, q);
-    assert_int_equal(k, strlen("redlock:wake:") + ql);
-    assert_memory_equal(out + strlen("redlock:wake:"), q, ql);
-    assert_int_equal(sem_key("redlock:", "r", 1, out, sizeof(out)), 0);
-    assert_int_equal(sem_key("redlock:", name, n, out, 8), 0);
+    /* The queue's channel is its slots'; a queue has no key. */
+    struct lock_name q = {"r", 1, SEM_QUEUE};
+    char qc[700];
+    size_t ql = sem_channel("redlock:", 8, &q, qc, sizeof(qc));
+    assert_int_equal(ql, k);
+    assert_memory_equal(qc, out, k);
+    assert_int_equal(sem_key("redlock:", 8, &q, out, sizeof(out)), 0);
+}
+
+/* The longest prefix, slot and resource fit in the bound the callers size
+ * their buffers by; one byte less and nothing is written. */
+static void test_names_bounded(void **state)
+{
+    (void)state;
+    char big[PROTO_RESOURCE_MAX], prefix[64], out[700];
+    memset(big, 'z', sizeof(big));
+    memset(prefix, 'p', sizeof(prefix));
+    struct lock_name n = {big, sizeof(big), PROTO_PERMITS_MAX - 1};
+    size_t cap = sizeof(prefix) + SEM_NAME_EXTRA + sizeof(big);
+    assert_true(sem_key(prefix, sizeof(prefix), &n, out, cap) > 0);
+    assert_true(sem_channel(prefix, sizeof(prefix), &n, out, cap) > 0);
+    size_t k = sem_key(prefix, sizeof(prefix), &n, out, sizeof(out));
+    assert_int_equal(sem_key(prefix, sizeof(prefix), &n, out, k - 1), 0);
+    n.slot = SEM_NO_SLOT;
+    assert_true(sem_key(prefix, sizeof(prefix), &n, out, cap) > 0);
+    k = sem_channel(prefix, sizeof(prefix), &n, out, sizeof(out));
+    assert_int_equal(sem_channel(prefix, sizeof(prefix), &n, out, k - 1), 0);
+    struct lock_name s = {"r", 1, 7};
+    assert_int_equal(sem_key("redlock:", 8, &s, out, 8), 0);
+    assert_int_equal(sem_channel("redlock:", 8, &s, out, 8), 0);
+}
+
+/* A channel heard from a node is named once: a semaphore's queue, or a
+ * lock (no resource can start with a control byte). */
+static void test_channel_name(void **state)
+{
+    (void)state;
+    struct lock_name n;
+    sem_channel_name("\x01*:pool", 7, &n);
+    assert_int_equal(n.slot, SEM_QUEUE);
+    assert_int_equal(n.len, 4);
+    assert_memory_equal(n.resource, "pool", 4);
+    sem_channel_name("pool", 4, &n);
+    assert_int_equal(n.slot, SEM_NO_SLOT);
+    assert_int_equal(n.len, 4);
+    assert_memory_equal(n.resource, "pool", 4);
+    /* Round trip from what a queue watches. */
+    char ch[700];
+    struct lock_name q = {"a:b", 3, SEM_QUEUE};
+    size_t cl = sem_channel("redlock:", 8, &q, ch, sizeof(ch));
+    sem_channel_name(ch + strlen("redlock:wake:"), cl - strlen("redlock:wake:"),
+                     &n);
+    assert_true(sem_name_equal(&n, &q));
+    /* Short or other marks are a lock's name. */
+    sem_channel_name("\x01*", 2, &n);
+    assert_int_equal(n.slot, SEM_NO_SLOT);
+    sem_channel_name("\x01"
+                     "3:pool",
+                     7, &n);
+    assert_int_equal(n.slot, SEM_NO_SLOT);
+}
+
+/* Every slot of a semaphore waits in its one queue; a lock in its own,
+ * apart from a semaphore of the same resource. */
+static void test_queue_of(void **state)
+{
+    (void)state;
+    struct lock_name slot = {"pool", 4, 3}, other = {"pool", 4, 0};
+    struct lock_name lock = {"pool", 4, SEM_NO_SLOT};
+    struct lock_name a = sem_queue_of(&slot), b = sem_queue_of(&other);
+    assert_int_equal(a.slot, SEM_QUEUE);
+    assert_true(sem_name_equal(&a, &b));
+    struct lock_name qq = sem_queue_of(&a);
+    assert_true(sem_name_equal(&qq, &a));
+    struct lock_name l = sem_queue_of(&lock);
+    assert_true(sem_name_equal(&l, &lock));
+    assert_false(sem_name_equal(&l, &a));
+    assert_false(sem_name_equal(&slot, &other));
+    struct lock_name pools = {"pools", 5, 3};
+    assert_false(sem_name_equal(&slot, &pools));
 }
 
 static void test_seen_once(void **state)
@@ -105,8 +169,11 @@ static void test_seen_bounded(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_names_round_trip),
-        cmocka_unit_test(test_keys_and_channels),
+        cmocka_unit_test(test_lock_names),
+        cmocka_unit_test(test_slot_names),
+        cmocka_unit_test(test_names_bounded),
+        cmocka_unit_test(test_channel_name),
+        cmocka_unit_test(test_queue_of),
         cmocka_unit_test(test_seen_once),
         cmocka_unit_test(test_seen_bounded),
     };

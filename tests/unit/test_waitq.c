@@ -27,22 +27,23 @@
 
 static int watched;
 
-int wake_watch(struct wake *w, const char *resource, size_t len)
+int wake_watch(struct wake *w, const struct lock_name *name)
 {
     (void)w;
-    (void)resource;
-    (void)len;
+    (void)name;
     watched++;
     return 0;
 }
 
-void wake_unwatch(struct wake *w, const char *resource, size_t len)
+void wake_unwatch(struct wake *w, const struct lock_name *name)
 {
     (void)w;
-    (void)resource;
-    (void)len;
+    (void)name;
     watched--;
 }
+
+/* A lock (no semaphore's) on the resource r. */
+#define LOCK(r) (&(struct lock_name){(r), strlen(r), SEM_NO_SLOT})
 
 /* ---- what the owner is told --------------------------------------------- */
 
@@ -104,7 +105,7 @@ static void turn(void)
 /* Queues call on res, its timer far away. */
 static struct waitq *queue(struct call *call, const char *res)
 {
-    struct waitq *q = waitq_get(set, res, strlen(res));
+    struct waitq *q = waitq_get(set, LOCK(res));
     assert_non_null(q);
     assert_int_equal(waitq_push(set, q, call), 0);
     waitq_arm(call, 60000);
@@ -123,10 +124,10 @@ static void test_wake_runs_the_head_later(void **state)
     assert_int_equal(watched, 1);
     assert_ptr_equal(waitq_head(q), &a);
     assert_int_equal(waitq_count(set), 3);
-    assert_int_equal(waitq_waiting(set, "r", 1), 3);
+    assert_int_equal(waitq_waiting(set, LOCK("r")), 3);
     assert_int_equal(s.waiters, 1);
     /* Not inside the wake: once it has returned. */
-    waitq_wake(set, "r", 1);
+    waitq_wake(set, LOCK("r"));
     assert_int_equal(n_tried, 0);
     turn();
     assert_int_equal(n_tried, 1);
@@ -135,11 +136,11 @@ static void test_wake_runs_the_head_later(void **state)
     waitq_begin_try(&a);
     assert_true(waitq_trying(q));
     assert_int_equal(q->head_state, WAITQ_HEAD_TRYING);
-    waitq_wake(set, "r", 1);
+    waitq_wake(set, LOCK("r"));
     turn();
     assert_int_equal(n_tried, 1);
     assert_int_equal(q->head_state, WAITQ_HEAD_WOKEN);
-    waitq_wake(set, "r", 1); /* remembered once */
+    waitq_wake(set, LOCK("r")); /* remembered once */
     assert_int_equal(q->head_state, WAITQ_HEAD_WOKEN);
     /* The head won: it leaves, and the next in line goes, later. */
     assert_true(waitq_end_try(q));
@@ -151,7 +152,7 @@ static void test_wake_runs_the_head_later(void **state)
     assert_ptr_equal(tried[1], &b);
     assert_int_equal(waitq_count(set), 2);
     /* A wake for another resource touches nothing. */
-    waitq_wake(set, "x", 1);
+    waitq_wake(set, LOCK("x"));
     turn();
     assert_int_equal(n_tried, 2);
     waitq_leave(set, &b);
@@ -162,7 +163,7 @@ static void test_wake_runs_the_head_later(void **state)
     turn();
     assert_int_equal(n_tried, 3);
     /* The last one out frees the queue and stops watching. */
-    assert_null(waitq_find(set, "r", 1));
+    assert_null(waitq_find(set, LOCK("r")));
     assert_int_equal(watched, 0);
     assert_int_equal(waitq_count(set), 0);
 }
@@ -190,24 +191,40 @@ static void test_wait_runs_out_behind_the_head(void **state)
     waitq_leave(set, &a);
 }
 
-/* Every slot of a semaphore wakes its one queue. */
+/* Every slot of a semaphore wakes its one queue, which a lock of the same
+ * resource does not share. */
 static void test_semaphore_slots_share_a_queue(void **state)
 {
     (void)state;
-    char qname[SEM_NAME_MAX + 1], slot[SEM_NAME_MAX + 1];
-    size_t ql = sem_queue_name("pool", 4, qname);
-    size_t sl = sem_slot_name("pool", 4, 3, slot);
-    struct call a = {0};
-    struct waitq *q = waitq_get(set, qname, ql);
+    struct lock_name sem = {"pool", 4, SEM_QUEUE};
+    struct lock_name slot = {"pool", 4, 3}, slot0 = {"pool", 4, 0};
+    struct call a = {0}, b = {0};
+    struct waitq *q = waitq_get(set, &sem);
     assert_non_null(q);
+    assert_ptr_equal(waitq_get(set, &slot), q);
     assert_int_equal(waitq_push(set, q, &a), 0);
     waitq_arm(&a, 60000);
-    assert_int_equal(waitq_waiting(set, slot, sl), 1);
-    waitq_wake(set, slot, sl);
+    assert_int_equal(waitq_waiting(set, &slot), 1);
+    assert_int_equal(waitq_waiting(set, &slot0), 1);
+    /* The lock "pool" is another thing: its own queue, its own watch. */
+    assert_null(waitq_find(set, LOCK("pool")));
+    struct waitq *lq = queue(&b, "pool");
+    assert_true(lq != q);
+    assert_int_equal(watched, 2);
+    assert_int_equal(waitq_waiting(set, LOCK("pool")), 1);
+    waitq_wake(set, LOCK("pool"));
     turn();
     assert_int_equal(n_tried, 1);
-    assert_ptr_equal(tried[0], &a);
+    assert_ptr_equal(tried[0], &b);
+    waitq_wake(set, &slot);
+    turn();
+    assert_int_equal(n_tried, 2);
+    assert_ptr_equal(tried[1], &a);
     waitq_leave(set, &a);
+    waitq_leave(set, &b);
+    assert_null(waitq_find(set, &slot));
+    assert_null(waitq_find(set, LOCK("pool")));
+    assert_int_equal(watched, 0);
 }
 
 /* Drained at shutdown: everyone but a head whose attempt is in flight. */
@@ -253,28 +270,31 @@ static void test_head_states(void **state)
     assert_true(WIFSIGNALED(status));
     assert_int_equal(WTERMSIG(status), SIGABRT);
     waitq_leave(set, &a);
-    assert_null(waitq_find(set, "h", 1));
+    assert_null(waitq_find(set, LOCK("h")));
 }
 
 static void test_drain_keeps_a_trying_head(void **state)
 {
     (void)state;
-    struct call a = {0}, b = {0}, c = {0};
+    struct call a = {0}, b = {0}, c = {0}, d = {0};
     struct waitq *q = queue(&a, "r");
     queue(&b, "r");
     queue(&c, "s");
+    struct lock_name slot = {"s", 1, 2};
+    assert_int_equal(waitq_push(set, waitq_get(set, &slot), &d), 0);
     waitq_begin_try(&a);
     n_answered = 0;
     waitq_drain(set, answer, NULL);
-    assert_int_equal(n_answered, 2);
+    assert_int_equal(n_answered, 3);
     assert_ptr_equal(waitq_head(q), &a);
-    assert_null(waitq_find(set, "s", 1));
+    assert_null(waitq_find(set, LOCK("s")));
+    assert_null(waitq_find(set, &slot));
     assert_int_equal(waitq_count(set), 1);
     turn();
     assert_int_equal(n_tried, 0);
     assert_false(waitq_end_try(q)); /* no release came meanwhile */
     waitq_leave(set, &a);
-    assert_null(waitq_find(set, "r", 1));
+    assert_null(waitq_find(set, LOCK("r")));
 }
 
 int main(void)
