@@ -181,6 +181,11 @@ static void log_lost(const struct lock *l, const char *why)
     logged++;
     char tag[9], token[PROTO_TOKEN_LEN + 1];
     locks_token_hex(l, token);
+    if (l->slot >= 0) {
+        log_warn(NULL, "lock %s on '%.64s' (permit %d) lost: %s",
+                 log_token_hash(token, tag), l->resource, l->slot, why);
+        return;
+    }
     log_warn(NULL, "lock %s on '%.64s' lost: %s", log_token_hash(token, tag),
              l->resource, why);
 }
