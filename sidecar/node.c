@@ -9,7 +9,7 @@
  * rediss:// nodes (tls.c) run a TLS handshake between "socket connected"
  * and the handshake commands, which wait queued meanwhile, under the same
  * connect deadline; reads and writes then go through the TLS session, and
- * either may wait for the other direction (read_wants_write and
+ * either may wait for the other direction (stream.h's read_wants_write and
  * write_wants_read). A subscriber node (wake.c, opts.push_cb) runs AUTH and
  * PING only and hands "message" pushes to push_cb.
  *
@@ -34,20 +34,19 @@
  *
  * The node is five files over one private header (node_int.h, which
  * draws their layers); this one is the lowest: state changes and their
- * log lines, the command pool and its deadline timer, the socket or TLS
- * transport, the output buffer, node_drop (which ends a connection, fails
- * its FIFO and schedules the reconnect), and the public getters. It calls
+ * log lines, the command pool and its deadline timer, node_drop (which
+ * ends a connection, fails its FIFO and schedules the reconnect), and the
+ * public getters. The socket or TLS transport and the buffers are the
+ * node's struct stream (stream.c, below every node file). It calls
  * nothing above it: the callbacks it runs (a command's reply callback,
  * the node's state callback, the reconnect timer) were set from above. */
 #include "node.h"
 #include "node_int.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <event2/event.h>
 
@@ -253,7 +252,7 @@ void cmd_timer_cb(evutil_socket_t fd, short what, void *arg)
     struct node *node = arg;
     uint64_t now = util_now_us();
     node->cmd_timer_on = false;
-    if (node->tls_handshaking) {
+    if (stream_tls_handshaking(&node->s)) {
         /* Only the queued Redis handshake can be due: its deadline is the
          * connect deadline, and none of it went out. */
         node_attempt_failed(node,
@@ -294,154 +293,6 @@ void cmd_timer_cb(evutil_socket_t fd, short what, void *arg)
     cmd_timer_arm(node);
 }
 
-void write_arm(struct node *node, bool on)
-{
-    if (on && !node->write_armed) {
-        event_add(node->write_ev, NULL);
-    } else if (!on && node->write_armed) {
-        event_del(node->write_ev);
-    }
-    node->write_armed = on;
-}
-
-/* node_send/node_recv's result for a TLS step that moved n bytes. */
-static ssize_t tls_count(enum tls_io rc, size_t n)
-{
-    if (rc == TLS_OK) {
-        return (ssize_t)n;
-    }
-    return rc == TLS_WANT_READ || rc == TLS_WANT_WRITE ? 0 : -1;
-}
-
-/* Sends up to len bytes. Returns the count; 0 when the socket must first
- * become writable (or, under TLS, readable: write_wants_read); -1 on an
- * error, with last_error set. */
-ssize_t node_send(struct node *node, const char *buf, size_t len)
-{
-    if (node->tls != NULL) {
-        size_t n;
-        enum tls_io rc = tls_write(node->tls, buf, len, &n, node->last_error,
-                                   sizeof(node->last_error));
-        node->write_wants_read = rc == TLS_WANT_READ;
-        if (rc == TLS_WANT_READ) {
-            write_arm(node, false); /* read_cb retries the write */
-        } else if (rc == TLS_ERROR || rc == TLS_CLOSED) {
-            /* The server's alert ("certificate required") may wait
-             * behind the broken pipe: it says more than EPIPE. */
-            char scratch[512], why[sizeof(node->last_error)];
-            if (tls_read(node->tls, scratch, sizeof(scratch), &n, why,
-                         sizeof(why)) == TLS_ERROR &&
-                strstr(why, "alert") != NULL) {
-                memcpy(node->last_error, why, sizeof(why));
-            }
-        }
-        return tls_count(rc, n);
-    }
-    for (;;) {
-        ssize_t n = write(node->fd, buf, len);
-        if (n > 0) {
-            return n;
-        }
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            return 0;
-        }
-        node_set_error(node, "write: %s", strerror(n < 0 ? errno : EPIPE));
-        return -1;
-    }
-}
-
-/* Reads up to len bytes. Returns the count; 0 when nothing is there yet
- * (under TLS the read may wait for a writable socket: read_wants_write);
- * -1 when the server closed or the connection broke, last_error set. */
-ssize_t node_recv(struct node *node, char *buf, size_t len)
-{
-    if (node->tls != NULL) {
-        size_t n;
-        enum tls_io rc = tls_read(node->tls, buf, len, &n, node->last_error,
-                                  sizeof(node->last_error));
-        node->read_wants_write = rc == TLS_WANT_WRITE;
-        if (rc == TLS_WANT_WRITE) {
-            write_arm(node, true); /* write_cb retries the read */
-        }
-        return tls_count(rc, n);
-    }
-    ssize_t n;
-    do {
-        n = read(node->fd, buf, len);
-    } while (n < 0 && errno == EINTR);
-    if (n > 0) {
-        return n;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        return 0;
-    }
-    if (n == 0) {
-        node_set_error(node, "connection closed by the server%s", "");
-    } else {
-        node_set_error(node, "connection lost: %s", strerror(errno));
-    }
-    return -1;
-}
-
-/* Grows *buf (of *cap bytes) to hold at least need bytes, doubling from
- * 16 KiB. Returns 0, or -1 (buffer unchanged) when memory ran out. */
-static int buf_reserve(char **buf, size_t *cap, size_t need)
-{
-    if (need <= *cap) {
-        return 0;
-    }
-    size_t c = *cap ? *cap : 16384;
-    while (c < need) {
-        c *= 2;
-    }
-    char *nb = realloc(*buf, c);
-    if (nb == NULL) {
-        return -1;
-    }
-    *buf = nb;
-    *cap = c;
-    return 0;
-}
-
-/* Appends bytes to the output buffer and makes sure they are written at the
- * end of this loop turn (or when the socket has room again). */
-int out_append(struct node *node, const char *buf, size_t len)
-{
-    if (node->olen + len > node->ocap) {
-        if (node->ooff > 0) {
-            /* Unsent bytes move to the front before the buffer grows. */
-            memmove(node->obuf, node->obuf + node->ooff,
-                    node->olen - node->ooff);
-            node->olen -= node->ooff;
-            node->ooff = 0;
-        }
-        if (buf_reserve(&node->obuf, &node->ocap, node->olen + len) != 0) {
-            return -1;
-        }
-    }
-    memcpy(node->obuf + node->olen, buf, len);
-    node->olen += len;
-    if (!node->flush_pending && !node->write_armed) {
-        node->flush_pending = true;
-        event_active(node->flush_ev, EV_WRITE, 1);
-    }
-    return 0;
-}
-
-/* Appends bytes of a held command to hbuf. */
-int hold_append(struct node *node, const char *buf, size_t len)
-{
-    if (buf_reserve(&node->hbuf, &node->hcap, node->hlen + len) != 0) {
-        return -1;
-    }
-    memcpy(node->hbuf + node->hlen, buf, len);
-    node->hlen += len;
-    return 0;
-}
-
 /* Input that is not RESP, or too much of it: the stream is lost. */
 void node_protocol_error(struct node *node, enum resp_status rc,
                          const char *why)
@@ -478,12 +329,12 @@ void ahead_discard(struct node *node)
  * is being destroyed. */
 void node_drop(struct node *node, const char *why)
 {
-    if (node->fd < 0 || node->dropping) {
+    if (node->s.phase == STREAM_CLOSED || node->s.phase == STREAM_CLOSING) {
         return;
     }
     log_debug(node->subject, "%s: dropping connection (%s)",
               node->addr->display, why);
-    node->dropping = true;
+    stream_set_phase(&node->s, STREAM_CLOSING);
     node->conn_gen++;
     /* Mark down first: no new command may join a dying connection. */
     if (node->state != NODE_CLOSED) {
@@ -493,27 +344,11 @@ void node_drop(struct node *node, const char *why)
         evtimer_del(node->conn_timer);
         node_set_state(node, NODE_DOWN);
     }
-    event_del(node->read_ev);
-    event_del(node->write_ev);
-    event_del(node->flush_ev);
-    node->flush_pending = node->write_armed = false;
-    tls_conn_destroy(node->tls);
-    node->tls = NULL;
-    node->tls_handshaking = false;
-    node->read_wants_write = node->write_wants_read = false;
-    close(node->fd);
-    node->fd = -1;
-    node->connected = false;
-    node->ilen = 0;
-    if (node->icap > 1024 * 1024) {
-        free(node->ibuf); /* a large reply's buffer goes with it */
-        node->ibuf = NULL;
-        node->icap = 0;
-    }
-    node->olen = node->ooff = 0;
+    /* The input's buffer goes too when a large reply grew it. */
+    stream_close(&node->s);
     node->queued_error[0] = '\0';
     node->handshake_failed = true; /* last_error already says why */
-    node->hlen = 0;
+    node->hold.off = node->hold.len = 0;
     node->held = NULL;
     node->rec_active = false;
     node->rec_last = NULL;
@@ -547,7 +382,6 @@ void node_drop(struct node *node, const char *why)
     }
     evtimer_del(node->cmd_timer);
     node->cmd_timer_on = false;
-    node->dropping = false;
     if (node->state != NODE_CLOSED) {
         node_schedule_reconnect(node);
     }

@@ -48,9 +48,10 @@ static void node_resolve_failed(struct node *node, const char *why);
  * timer end together, and whichever fires first says the same. */
 static const char *connect_timeout_text(const struct node *node)
 {
-    return node->connected ? "handshake failed: the node accepted the "
-                             "connection but did not answer in time"
-                           : "connect: timed out";
+    return stream_connected(&node->s)
+               ? "handshake failed: the node accepted the "
+                 "connection but did not answer in time"
+               : "connect: timed out";
 }
 
 /* ---- heartbeat ----------------------------------------------------------- */
@@ -469,7 +470,7 @@ static void write_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
     struct node *node = arg;
-    if (!node->connected) {
+    if (node->s.phase == STREAM_CONNECTING) {
         int err = 0;
         socklen_t len = sizeof(err);
         if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) {
@@ -482,9 +483,10 @@ static void write_cb(evutil_socket_t fd, short what, void *arg)
             node_drop(node, "connect failed");
             return;
         }
-        node->connected = true;
+        stream_set_phase(&node->s, node->s.tls != NULL ? STREAM_TLS_HANDSHAKE
+                                                       : STREAM_OPEN);
     }
-    if (node->tls != NULL && node_tls_event(node, EV_WRITE)) {
+    if (node->s.tls != NULL && node_tls_event(node, EV_WRITE)) {
         return;
     }
     node_flush(node);
@@ -603,39 +605,35 @@ static void node_connect_to(struct node *node, const struct addrinfo *ai)
         node_connect_failed(node);
         return;
     }
-    if (event_assign(node->read_ev, node->base, fd, EV_READ | EV_PERSIST,
-                     read_cb, node) != 0 ||
-        event_assign(node->write_ev, node->base, fd, EV_WRITE | EV_PERSIST,
-                     write_cb, node) != 0 ||
-        event_add(node->read_ev, NULL) != 0) {
-        close(fd);
-        node_set_error(node, "connect: %s", "out of memory");
-        node_connect_failed(node);
-        return;
-    }
+    struct tls_conn *tls = NULL;
     if (node->addr->tls) {
         /* Never plain text to a rediss:// node: no session, no connect. */
         char msg[sizeof(node->last_error)] = "TLS: no TLS context";
-        node->tls = node->opts.tls == NULL
-                        ? NULL
-                        : tls_conn_create(node->opts.tls, fd, node->addr->host,
-                                          msg, sizeof(msg));
-        if (node->tls == NULL) {
+        tls = node->opts.tls == NULL
+                  ? NULL
+                  : tls_conn_create(node->opts.tls, fd, node->addr->host, msg,
+                                    sizeof(msg));
+        if (tls == NULL) {
             close(fd);
             node_attempt_failed(node, msg);
             node_connect_failed(node);
             return;
         }
-        node->tls_handshaking = true;
         connected = false; /* write_cb starts the handshake */
     }
-    node->fd = fd;
-    node->connected = connected;
+    if (stream_attach(&node->s, fd, tls,
+                      connected ? STREAM_OPEN : STREAM_CONNECTING) != 0) {
+        tls_conn_destroy(tls);
+        close(fd);
+        node_set_error(node, "connect: %s", "out of memory");
+        node_connect_failed(node);
+        return;
+    }
+    stream_reading(&node->s, true);
     node_set_state(node, NODE_CONNECTING);
     conn_deadline_arm(node);
     if (!connected) {
-        node->write_armed = true; /* write_cb finishes the connect */
-        event_add(node->write_ev, NULL);
+        stream_write_arm(&node->s, true); /* write_cb finishes the connect */
     }
     handshake_start(node);
     if (node->handshake_failed) {
@@ -709,20 +707,14 @@ struct node *node_create(struct event_base *base, int index,
     node->state_cb = state_cb;
     node->state_priv = state_priv;
     node->rtt_ms = -1;
-    node->fd = -1;
     snprintf(node->subject, sizeof(node->subject), "node %d%s", index + 1,
              opts->push_cb != NULL ? " sub" : "");
     node->conn_timer = evtimer_new(base, conn_timer_cb, node);
     node->cmd_timer = evtimer_new(base, cmd_timer_cb, node);
     node->ping_timer = event_new(base, -1, EV_PERSIST, ping_timer_cb, node);
-    /* The socket events get their fd on each connect (event_assign). */
-    node->read_ev = event_new(base, -1, EV_READ | EV_PERSIST, read_cb, node);
-    node->write_ev = event_new(base, -1, EV_WRITE | EV_PERSIST, write_cb, node);
-    node->flush_ev = event_new(base, -1, 0, flush_cb, node);
-    if (node->conn_timer == NULL || node->cmd_timer == NULL ||
-        node->ping_timer == NULL || node->read_ev == NULL ||
-        node->write_ev == NULL || node->flush_ev == NULL ||
-        guard_format(node) != 0) {
+    if (stream_init(&node->s, base, read_cb, write_cb, flush_cb, node) != 0 ||
+        node->conn_timer == NULL || node->cmd_timer == NULL ||
+        node->ping_timer == NULL || guard_format(node) != 0) {
         node_destroy(node);
         return NULL;
     }
@@ -746,16 +738,14 @@ void node_destroy(struct node *node)
     resolve_cancel(node->resolving);
     node->resolving = NULL;
     node_drop(node, "closed"); /* runs every pending callback */
-    struct event *evs[] = {node->conn_timer, node->cmd_timer, node->ping_timer,
-                           node->read_ev,    node->write_ev,  node->flush_ev};
+    stream_destroy(&node->s);
+    struct event *evs[] = {node->conn_timer, node->cmd_timer, node->ping_timer};
     for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
         if (evs[i] != NULL) {
             event_free(evs[i]);
         }
     }
-    free(node->obuf);
-    free(node->ibuf);
-    free(node->hbuf);
+    stream_buf_free(&node->hold);
     free(node->guard_buf);
     free(node->ahead);
     free(node);

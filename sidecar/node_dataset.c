@@ -214,11 +214,9 @@ static int guard_queue(struct node *node, bool held)
     cmd->cb = dataset_check_cb;
     cmd->guard = true;
     /* This write is under way: queuing must not ask for another. */
-    bool pending = node->flush_pending;
-    node->flush_pending = true;
     int rc = held ? hold_append(node, node->guard_buf, node->guard_len)
-                  : out_append(node, node->guard_buf, node->guard_len);
-    node->flush_pending = pending;
+                  : stream_buf_append(&node->s.out, node->guard_buf,
+                                      node->guard_len);
     if (rc != 0) {
         cmd_put(node, cmd);
         return -1;
@@ -317,8 +315,9 @@ int guard_read(struct node *node, size_t *off)
         size_t used = 0;
         char why[64];
         redisReply *r = NULL;
-        enum resp_status rc = resp_parse(node->ibuf + *off, node->ilen - *off,
-                                         &used, &r, why, sizeof(why));
+        enum resp_status rc = resp_parse(stream_in_data(&node->s) + *off,
+                                         stream_in_len(&node->s) - *off, &used,
+                                         &r, why, sizeof(why));
         if (rc == RESP_INCOMPLETE) {
             return 0;
         }

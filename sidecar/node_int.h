@@ -14,8 +14,10 @@
  *                   read-ahead
  *   node_check.c    the INFO checks of a node up
  *   node.c          state changes and their log, the command pool and its
- *                   deadlines, the socket or TLS transport, the output
- *                   buffer, node_drop, the public getters
+ *                   deadlines, node_drop, the public getters
+ *
+ * Below them all, stream.c carries the bytes: the socket or TLS session,
+ * the output written at the end of a turn, the input, the phase.
  *
  * A file that finds the connection lost calls node_drop (node.c), which
  * fails the FIFO and schedules the reconnect by timer: nothing below
@@ -41,6 +43,7 @@
 #include "restart.h"
 #include "resp.h"
 #include "scripts.h"
+#include "stream.h"
 
 /* The commands of a handshake, in the order they go out; each one's
  * privdata in handshake_cb is its step, and SCRIPT LOAD of script k is
@@ -90,19 +93,12 @@ struct node {
     const struct node_addr *addr; /* borrowed: owned by the config */
     struct node_options opts;
     struct event_base *base; /* borrowed */
-    int fd;                  /* the connection, -1 when none */
-    bool connected;          /* connect() has completed on fd */
-    bool dropping;           /* node_drop() is failing the FIFO */
-    uint64_t conn_gen;       /* bumped on every drop */
-    char *ibuf;              /* owned: bytes read, not yet parsed */
-    size_t ilen, icap;
-    struct event *read_ev;   /* EV_READ|EV_PERSIST on fd */
-    struct event *write_ev;  /* EV_WRITE on fd: connect done, or room again */
-    struct event *flush_ev;  /* made active to write at the end of a turn */
-    bool flush_pending;      /* flush_ev is active */
-    bool write_armed;        /* write_ev is added */
-    char *obuf;              /* owned: output not yet written */
-    size_t olen, ooff, ocap; /* bytes [ooff, olen) are unsent */
+    /* The connection (stream.h): its socket and TLS session, phase
+     * (CONNECTING, TLS_HANDSHAKE, OPEN; CLOSING while node_drop() fails
+     * the FIFO), the output written at the end of a turn and the input
+     * read_cb parses; write_ev is the connect's completion too. */
+    struct stream s;
+    uint64_t conn_gen; /* bumped on every drop */
     enum node_state state;
     node_state_fn *state_cb;
     void *state_priv;
@@ -135,7 +131,7 @@ struct node {
     bool down_unlogged;      /* this down spell was not logged (nor its up) */
     bool first_attempt_over; /* the first connect came up or failed */
     /* NOSCRIPT recovery (see node_handle_reply): while rec_active, new
-     * commands are held back (their bytes in hbuf, they themselves at the
+     * commands are held back (their bytes in hold, they themselves at the
      * FIFO's tail from held on) until every command written before the
      * first NOSCRIPT has answered; then the NOSCRIPT'd ones go out again
      * in their order, the scripts are reloaded, and the held ones follow. */
@@ -144,10 +140,9 @@ struct node {
     struct node_cmd *rec_head; /* NOSCRIPT'd commands to re-send, in send */
     struct node_cmd *rec_tail; /* order (by rec_next; not in the FIFO) */
     struct node_cmd *held;     /* first held command in the FIFO, or NULL */
-    char *hbuf;                /* owned: bytes of the held commands */
-    size_t hlen, hcap;
-    int reload_failed;      /* SCRIPT LOADs of this reload that failed */
-    char reload_error[120]; /* the first one's reason */
+    struct stream_buf hold;    /* bytes of the held commands */
+    int reload_failed;         /* SCRIPT LOADs of this reload that failed */
+    char reload_error[120];    /* the first one's reason */
     /* What the last handshake read (restart.h), and what the connection
      * that last came up and the one up before it had read. Only
      * handshakes that reach NODE_UP count: one that fails after INFO (a
@@ -183,7 +178,7 @@ struct node {
     bool script_missing_told;
     /* The data-set guard (see guard_close): guard_due, a guarded command
      * was queued after the last guard (guard_due_held: behind a NOSCRIPT
-     * recovery, in hbuf); guard_buf (owned), the guard's
+     * recovery, in hold); guard_buf (owned), the guard's
      * GET, formatted once; ahead (owned, with the replies in it), the
      * replies read toward a guard's, handled from ahead_next on once
      * the guard's is in. */
@@ -216,11 +211,6 @@ struct node {
     uint64_t started_us; /* server start, monotonic: the latest INFO
                             uptime allows (restart_started_us), 0 unknown */
     char subject[48];    /* "node 2" for log lines */
-    /* rediss:// only (tls.c): */
-    struct tls_conn *tls;  /* owned: rediss:// session on fd, else NULL */
-    bool tls_handshaking;  /* TLS handshake before any command goes out */
-    bool read_wants_write; /* TLS read waits for a writable socket */
-    bool write_wants_read; /* TLS write waits for a readable socket */
 };
 
 /* The node's command of a queue entry; NULL for NULL. */
@@ -252,6 +242,19 @@ static inline void fifo_insert_before(struct node *node, struct node_cmd *cmd,
                        before != NULL ? &before->q : NULL);
 }
 
+/* Appends bytes to the output buffer, written at the end of this loop
+ * turn (or when the socket has room again). Returns 0 or -1 (no memory). */
+static inline int out_append(struct node *node, const char *buf, size_t len)
+{
+    return stream_out_append(&node->s, buf, len);
+}
+
+/* Appends bytes of a held command (NOSCRIPT recovery) to hold. */
+static inline int hold_append(struct node *node, const char *buf, size_t len)
+{
+    return stream_buf_append(&node->hold, buf, len);
+}
+
 /* ---- node.c ------------------------------------------------------------ */
 
 void node_set_state(struct node *node, enum node_state state);
@@ -261,11 +264,6 @@ struct node_cmd *cmd_get(struct node *node);
 void cmd_put(struct node *node, struct node_cmd *cmd);
 void cmd_timer_arm(struct node *node);
 void cmd_timer_cb(evutil_socket_t fd, short what, void *arg);
-void write_arm(struct node *node, bool on);
-ssize_t node_send(struct node *node, const char *buf, size_t len);
-ssize_t node_recv(struct node *node, char *buf, size_t len);
-int out_append(struct node *node, const char *buf, size_t len);
-int hold_append(struct node *node, const char *buf, size_t len);
 void node_protocol_error(struct node *node, enum resp_status rc,
                          const char *why);
 void node_schedule_reconnect(struct node *node);

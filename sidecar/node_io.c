@@ -10,6 +10,7 @@
 #include "node.h"
 #include "node_int.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,9 +45,9 @@ bool node_sha_learn(struct node *node, int script)
 static void node_tls_handshake(struct node *node)
 {
     char msg[sizeof(node->last_error)];
-    enum tls_io rc = tls_handshake(node->tls, msg, sizeof(msg));
+    enum tls_io rc = tls_handshake(node->s.tls, msg, sizeof(msg));
     if (rc == TLS_WANT_READ || rc == TLS_WANT_WRITE) {
-        write_arm(node, rc == TLS_WANT_WRITE);
+        stream_write_arm(&node->s, rc == TLS_WANT_WRITE);
         return;
     }
     if (rc != TLS_OK) {
@@ -54,8 +55,8 @@ static void node_tls_handshake(struct node *node)
         node_drop(node, "TLS handshake");
         return;
     }
-    node->tls_handshaking = false;
-    write_arm(node, false);
+    stream_set_phase(&node->s, STREAM_OPEN);
+    stream_write_arm(&node->s, false);
     node_flush(node);
 }
 
@@ -64,19 +65,20 @@ static void node_tls_handshake(struct node *node)
  * event is used up. */
 bool node_tls_event(struct node *node, short what)
 {
-    if (node->tls_handshaking) {
+    struct stream *s = &node->s;
+    if (stream_tls_handshaking(s)) {
         node_tls_handshake(node);
         return true;
     }
-    if (what == EV_WRITE && node->read_wants_write) {
-        node->read_wants_write = false;
-        read_cb(node->fd, EV_READ, node);
-        return node->fd < 0; /* else flush as usual */
+    if (what == EV_WRITE && s->read_wants_write) {
+        s->read_wants_write = false;
+        read_cb(s->fd, EV_READ, node);
+        return s->fd < 0; /* else flush as usual */
     }
-    if (what == EV_READ && node->write_wants_read) {
-        node->write_wants_read = false;
+    if (what == EV_READ && s->write_wants_read) {
+        s->write_wants_read = false;
         node_flush(node);
-        return node->fd < 0;
+        return s->fd < 0;
     }
     return false;
 }
@@ -86,24 +88,15 @@ bool node_tls_event(struct node *node, short what)
 /* Writes what the socket takes; arms EV_WRITE for the rest. */
 void node_flush(struct node *node)
 {
-    if (node->fd < 0 || !node->connected || node->tls_handshaking) {
+    if (!stream_connected(&node->s) || stream_tls_handshaking(&node->s)) {
         return; /* sent once the connect (and TLS handshake) completes */
     }
     if (guard_close(node) != 0) {
         return;
     }
-    while (node->ooff < node->olen) {
-        ssize_t n =
-            node_send(node, node->obuf + node->ooff, node->olen - node->ooff);
-        if (n > 0) {
-            node->ooff += (size_t)n;
-            continue;
-        }
-        if (n == 0) {
-            write_arm(node, !node->write_wants_read);
-            return;
-        }
-        if (node->tls != NULL) {
+    if (stream_flush(&node->s, node->last_error, sizeof(node->last_error)) <
+        0) {
+        if (node->s.tls != NULL) {
             /* As a failed read: the server's alert (a TLS 1.3 server
              * refusing our certificate after our handshake ended) may
              * surface on a write; say it where operators look. */
@@ -111,16 +104,7 @@ void node_flush(struct node *node)
                      node->last_error);
         }
         node_drop(node, "write error");
-        return;
     }
-    node->olen = node->ooff = 0;
-    if (node->ocap > 1024 * 1024) {
-        /* Let a burst's buffer go; the next write starts small again. */
-        free(node->obuf);
-        node->obuf = NULL;
-        node->ocap = 0;
-    }
-    write_arm(node, node->read_wants_write);
 }
 
 void flush_cb(evutil_socket_t fd, short what, void *arg)
@@ -128,7 +112,7 @@ void flush_cb(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     struct node *node = arg;
-    node->flush_pending = false;
+    node->s.flush_pending = false;
     node_flush(node);
 }
 
@@ -143,7 +127,7 @@ void flush_cb(evutil_socket_t fd, short what, void *arg)
  * run, or will before anything we write now. So:
  *
  *   1. the first NOSCRIPT opens the window; rec_last is the last command
- *      written so far. New commands are held (hbuf; FIFO from held on);
+ *      written so far. New commands are held (hold; FIFO from held on);
  *   2. each NOSCRIPT'd command of the window joins the re-send list;
  *   3. a script command of the window that did run (another client loaded
  *      the scripts in between) ran before those on the list: an acquire
@@ -308,12 +292,13 @@ static int rec_close(struct node *node, uint64_t now)
      * them before node->held); their deadline is no later than the first
      * held command's, so deadlines still grow along the FIFO. */
     scripts_reload(node);
-    if (node->hlen > 0 && out_append(node, node->hbuf, node->hlen) != 0) {
+    if (stream_buf_used(&node->hold) > 0 &&
+        out_append(node, node->hold.data + node->hold.off,
+                   stream_buf_used(&node->hold)) != 0) {
         node_set_error(node, "out of memory%s", "");
         node_drop(node, "out of memory");
         return -1;
     }
-    node->hlen = 0;
     node->held = NULL;
     if (node->guard_due_held) {
         /* The held guarded commands went out: their guard goes next. */
@@ -321,11 +306,7 @@ static int rec_close(struct node *node, uint64_t now)
         node->guard_due = true;
     }
     cmdq_find_live(&node->fifo);
-    if (node->hcap > 1024 * 1024) {
-        free(node->hbuf);
-        node->hbuf = NULL;
-        node->hcap = 0;
-    }
+    stream_buf_clear(&node->hold);
     cmd_timer_arm(node);
     return 0;
 }
@@ -480,29 +461,22 @@ void read_cb(evutil_socket_t fd, short what, void *arg)
     (void)what;
     struct node *node = arg;
     uint64_t gen = node->conn_gen;
-    if (node->tls != NULL && node_tls_event(node, EV_READ)) {
+    if (node->s.tls != NULL && node_tls_event(node, EV_READ)) {
         return;
     }
-    if (node->icap - node->ilen < 16384) {
-        size_t cap = node->icap ? node->icap : 16384;
-        while (cap - node->ilen < 16384) {
-            cap *= 2;
-        }
-        char *nb = realloc(node->ibuf, cap);
-        if (nb == NULL) {
-            node_set_error(node, "out of memory%s", "");
-            node_drop(node, "out of memory");
-            return;
-        }
-        node->ibuf = nb;
-        node->icap = cap;
-    }
     ssize_t n =
-        node_recv(node, node->ibuf + node->ilen, node->icap - node->ilen);
+        stream_read(&node->s, node->last_error, sizeof(node->last_error));
     if (n < 0) {
-        if (node->tls != NULL) {
+        if (node->s.tls != NULL) {
             log_warn(node->subject, "%s: %s", node->addr->display,
                      node->last_error);
+        } else if (n == STREAM_EOF) {
+            node_set_error(node, "connection closed by the server%s", "");
+        } else if (errno == ENOMEM) {
+            node_drop(node, "out of memory");
+            return;
+        } else {
+            node_set_error(node, "connection lost: %s", strerror(errno));
         }
         node_drop(node, "read");
         return;
@@ -510,7 +484,6 @@ void read_cb(evutil_socket_t fd, short what, void *arg)
     if (n == 0) {
         return;
     }
-    node->ilen += (size_t)n;
     /* One clock reading serves the whole batch of replies. */
     uint64_t now = util_now_us();
     size_t off = 0;
@@ -522,7 +495,7 @@ void read_cb(evutil_socket_t fd, short what, void *arg)
             if (node->ahead_ready) {
                 ahead_discard(node); /* all handled: resets */
             }
-            if (off >= node->ilen) {
+            if (off >= stream_in_len(&node->s)) {
                 break;
             }
             if (node->ahead_n > 0 || head_guarded(node)) {
@@ -537,7 +510,8 @@ void read_cb(evutil_socket_t fd, short what, void *arg)
             }
             size_t used = 0;
             char why[64];
-            enum resp_status rc = resp_parse(node->ibuf + off, node->ilen - off,
+            enum resp_status rc = resp_parse(stream_in_data(&node->s) + off,
+                                             stream_in_len(&node->s) - off,
                                              &used, &r, why, sizeof(why));
             if (rc == RESP_INCOMPLETE) {
                 break;
@@ -568,14 +542,12 @@ void read_cb(evutil_socket_t fd, short what, void *arg)
             return; /* a callback dropped this connection (and the input) */
         }
     }
-    /* Keep only the partial reply, at the front. */
-    if (off > 0) {
-        memmove(node->ibuf, node->ibuf + off, node->ilen - off);
-        node->ilen -= off;
-    }
-    if (node->tls != NULL && tls_pending(node->tls)) {
+    /* Only the partial reply is kept (moved to the front when the next
+     * read needs the room). */
+    stream_buf_consume(&node->s.in, off);
+    if (node->s.tls != NULL && tls_pending(node->s.tls)) {
         /* Decrypted bytes wait in the session, not on the socket. */
-        event_active(node->read_ev, EV_READ, 1);
+        event_active(node->s.read_ev, EV_READ, 1);
     }
 }
 
@@ -583,7 +555,7 @@ void read_cb(evutil_socket_t fd, short what, void *arg)
 
 /* Queues the formatted bytes buf[0..len) of n commands (cmds[], callbacks
  * filled by the caller, in wire order): all of them or none. During a
- * NOSCRIPT recovery they are held (hbuf, the FIFO's tail from held on);
+ * NOSCRIPT recovery they are held (hold, the FIFO's tail from held on);
  * while the recovery ends (rec_close) they go ahead of the held commands,
  * and no deadline may then pass a held one's. Returns 0, or -1 (out of
  * memory) having returned every cmd to the pool. */
@@ -618,7 +590,7 @@ static int node_enqueue(struct node *node, struct node_cmd **cmds, int n,
 
 static bool node_accepts(const struct node *node)
 {
-    return node->state == NODE_UP && node->fd >= 0 &&
+    return node->state == NODE_UP && node->s.fd >= 0 &&
            node->fifo.len < node->opts.max_pending;
 }
 

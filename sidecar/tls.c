@@ -1,8 +1,8 @@
 /* tls.c: the TLS transport of rediss:// nodes on OpenSSL 3.
  *
- * The socket stays node.c's: OpenSSL reads and writes the fd directly
- * (SSL_set_fd) and reports SSL_ERROR_WANT_READ/WRITE, which this file turns
- * into enum tls_io for node.c's libevent events. Verification is on unless
+ * The socket stays the node's stream's (stream.c): OpenSSL reads and
+ * writes the fd directly (SSL_set_fd) and reports SSL_ERROR_WANT_READ/WRITE,
+ * which this file turns into enum tls_io for the stream's libevent events. Verification is on unless
  * the unsafe switch says otherwise: the chain against the CA file or the
  * system store, the name (or IP) against the node's host or
  * --tls-server-name. */
@@ -83,8 +83,9 @@ struct tls_ctx *tls_ctx_create(const struct config *cfg, char *err,
     ctx->verify = !cfg->tls_insecure_skip_verify;
     ctx->server_name = cfg->tls_server_name;
     SSL_CTX_set_min_proto_version(ctx->ssl_ctx, TLS1_2_VERSION);
-    /* Partial writes: node.c's buffer is sent as far as the socket takes.
-     * Moving buffer: a retried write may come from a regrown buffer. */
+    /* Partial writes: the stream's buffer is sent as far as the socket
+     * takes. Moving buffer: a retried write may come from a regrown (or
+     * compacted) buffer. */
     SSL_CTX_set_mode(ctx->ssl_ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
                                        SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER |
                                        SSL_MODE_RELEASE_BUFFERS);

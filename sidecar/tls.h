@@ -1,4 +1,5 @@
-/* tls.h: the TLS transport of rediss:// nodes (OpenSSL 3), for node.c.
+/* tls.h: the TLS transport of rediss:// nodes (OpenSSL 3), for stream.c
+ * and node_io.c's handshake.
  *
  * One context per daemon (the --tls-* settings), one session per node
  * connection. The step functions never block: on a non-blocking socket they
