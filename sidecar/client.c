@@ -11,8 +11,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 
 #include "config.h"
@@ -42,18 +40,9 @@ void client_set_state(struct client *cl, enum client_state state)
     cl->state = state;
 }
 
-/* Reading is ours, not the bufferevent's: its reads cost an
- * ioctl(FIONREAD) each. */
 static void client_reading(struct client *cl, bool on)
 {
-    if (on != cl->reading) {
-        cl->reading = on;
-        if (on) {
-            event_add(cl->read_ev, NULL);
-        } else {
-            event_del(cl->read_ev);
-        }
-    }
+    stream_reading(&cl->s, on);
 }
 
 /* ---- calls ----------------------------------------------------------------
@@ -160,14 +149,8 @@ static void client_free_events(struct client *cl)
     if (cl->linger_ev != NULL) {
         event_free(cl->linger_ev);
     }
-    if (cl->flush_ev != NULL) {
-        event_free(cl->flush_ev);
-    }
     if (cl->resume_ev != NULL) {
         event_free(cl->resume_ev);
-    }
-    if (cl->read_ev != NULL) {
-        event_free(cl->read_ev);
     }
     if (cl->idle_ev != NULL) {
         event_free(cl->idle_ev);
@@ -189,7 +172,7 @@ void client_free(struct client *cl)
         RL_ASSERT(env->n_clients >= 0);
     }
     METRIC_ADD(clients, -1);
-    bufferevent_free(cl->bev);
+    stream_destroy(&cl->s);
     log_debug(cl->subject, "closed");
     free(cl);
     listener_fd_freed(env->lst);
@@ -230,14 +213,13 @@ static void linger_cb(evutil_socket_t fd, short what, void *arg)
 static void client_finish_close(struct client *cl)
 {
     RL_ASSERT(!client_attached(cl));
-    RL_ASSERT(evbuffer_get_length(bufferevent_get_output(cl->bev)) == 0);
+    RL_ASSERT(stream_buf_used(&cl->s.out) == 0);
     if (cl->state != CLIENT_CLOSING) {
         client_free(cl);
         return;
     }
     cl->linger_ev = evtimer_new(cl->env->base, linger_cb, cl);
-    if (cl->linger_ev == NULL ||
-        shutdown(bufferevent_getfd(cl->bev), SHUT_WR) != 0) {
+    if (cl->linger_ev == NULL || shutdown(cl->s.fd, SHUT_WR) != 0) {
         client_free(cl);
         return;
     }
@@ -255,7 +237,7 @@ void client_close_after_flush(struct client *cl)
         client_leave(cl, cl->state == CLIENT_DRAINING ? CLIENT_CLOSING_EOF
                                                       : CLIENT_CLOSING);
     }
-    if (evbuffer_get_length(bufferevent_get_output(cl->bev)) == 0) {
+    if (stream_buf_used(&cl->s.out) == 0) {
         client_finish_close(cl);
     }
 }
@@ -265,7 +247,7 @@ void client_close_after_flush(struct client *cl)
  * polls POLLHUP; a half-closed one does not. */
 static bool peer_gone(struct client *cl)
 {
-    struct pollfd p = {bufferevent_getfd(cl->bev), POLLOUT, 0};
+    struct pollfd p = {cl->s.fd, POLLOUT, 0};
     if (poll(&p, 1, 0) < 0) {
         return true;
     }
@@ -274,27 +256,25 @@ static bool peer_gone(struct client *cl)
 
 bool client_drain_cut_request(struct client *cl)
 {
-    struct evbuffer *in = bufferevent_get_input(cl->bev);
-    size_t n = evbuffer_get_length(in);
-    const unsigned char *p = n > 0 ? evbuffer_pullup(in, -1) : NULL;
+    size_t n = stream_in_len(&cl->s);
+    const unsigned char *p = (const unsigned char *)stream_in_data(&cl->s);
     size_t i = 0;
-    while (p != NULL && i < n && util_is_space(p[i])) {
+    while (i < n && util_is_space(p[i])) {
         i++;
     }
-    evbuffer_drain(in, n);
-    return p != NULL && i < n;
+    stream_buf_consume(&cl->s.in, n);
+    return i < n;
 }
 
-static void client_event_cb(struct bufferevent *bev, short events, void *arg)
+/* The socket ended: eof, the peer's EOF on a read; else it broke, on a
+ * read or a write, errno saying why. */
+static void client_sock_end(struct client *cl, bool eof)
 {
-    (void)bev;
-    struct client *cl = arg;
     if (cl->state == CLIENT_LINGERING) {
         client_free(cl);
         return;
     }
-    if ((events & BEV_EVENT_EOF) && !(events & BEV_EVENT_ERROR) &&
-        !(events & BEV_EVENT_WRITING) && !peer_gone(cl)) {
+    if (eof && !peer_gone(cl)) {
         /* A half-close (socat, `printf .. | nc -U`): still answer what was
          * asked, then close; session locks go with the close. Read again
          * after a pause, the EOF comes again. */
@@ -307,32 +287,34 @@ static void client_event_cb(struct bufferevent *bev, short events, void *arg)
         cl->fops->peer_eof(cl);
         return;
     }
-    if (events & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-        if ((events & BEV_EVENT_ERROR) && errno != ECONNRESET &&
-            errno != EPIPE) {
-            log_debug(cl->subject, "socket error: %s", strerror(errno));
-        }
-        client_free(cl);
+    if (!eof && errno != ECONNRESET && errno != EPIPE) {
+        log_debug(cl->subject, "socket error: %s", strerror(errno));
     }
+    client_free(cl);
 }
 
-static void client_write_cb(struct bufferevent *bev, void *arg)
+/* EV_WRITE, armed while the socket was full: what it takes now goes.
+ * Reading may resume once the output is down to OUT_LOW. */
+static void client_write_cb(evutil_socket_t fd, short what, void *arg)
 {
+    (void)fd;
+    (void)what;
     struct client *cl = arg;
-    if (cl->write_on && client_attached(cl) &&
-        evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
-        /* Drained: back to writing at the end of each turn. */
-        cl->write_on = false;
-        bufferevent_disable(bev, EV_WRITE);
+    char err[64];
+    if (stream_flush(&cl->s, err, sizeof(err)) < 0) {
+        client_sock_end(cl, false);
+        return;
     }
+    size_t left = stream_buf_used(&cl->s.out);
     if (!client_attached(cl)) {
-        if (cl->state != CLIENT_LINGERING &&
-            evbuffer_get_length(bufferevent_get_output(bev)) == 0) {
+        if (cl->state != CLIENT_LINGERING && left == 0) {
             client_finish_close(cl);
         }
         return;
     }
-    client_maybe_resume(cl);
+    if (left <= OUT_LOW) {
+        client_maybe_resume(cl);
+    }
 }
 
 /* ---- back-pressure --------------------------------------------------------
@@ -353,15 +335,13 @@ void client_pause(struct client *cl)
  * buffering without limit. Holds at most that plus one read. */
 static bool client_held(struct client *cl)
 {
-    return cl->busy && evbuffer_get_length(bufferevent_get_input(cl->bev)) >=
-                           cl->env->cfg->max_line_bytes;
+    return cl->busy && stream_in_len(&cl->s) >= cl->env->cfg->max_line_bytes;
 }
 
 bool client_over_limits(struct client *cl)
 {
     return cl->inflight >= cl->env->cfg->max_inflight ||
-           evbuffer_get_length(bufferevent_get_output(cl->bev)) > OUT_HIGH ||
-           client_held(cl);
+           stream_buf_used(&cl->s.out) > OUT_HIGH || client_held(cl);
 }
 
 /* Going on with a connection's input (lines buffered while it was paused,
@@ -396,12 +376,11 @@ static void client_maybe_resume(struct client *cl)
         return;
     }
     if (cl->inflight < cl->env->cfg->max_inflight &&
-        evbuffer_get_length(bufferevent_get_output(cl->bev)) <= OUT_LOW &&
-        !client_held(cl)) {
+        stream_buf_used(&cl->s.out) <= OUT_LOW && !client_held(cl)) {
         cl->read_paused = false;
         client_reading(cl, true);
         /* Lines may already sit in the input buffer. */
-        if (evbuffer_get_length(bufferevent_get_input(cl->bev)) > 0) {
+        if (stream_in_len(&cl->s) > 0) {
             client_resume_later(cl);
         }
     }
@@ -422,28 +401,22 @@ void client_recheck_limits(struct client *cl)
 void client_out(struct client *cl, const void *data, size_t len)
 {
     /* Once closing, only what was queued goes out (and after the shutdown
-     * of our side nothing could). */
+     * of our side nothing could). Out of memory, the bytes are lost, and
+     * the peer waits for an answer until it gives up. */
     RL_ASSERT(client_attached(cl));
-    evbuffer_add(bufferevent_get_output(cl->bev), data, len);
-    if (!cl->flush_pending && !cl->write_on) {
-        cl->flush_pending = true;
-        event_active(cl->flush_ev, EV_WRITE, 1);
-    }
+    (void)stream_out_append(&cl->s, data, len);
 }
 
 /* When it is the connection's last answer in flight and nothing is
- * queued, nothing could join it this turn: written now, which spares the
- * evbuffer chain and the flush event (the common case of one request at a
- * time). */
+ * queued, nothing could join it this turn: written now, in one write(),
+ * which spares the copy into the output and the flush event (the common
+ * case of one request at a time). */
 void client_answer(struct client *cl, const char *buf, size_t len)
 {
     RL_ASSERT(client_attached(cl));
-    if (cl->inflight == 0 && !cl->flush_pending && !cl->write_on &&
-        evbuffer_get_length(bufferevent_get_output(cl->bev)) == 0) {
-        ssize_t n;
-        do {
-            n = write(bufferevent_getfd(cl->bev), buf, len);
-        } while (n < 0 && errno == EINTR);
+    if (cl->inflight == 0 && stream_out_idle(&cl->s)) {
+        char err[64];
+        ssize_t n = stream_send(&cl->s, buf, len, err, sizeof(err));
         if (n == (ssize_t)len) {
             return;
         }
@@ -452,36 +425,30 @@ void client_answer(struct client *cl, const char *buf, size_t len)
             len -= (size_t)n;
         }
         /* The rest (or all of it, after EAGAIN or an error, which the
-         * bufferevent then reports) goes the queued way. */
+         * flush then meets again and reports) goes the queued way. */
     }
     client_out(cl, buf, len);
 }
 
-/* End of the turn: write everything queued; what does not fit is left to
- * the bufferevent (EV_WRITE), which also reports a broken socket. */
+/* End of the turn: write everything queued; what does not fit waits for
+ * EV_WRITE (client_write_cb). */
 static void client_flush_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     struct client *cl = arg;
-    cl->flush_pending = false;
-    if (cl->write_on) {
+    cl->s.flush_pending = false;
+    if (cl->s.write_armed) {
         return;
     }
-    struct evbuffer *out = bufferevent_get_output(cl->bev);
-    evutil_socket_t sock = bufferevent_getfd(cl->bev);
-    /* A bufferevent keeps the front of its output frozen so that only it
-     * drains it; thaw it for this write. */
-    evbuffer_unfreeze(out, 1);
-    int n = 1;
-    while (n > 0 && evbuffer_get_length(out) > 0) {
-        n = evbuffer_write(out, sock);
-    }
-    evbuffer_freeze(out, 1);
-    if (evbuffer_get_length(out) > 0) {
-        cl->write_on = true;
-        bufferevent_enable(cl->bev, EV_WRITE);
+    char err[64];
+    int rc = stream_flush(&cl->s, err, sizeof(err));
+    if (rc < 0) {
+        client_sock_end(cl, false);
         return;
+    }
+    if (rc == 0) {
+        return; /* EV_WRITE is armed */
     }
     if (!client_attached(cl)) {
         if (cl->state != CLIENT_LINGERING) {
@@ -496,12 +463,8 @@ static void client_flush_cb(evutil_socket_t fd, short what, void *arg)
  * (the loop is over); the rest is lost with the close. */
 void client_flush_now(struct client *cl)
 {
-    struct evbuffer *out = bufferevent_get_output(cl->bev);
-    evutil_socket_t sock = bufferevent_getfd(cl->bev);
-    evbuffer_unfreeze(out, 1);
-    while (evbuffer_get_length(out) > 0 && evbuffer_write(out, sock) > 0) {
-    }
-    evbuffer_freeze(out, 1);
+    char err[64];
+    (void)stream_flush(&cl->s, err, sizeof(err));
 }
 
 /* ---- reading --------------------------------------------------------------
@@ -510,9 +473,8 @@ void client_flush_now(struct client *cl)
 void client_input(struct client *cl)
 {
     if (cl->state == CLIENT_LINGERING) {
-        struct evbuffer *in = bufferevent_get_input(cl->bev);
-        cl->discarded += evbuffer_get_length(in);
-        evbuffer_drain(in, evbuffer_get_length(in));
+        cl->discarded += stream_in_len(&cl->s);
+        stream_buf_consume(&cl->s.in, stream_in_len(&cl->s));
         if (cl->discarded > LINGER_BYTES) {
             client_free(cl);
         }
@@ -524,20 +486,9 @@ void client_input(struct client *cl)
     cl->fops->input(cl);
 }
 
-static void client_read_cb(struct bufferevent *bev, void *arg)
-{
-    (void)bev;
-    client_input(arg);
-}
-
 int client_input_keep(struct client *cl, const char *data, size_t n)
 {
-    struct evbuffer *in = bufferevent_get_input(cl->bev);
-    /* The bufferevent freezes its input's end so that only it adds. */
-    evbuffer_unfreeze(in, 0);
-    int rc = evbuffer_add(in, data, n);
-    evbuffer_freeze(in, 0);
-    if (rc != 0) {
+    if (stream_buf_append(&cl->s.in, data, n) != 0) {
         log_error(cl->subject, "out of memory");
         client_close_after_flush(cl);
         return -1;
@@ -545,30 +496,25 @@ int client_input_keep(struct client *cl, const char *data, size_t n)
     return 0;
 }
 
-/* EV_READ: one read into the input buffer, then the framing's reader. */
+/* EV_READ: one read, served in place by the framing's feed when nothing
+ * is buffered, else added to the input and served from there. */
 static void client_sock_read_cb(evutil_socket_t fd, short what, void *arg)
 {
+    (void)fd;
     (void)what;
     struct client *cl = arg;
     char buf[16384];
-    ssize_t n;
-    do {
-        n = read(fd, buf, sizeof(buf));
-    } while (n < 0 && errno == EINTR);
-    if (n == 0) {
-        client_event_cb(cl->bev, BEV_EVENT_READING | BEV_EVENT_EOF, cl);
+    char err[64];
+    ssize_t n = stream_recv(&cl->s, buf, sizeof(buf), err, sizeof(err));
+    if (n == STREAM_EOF || n == STREAM_ERR) {
+        client_sock_end(cl, n == STREAM_EOF);
         return;
     }
-    if (n < 0) {
-        if (errno != EAGAIN && errno != EWOULDBLOCK) {
-            client_event_cb(cl->bev, BEV_EVENT_READING | BEV_EVENT_ERROR, cl);
-        }
+    if (n == STREAM_WAIT) {
         return;
     }
-    struct evbuffer *in = bufferevent_get_input(cl->bev);
     const struct framing_ops *f = cl->fops;
-    if (f->feed != NULL && client_attached(cl) &&
-        evbuffer_get_length(in) == 0) {
+    if (f->feed != NULL && client_attached(cl) && stream_in_len(&cl->s) == 0) {
         f->feed(cl, buf, (size_t)n);
         return;
     }
@@ -588,23 +534,21 @@ struct client *client_new(struct client_env *env, int fd, bool metrics_only,
         evutil_closesocket(fd);
         return NULL;
     }
-    cl->bev = bufferevent_socket_new(env->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    if (cl->bev == NULL) {
+    if (stream_init(&cl->s, env->base, client_sock_read_cb, client_write_cb,
+                    client_flush_cb, cl) != 0 ||
+        stream_attach(&cl->s, fd, NULL, STREAM_OPEN) != 0) {
+        stream_destroy(&cl->s);
         evutil_closesocket(fd);
         free(cl);
         return NULL;
     }
-    cl->flush_ev = event_new(env->base, -1, 0, client_flush_cb, cl);
     cl->resume_ev = event_new(env->base, -1, 0, client_resume_cb, cl);
-    cl->read_ev =
-        event_new(env->base, fd, EV_READ | EV_PERSIST, client_sock_read_cb, cl);
     if (metrics_only) {
         cl->idle_ev = evtimer_new(env->base, idle_cb, cl);
     }
-    if (cl->flush_ev == NULL || cl->resume_ev == NULL || cl->read_ev == NULL ||
-        (metrics_only && cl->idle_ev == NULL)) {
+    if (cl->resume_ev == NULL || (metrics_only && cl->idle_ev == NULL)) {
         client_free_events(cl);
-        bufferevent_free(cl->bev);
+        stream_destroy(&cl->s); /* closes fd */
         free(cl);
         return NULL;
     }
@@ -624,12 +568,6 @@ struct client *client_new(struct client_env *env, int fd, bool metrics_only,
     }
     METRIC_ADD(clients, 1);
     METRIC_INC(clients_accepted);
-    bufferevent_setcb(cl->bev, client_read_cb, client_write_cb, client_event_cb,
-                      cl);
-    bufferevent_setwatermark(cl->bev, EV_WRITE, OUT_LOW, 0);
-    /* A new bufferevent has EV_WRITE enabled; answers are written by
-     * client_flush_cb instead (see client.h). */
-    bufferevent_disable(cl->bev, EV_READ | EV_WRITE);
     client_reading(cl, true);
     log_debug(cl->subject, "connected");
     return cl;

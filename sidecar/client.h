@@ -13,11 +13,11 @@
  *   HTTP:   http_parse -> http_route -> struct call -> ops_submit
  *           (one request at a time, so answers keep request order)
  *   answer -> call_done_cb (server.c, each call's done) -> the framing's
- *             answer -> output buffer -> socket, written at the end of the
- *             loop turn (flush_ev), one write for every answer that turn
- *             produced; EV_WRITE is enabled on the bufferevent only while
- *             the socket is full, which saves the epoll_ctl pair
- *             bufferevent spends on each answer
+ *             answer -> the stream's output (stream.h) -> socket, written
+ *             at the end of the loop turn (flush_ev), one write for every
+ *             answer that turn produced, or at once when it is the only
+ *             answer that turn can make; EV_WRITE is armed only while the
+ *             socket is full
  *
  * Back-pressure: a connection stops being read while it has max_inflight
  * calls outstanding or more than OUT_HIGH bytes unsent, and resumes when
@@ -45,8 +45,8 @@
 #include "locks.h"
 #include "pool.h"
 #include "proto.h"
+#include "stream.h"
 
-struct bufferevent;
 struct event;
 struct event_base;
 struct config;
@@ -173,7 +173,7 @@ struct framing_ops {
 struct client {
     struct client_env *env; /* borrowed */
     uint64_t id;
-    struct bufferevent *bev;        /* owned */
+    struct stream s; /* owned: the socket, its input and output */
     const struct framing_ops *fops; /* its framing; static */
     enum client_state state;        /* written by client_set_state() only */
     struct lock_owner session;      /* NDJSON: locks that die with us */
@@ -183,14 +183,9 @@ struct client {
     bool bom_checked;        /* the stream's first bytes were not a BOM */
     size_t discarded;        /* bytes thrown away while lingering */
     struct event *linger_ev; /* owned: bound on lingering */
-    struct event *flush_ev;  /* owned: made active to write this turn */
     struct event *resume_ev; /* owned: made active to go on reading */
-    struct event *read_ev;   /* owned: EV_READ on the socket */
     struct event *idle_ev;   /* owned: metrics only: METRICS_IDLE_MS */
-    bool reading;            /* read_ev is added */
-    bool flush_pending;      /* flush_ev is active */
     bool resume_pending;     /* resume_ev is active */
-    bool write_on;           /* EV_WRITE enabled: the socket was full */
     bool busy;               /* a framing that answers one request at a
                                 time (HTTP) has one in flight */
     bool metrics_only;       /* from --metrics-listen: no lock routes */

@@ -6,9 +6,6 @@
 
 #include <stdlib.h>
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-
 #include "http.h"
 #include "metrics.h"
 #include "ops.h"
@@ -117,12 +114,11 @@ static void httpconn_answer_unterminated(struct client *cl)
 static bool httpconn_one(struct client *cl)
 {
     struct client_env *env = cl->env;
-    struct evbuffer *in = bufferevent_get_input(cl->bev);
-    size_t avail = evbuffer_get_length(in);
+    size_t avail = stream_in_len(&cl->s);
     if (avail == 0) {
         return false;
     }
-    const char *buf = (const char *)evbuffer_pullup(in, -1);
+    const char *buf = stream_in_data(&cl->s);
     struct http_request h;
     enum http_parse_result pr = http_parse(buf, avail, env->http_limits, &h);
     if (pr == HTTP_INCOMPLETE) {
@@ -188,7 +184,7 @@ static bool httpconn_one(struct client *cl)
         client_call_unlink(cl, sc);
         client_call_free(sc);
     } else {
-        evbuffer_drain(in, h.consumed);
+        stream_buf_consume(&cl->s.in, h.consumed);
         sc->framing_flags = (keep_alive ? HTTPCALL_KEEP_ALIVE : 0) |
                             (head_only ? HTTPCALL_HEAD_ONLY : 0);
         call->session = NULL;
@@ -198,7 +194,7 @@ static bool httpconn_one(struct client *cl)
         ops_submit(env->ops, call);
         return true;
     }
-    evbuffer_drain(in, h.consumed);
+    stream_buf_consume(&cl->s.in, h.consumed);
     if (!keep_alive) {
         client_close_after_flush(cl);
         return false;

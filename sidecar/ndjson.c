@@ -5,9 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-
 #include "config.h"
 #include "log.h"
 #include "metrics.h"
@@ -102,27 +99,26 @@ static bool ndjson_line(struct client *cl, const char *line, size_t len)
     return client_attached(cl);
 }
 
-/* Lines buffered in the input evbuffer (after a pause, a partial line, or
- * the first read that chose the framing). */
+/* Lines buffered in the input (after a pause, a partial line, or the
+ * first read that chose the framing). */
 static void ndjson_read(struct client *cl)
 {
-    struct evbuffer *in = bufferevent_get_input(cl->bev);
     size_t max = cl->env->cfg->max_line_bytes;
     while (client_attached(cl)) {
         if (client_over_limits(cl)) {
             client_pause(cl);
             return;
         }
-        size_t eol_len = 0;
-        struct evbuffer_ptr eol =
-            evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
-        if (eol.pos < 0) {
-            if (evbuffer_get_length(in) > max) {
+        const char *in = stream_in_data(&cl->s);
+        size_t avail = stream_in_len(&cl->s);
+        const char *eol = avail > 0 ? memchr(in, '\n', avail) : NULL;
+        if (eol == NULL) {
+            if (avail > max) {
                 ndjson_too_large(cl, max);
             }
             return;
         }
-        size_t len = (size_t)eol.pos;
+        size_t len = (size_t)(eol - in);
         if (len > max) {
             ndjson_too_large(cl, max);
             return;
@@ -136,7 +132,8 @@ static void ndjson_read(struct client *cl)
             client_close_after_flush(cl);
             return;
         }
-        evbuffer_remove(in, line, len + 1);
+        memcpy(line, in, len + 1);
+        stream_buf_consume(&cl->s.in, len + 1);
         bool more = ndjson_line(cl, line, len);
         if (line != stack) {
             free(line);
@@ -147,9 +144,9 @@ static void ndjson_read(struct client *cl)
     }
 }
 
-/* Bytes read straight off the socket while the input evbuffer is empty:
- * complete lines are handled in place, and only what is left (a partial
- * line, or lines held back by a pause) is kept in the evbuffer. */
+/* Bytes read straight off the socket while the input is empty: complete
+ * lines are handled in place, and only what is left (a partial line, or
+ * lines held back by a pause) is kept in the input. */
 static void ndjson_feed(struct client *cl, const char *buf, size_t n)
 {
     size_t max = cl->env->cfg->max_line_bytes;
@@ -175,8 +172,7 @@ static void ndjson_feed(struct client *cl, const char *buf, size_t n)
         }
     }
     if (off < n && client_input_keep(cl, buf + off, n - off) == 0 &&
-        !cl->read_paused &&
-        evbuffer_get_length(bufferevent_get_input(cl->bev)) > max) {
+        !cl->read_paused && stream_in_len(&cl->s) > max) {
         ndjson_too_large(cl, max);
     }
 }
@@ -215,8 +211,7 @@ void ndjson_resume(struct client *cl)
         client_close_after_flush(cl);
         return;
     }
-    if (!cl->read_paused &&
-        evbuffer_get_length(bufferevent_get_input(cl->bev)) > 0) {
+    if (!cl->read_paused && stream_in_len(&cl->s) > 0) {
         client_input(cl);
     }
 }

@@ -12,9 +12,6 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-
 #include "client.h"
 #include "config.h"
 #include "http.h"
@@ -108,51 +105,42 @@ static const struct framing_ops *framing_of(unsigned char first,
 }
 
 /* Drops the whitespace before a connection's first byte, however much of
- * it is buffered (looked at a slice at a time, so a long run costs no big
- * pull-up), and picks the framing from that byte. Returns false while
- * nothing but whitespace has come; it is all drained, so it never grows. */
+ * it is buffered, and picks the framing from that byte. Returns false
+ * while nothing but whitespace has come; it is all drained, so it never
+ * grows. */
 static bool server_pick_framing(struct client *cl)
 {
-    struct evbuffer *in = bufferevent_get_input(cl->bev);
     if (!cl->bom_checked) {
         /* A UTF-8 byte order mark first (some Windows tools write one) is
          * dropped, as RFC 8259 lets a parser do, rather than taken for
          * the first byte of an HTTP method. It may come in pieces. */
         static const unsigned char bom[3] = {0xEF, 0xBB, 0xBF};
-        size_t n = evbuffer_get_length(in);
+        size_t n = stream_in_len(&cl->s);
         size_t look = n < 3 ? n : 3;
-        const unsigned char *p = evbuffer_pullup(in, (ssize_t)look);
-        if (p != NULL && memcmp(p, bom, look) == 0) {
-            if (look < 3) {
-                return false;
-            }
-            evbuffer_drain(in, 3);
-        }
-        cl->bom_checked = true;
-    }
-    for (;;) {
-        size_t n = evbuffer_get_length(in);
         if (n == 0) {
             return false;
         }
-        size_t look = n < 512 ? n : 512;
-        const unsigned char *p = evbuffer_pullup(in, (ssize_t)look);
-        if (p == NULL) {
-            log_error(cl->subject, "out of memory");
-            client_close_after_flush(cl);
-            return false;
+        if (memcmp(stream_in_data(&cl->s), bom, look) == 0) {
+            if (look < 3) {
+                return false;
+            }
+            stream_buf_consume(&cl->s.in, 3);
         }
-        size_t i = 0;
-        while (i < look && util_is_space(p[i])) {
-            i++;
-        }
-        if (i < look) {
-            cl->fops = framing_of(p[i], cl->metrics_only);
-            evbuffer_drain(in, i);
-            return true;
-        }
-        evbuffer_drain(in, look);
+        cl->bom_checked = true;
     }
+    const unsigned char *p = (const unsigned char *)stream_in_data(&cl->s);
+    size_t n = stream_in_len(&cl->s);
+    size_t i = 0;
+    while (i < n && util_is_space(p[i])) {
+        i++;
+    }
+    if (i == n) {
+        stream_buf_consume(&cl->s.in, n);
+        return false;
+    }
+    cl->fops = framing_of(p[i], cl->metrics_only);
+    stream_buf_consume(&cl->s.in, i);
+    return true;
 }
 
 /* Before the framing is known: its first bytes choose it, then that
@@ -349,7 +337,7 @@ bool server_flushed(const struct server *s)
 {
     for (const struct client *cl = client_first(&s->env.clients); cl != NULL;
          cl = LIST_ITEM(cl->link.next, struct client, link)) {
-        if (evbuffer_get_length(bufferevent_get_output(cl->bev)) > 0) {
+        if (stream_buf_used(&cl->s.out) > 0) {
             return false;
         }
     }

@@ -1,6 +1,7 @@
 /* stream.h: one byte stream over a connected (or connecting) non-blocking
- * descriptor, plain or TLS (tls.h): what a node's connection (node.c)
- * keeps under its protocol.
+ * descriptor, plain or TLS (tls.h): what both ends of the daemon, a client
+ * connection (client.c) and a node's connection (node.c), keep under their
+ * own protocol.
  *
  *   output: bytes are appended, and written once at the end of the loop
  *           turn (flush_ev made active) or at once by the owner; EV_WRITE
@@ -14,7 +15,7 @@
  *
  * Ownership: the stream owns its buffers, its three events and, while
  * attached, its descriptor and TLS session (stream_close ends both); the
- * owner owns the stream (embedded in struct node) and
+ * owner owns the stream (embedded in struct client or struct node) and
  * its callbacks, which stream_init hands to the events. Errors fill the
  * caller's err buffer; nothing here logs. */
 #ifndef REDLOCKD_STREAM_H
