@@ -149,6 +149,11 @@ int node_command(struct node *node, int argc, const char **argv,
  * major * 10000 + minor * 100 + patch (7.0.15 is 70015); 0 unknown. */
 uint32_t node_version(const struct node *node);
 
+/* node_caps: the native compare-and-set and compare-and-delete commands
+ * (enum caps_flag, caps.h) the server's command table listed at the last
+ * handshake; 0 for none or unknown. */
+unsigned node_caps(const struct node *node);
+
 /* node_eviction_policy: the node's maxmemory-policy when its last check
  * (each handshake, then every 5 s while up) found that it may evict keys (a
  * maxmemory set and a policy other than noeviction), NULL when it may not or it

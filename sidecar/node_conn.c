@@ -23,6 +23,7 @@
 #include <event2/event.h>
 #include <hiredis/hiredis.h>
 
+#include "caps.h"
 #include "cmdq.h"
 #include "config.h"
 #include "info.h"
@@ -328,6 +329,12 @@ static int handshake_step_done(struct node *node, enum handshake_step step,
     case HANDSHAKE_DATASET_PTTL:
         handshake_dataset_pttl(node, reply);
         break;
+    case HANDSHAKE_COMMAND_DOCS:
+        node->caps |= caps_set_docs(reply);
+        break;
+    case HANDSHAKE_COMMAND_INFO:
+        node->caps |= caps_command_info(reply);
+        break;
     case HANDSHAKE_SCRIPT_LOAD:
         return handshake_script_load(node, script, reply);
     }
@@ -347,7 +354,9 @@ static void handshake_up(struct node *node)
 }
 
 /* Handshake replies (privdata: the step): any error fails the connection
- * but a refusal of the data-set key's commands. */
+ * but a refusal of the data-set key's commands, and the command table's
+ * (a server before 7.0 has no COMMAND DOCS, an ACL may refuse COMMAND):
+ * then the node has no native form and runs the scripts. */
 static void handshake_cb(struct node *node, struct redisReply *reply,
                          enum node_status status, void *privdata)
 {
@@ -360,9 +369,17 @@ static void handshake_cb(struct node *node, struct redisReply *reply,
     }
     bool dataset_step =
         step >= HANDSHAKE_DATASET_SET && step <= HANDSHAKE_DATASET_DATE;
-    if (dataset_step && status == NODE_REPLY &&
-        reply->type == REDIS_REPLY_ERROR) {
+    bool caps_step =
+        step == HANDSHAKE_COMMAND_DOCS || step == HANDSHAKE_COMMAND_INFO;
+    bool refused = status == NODE_REPLY && reply->type == REDIS_REPLY_ERROR;
+    if (dataset_step && refused) {
         handshake_dataset_refused(node, step, reply->str);
+    } else if (caps_step && refused) {
+        log_debug(node->subject, "%s: no native forms from %s: %s",
+                  node->addr->display,
+                  step == HANDSHAKE_COMMAND_DOCS ? "COMMAND DOCS"
+                                                 : "COMMAND INFO",
+                  reply->str);
     } else if (status != NODE_REPLY || reply->type == REDIS_REPLY_ERROR) {
         handshake_fail(node, reply, status);
         return;
@@ -455,6 +472,17 @@ static void handshake_start(struct node *node)
         handshake_send(node, 2, argv, lens, HANDSHAKE_DATASET_PTTL);
     }
     node->evict_checked_us = util_now_us();
+    /* The native extend and release (caps.h), by what the command table
+     * lists: the version cannot tell them (Valkey 8.1 says 7.2.4). */
+    node->caps = 0;
+    argv[0] = "COMMAND";
+    argv[1] = "DOCS";
+    argv[2] = "SET";
+    handshake_send(node, 3, argv, lens, HANDSHAKE_COMMAND_DOCS);
+    argv[1] = "INFO";
+    argv[2] = "DELIFEQ";
+    argv[3] = "DELEX";
+    handshake_send(node, 4, argv, lens, HANDSHAKE_COMMAND_INFO);
     for (int s = 0; s < SCRIPT__COUNT; s++) {
         argv[0] = "SCRIPT";
         argv[1] = "LOAD";
@@ -685,6 +713,11 @@ static void node_connect(struct node *node)
     }
     node_set_state(node, NODE_CONNECTING);
     conn_deadline_arm(node);
+}
+
+unsigned node_caps(const struct node *node)
+{
+    return node->caps;
 }
 
 /* ---- create and destroy ------------------------------------------------ */

@@ -61,6 +61,8 @@ enum handshake_step {
     HANDSHAKE_DATASET_GET,      /* GET dataset_key */
     HANDSHAKE_DATASET_PTTL,     /* PTTL dataset_key: the mark's age */
     HANDSHAKE_DATASET_DATE,     /* PEXPIRE dataset_key: an undated mark */
+    HANDSHAKE_COMMAND_DOCS,     /* COMMAND DOCS SET: SET ... IFEQ (caps.h) */
+    HANDSHAKE_COMMAND_INFO,     /* COMMAND INFO DELIFEQ DELEX (caps.h) */
     HANDSHAKE_SCRIPT_LOAD,      /* SCRIPT LOAD of script 0, and on */
 };
 #define SHA_LEN 40
@@ -194,6 +196,7 @@ struct node {
     char master[80];
     char warned_master[80];
     uint32_t version; /* INFO redis_version, see node_version() */
+    unsigned caps;    /* enum caps_flag read at the last handshake */
     /* INFO memory's maxmemory_policy when the node may evict keys (a
      * maxmemory is set and the policy is not noeviction), "" when not or
      * not known: see node_eviction_policy(). warned_policy is what the last
