@@ -6,6 +6,8 @@
  *   batch_ev_cb    the turn's end: every open batch goes out, formatted
  *                  once for the nodes whose batches hold the same entries
  *   batch_cb       the node's answer: each entry's own, to batch_answer_fn
+ *   native_cb      or, on a node with native forms (batch_goes_native),
+ *                  each entry's own command's answer
  *
  * A batch is owned by its batcher while open, then by its node callback,
  * which answers every entry and frees it (pooled). */
@@ -26,8 +28,16 @@
 
 #define BATCH_POOL_KEEP 64 /* batches kept for reuse: a turn's worth */
 
+struct batch;
+
+/* A native command's privdata: its entry. */
+struct batch_slot {
+    struct batch *b;
+    int j;
+};
+
 /* Up to BATCH_MAX entries on one node, in the order issued, in one script
- * call. */
+ * call, or one native command each. */
 struct batch {
     struct batcher *bs;
     int node;
@@ -41,6 +51,9 @@ struct batch {
     struct batch *owner;
     int refs;
     bool publish; /* this node announces its releases and completes */
+    int left;     /* native: entries whose answer is still due */
+    uint8_t native[BATCH_MAX]; /* native: each entry's enum batch_native */
+    struct batch_slot slot[BATCH_MAX];
 };
 
 struct batcher {
@@ -215,6 +228,87 @@ static int batch_prepare(struct batch *b)
     return node_prepare_keys(&b->prep, SCRIPT_BATCH, b->n, a, argv, lens);
 }
 
+static void native_cb(struct node *node, struct redisReply *reply,
+                      enum node_status status, void *privdata)
+{
+    struct batch_slot *slot = privdata;
+    struct batch *b = slot->b;
+    enum batch_native form = (enum batch_native)b->native[slot->j];
+    enum redlock_node_result res = RL_FAILED;
+    const char *refusal = NULL;
+    if (status == NODE_REPLY) {
+        struct replyview v;
+        res = batch_native_result(form, replyview_of(&v, reply));
+        if (res == RL_FAILED) {
+            refusal = reply->type == REDIS_REPLY_STRING ||
+                              reply->type == REDIS_REPLY_ERROR
+                          ? reply->str
+                          : "(unexpected reply)";
+        }
+        if (reply->type == REDIS_REPLY_ERROR &&
+            strncmp(reply->str, "NOPERM", 6) == 0) {
+            /* An ACL that allows the scripts but not this command. */
+            node_caps_refused(node, batch_native_caps(form), reply->str);
+        }
+    } else {
+        log_debug(NULL, "node %d: native %s %s", node_index(node) + 1,
+                  form == BATCH_NATIVE_SET_IFEQ ? "extend" : "release",
+                  status == NODE_TIMEOUT ? "timed out" : "dropped");
+    }
+    batch_answer(b, slot->j, res, refusal);
+    if (--b->left == 0) {
+        batch_free(b);
+    }
+}
+
+/* Sends each entry of b as its native command on node, each answered by
+ * its own reply; an entry that cannot be sent fails at once. The extra
+ * count held over the loop keeps b alive until every send is made. */
+static void batch_send_native(struct batch *b, struct node *node)
+{
+    unsigned caps = node_caps(node);
+    b->owner = b;
+    b->refs = 1;
+    b->left = b->n + 1;
+    for (int j = 0; j < b->n; j++) {
+        const struct batch_entry *e = &b->e[j];
+        enum batch_native form = batch_native_of(e, false, caps);
+        char ttl[24];
+        const char *argv[7] = {NULL,     e->key, e->token, "IFEQ",
+                               e->token, "PX",   ttl};
+        size_t lens[7] = {0, e->key_len, PROTO_TOKEN_LEN, 4, PROTO_TOKEN_LEN,
+                          2, 0};
+        int argc = 3;
+        if (form == BATCH_NATIVE_SET_IFEQ) {
+            argv[0] = "SET";
+            lens[0] = 3;
+            lens[6] = util_dec_u64(ttl, e->num);
+            argc = 7;
+        } else if (form == BATCH_NATIVE_DELIFEQ) {
+            argv[0] = "DELIFEQ";
+            lens[0] = 7;
+        } else {
+            argv[0] = "DELEX";
+            lens[0] = 5;
+            argv[2] = "IFEQ";
+            lens[2] = 4;
+            argv[3] = e->token;
+            lens[3] = PROTO_TOKEN_LEN;
+            argc = 4;
+        }
+        b->native[j] = (uint8_t)form;
+        b->slot[j].b = b;
+        b->slot[j].j = j;
+        if (node_command(node, argc, argv, lens, native_cb, &b->slot[j]) != 0) {
+            batch_answer(b, j, RL_FAILED, NULL);
+            b->left--;
+        }
+    }
+    if (--b->left == 0) {
+        batch_free(b);
+    }
+}
+
 /* Sends node i's open batch, if any, with like's command when like (sent
  * in this turn, its answer not yet in) holds the same entries; when it
  * cannot be sent, every entry fails there at once. Returns the batch sent
@@ -231,6 +325,11 @@ static struct batch *batch_send_like(struct batcher *bs, int i,
     memset(bs->open_bloom[i], 0, sizeof(bs->open_bloom[i]));
     struct node *node = send_node(bs, i);
     int rc = 0;
+    if (node != NULL && node_is_up(node) &&
+        batch_goes_native(b->e, b->n, b->publish, node_caps(node))) {
+        batch_send_native(b, node);
+        return NULL; /* no template: another node formats its own */
+    }
     if (like != NULL &&
         batch_same(like->e, like->n, like->publish, b->e, b->n, b->publish)) {
         b->owner = like;

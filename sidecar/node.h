@@ -154,6 +154,11 @@ uint32_t node_version(const struct node *node);
  * handshake; 0 for none or unknown. */
 unsigned node_caps(const struct node *node);
 
+/* node_caps_refused: the node refused a native command of flag (an ACL
+ * without it: NOPERM, reason the refusal's text): its connection uses the
+ * script instead from now on, told once by a warning. */
+void node_caps_refused(struct node *node, unsigned flag, const char *reason);
+
 /* node_eviction_policy: the node's maxmemory-policy when its last check
  * (each handshake, then every 5 s while up) found that it may evict keys (a
  * maxmemory set and a policy other than noeviction), NULL when it may not or it

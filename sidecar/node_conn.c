@@ -720,6 +720,18 @@ unsigned node_caps(const struct node *node)
     return node->caps;
 }
 
+void node_caps_refused(struct node *node, unsigned flag, const char *reason)
+{
+    if ((node->caps & flag) == 0) {
+        return;
+    }
+    node->caps &= ~flag;
+    log_warn(node->subject,
+             "%s: native command refused (%s); this connection uses the "
+             "script instead",
+             node->addr->display, reason);
+}
+
 /* ---- create and destroy ------------------------------------------------ */
 
 struct node *node_create(struct event_base *base, int index,

@@ -117,6 +117,98 @@ static void test_script(void **state)
     assert_int_equal(batch_script(e, 2), SCRIPT_BATCH);
 }
 
+static void test_native_of(void **state)
+{
+    (void)state;
+    struct batch_entry ext = entry(&op_a, BATCH_EXTEND, false);
+    struct batch_entry rel = entry(&op_a, BATCH_RELEASE, false);
+    struct batch_entry done = entry(&op_a, BATCH_COMPLETE, false);
+    unsigned all = CAPS_SET_IFEQ | CAPS_DELIFEQ | CAPS_DELEX;
+    /* extend: SET IFEQ where listed, announcing or not */
+    assert_int_equal(batch_native_of(&ext, false, CAPS_SET_IFEQ),
+                     BATCH_NATIVE_SET_IFEQ);
+    assert_int_equal(batch_native_of(&ext, false, CAPS_DELIFEQ),
+                     BATCH_NATIVE_NONE);
+    assert_int_equal(batch_native_of(&ext, false, 0), BATCH_NATIVE_NONE);
+    /* release: DELIFEQ first, then DELEX; never one that announces */
+    assert_int_equal(batch_native_of(&rel, false, all), BATCH_NATIVE_DELIFEQ);
+    assert_int_equal(batch_native_of(&rel, false, CAPS_DELEX),
+                     BATCH_NATIVE_DELEX);
+    assert_int_equal(batch_native_of(&rel, true, all), BATCH_NATIVE_NONE);
+    assert_int_equal(batch_native_of(&rel, false, CAPS_SET_IFEQ),
+                     BATCH_NATIVE_NONE);
+    /* a complete keeps its script */
+    assert_int_equal(batch_native_of(&done, false, all), BATCH_NATIVE_NONE);
+    /* the flag each form rests on (dropped when an ACL refuses it) */
+    assert_int_equal(batch_native_caps(BATCH_NATIVE_SET_IFEQ), CAPS_SET_IFEQ);
+    assert_int_equal(batch_native_caps(BATCH_NATIVE_DELIFEQ), CAPS_DELIFEQ);
+    assert_int_equal(batch_native_caps(BATCH_NATIVE_DELEX), CAPS_DELEX);
+    assert_int_equal(batch_native_caps(BATCH_NATIVE_NONE), 0);
+}
+
+static void test_goes_native(void **state)
+{
+    (void)state;
+    struct batch_entry e[3];
+    unsigned all = CAPS_SET_IFEQ | CAPS_DELIFEQ | CAPS_DELEX;
+    for (int j = 0; j < 3; j++) {
+        e[j] = entry(&op_a, BATCH_EXTEND, false);
+    }
+    /* extends, one or many */
+    assert_true(batch_goes_native(e, 1, true, CAPS_SET_IFEQ));
+    assert_true(batch_goes_native(e, 3, true, CAPS_SET_IFEQ));
+    assert_false(batch_goes_native(e, 3, true, CAPS_DELIFEQ));
+    assert_false(batch_goes_native(e, 0, true, all));
+    /* a lone release that announces nothing: on a node that does not
+     * publish this turn, a rollback, an entry without a channel */
+    e[0] = entry(&op_a, BATCH_RELEASE, false);
+    assert_false(batch_goes_native(e, 1, true, all));
+    assert_true(batch_goes_native(e, 1, false, all));
+    e[0].channel_len = 0;
+    assert_true(batch_goes_native(e, 1, true, CAPS_DELEX));
+    e[0] = entry(&op_a, BATCH_RELEASE, true);
+    assert_true(batch_goes_native(e, 1, true, CAPS_DELIFEQ));
+    /* several releases, or a release among extends: one script */
+    e[1] = entry(&op_b, BATCH_RELEASE, true);
+    assert_false(batch_goes_native(e, 2, false, all));
+    e[1] = entry(&op_b, BATCH_EXTEND, false);
+    assert_false(batch_goes_native(e, 2, false, all));
+    /* a complete: its script */
+    e[0] = entry(&op_a, BATCH_COMPLETE, false);
+    assert_false(batch_goes_native(e, 1, false, all));
+}
+
+static void test_native_result(void **state)
+{
+    (void)state;
+    struct redlock_reply ok = {.kind = RLR_STRING, .str = "OK", .len = 2};
+    struct redlock_reply nil = {.kind = RLR_NIL};
+    struct redlock_reply err = {
+        .kind = RLR_ERROR, .str = "WRONGTYPE x", .len = 11};
+    struct redlock_reply other = {
+        .kind = RLR_STRING, .str = "QUEUED", .len = 6};
+    struct redlock_reply one = {.kind = RLR_INTEGER, .integer = 1};
+    struct redlock_reply zero = {.kind = RLR_INTEGER, .integer = 0};
+    assert_int_equal(batch_native_result(BATCH_NATIVE_SET_IFEQ, &ok), RL_OK);
+    assert_int_equal(batch_native_result(BATCH_NATIVE_SET_IFEQ, &nil), RL_BUSY);
+    assert_int_equal(batch_native_result(BATCH_NATIVE_SET_IFEQ, &err),
+                     RL_FAILED);
+    assert_int_equal(batch_native_result(BATCH_NATIVE_SET_IFEQ, &other),
+                     RL_FAILED);
+    assert_int_equal(batch_native_result(BATCH_NATIVE_SET_IFEQ, &one),
+                     RL_FAILED);
+    for (int f = BATCH_NATIVE_DELIFEQ; f <= BATCH_NATIVE_DELEX; f++) {
+        assert_int_equal(batch_native_result((enum batch_native)f, &one),
+                         RL_OK);
+        assert_int_equal(batch_native_result((enum batch_native)f, &zero),
+                         RL_BUSY);
+        assert_int_equal(batch_native_result((enum batch_native)f, &err),
+                         RL_FAILED);
+        assert_int_equal(batch_native_result((enum batch_native)f, &ok),
+                         RL_FAILED);
+    }
+}
+
 static void test_same(void **state)
 {
     (void)state;
@@ -216,11 +308,18 @@ static void test_names(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_key_hash),  cmocka_unit_test(test_bloom),
-        cmocka_unit_test(test_announces), cmocka_unit_test(test_script),
-        cmocka_unit_test(test_same),      cmocka_unit_test(test_owed_after),
-        cmocka_unit_test(test_bound),     cmocka_unit_test(test_due),
+        cmocka_unit_test(test_key_hash),
+        cmocka_unit_test(test_bloom),
+        cmocka_unit_test(test_announces),
+        cmocka_unit_test(test_script),
+        cmocka_unit_test(test_same),
+        cmocka_unit_test(test_owed_after),
+        cmocka_unit_test(test_bound),
+        cmocka_unit_test(test_due),
         cmocka_unit_test(test_names),
+        cmocka_unit_test(test_native_of),
+        cmocka_unit_test(test_goes_native),
+        cmocka_unit_test(test_native_result),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
