@@ -1,110 +1,131 @@
-/* buf.c: the growable byte buffer of buf.h. Doubling growth from 1 KiB:
- * the texts built here run from a few hundred bytes to a listing of
- * thousands of locks. */
+/* buf.c: the byte buffer and the text of buf.h. Growth doubles from
+ * BYTES_MIN: a stream's reads take that much room at a time, and the texts
+ * built here run from a few hundred bytes to a listing of thousands of
+ * locks. */
 #include "buf.h"
 
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
-#define BUF_FIRST 1024
-
-int buf_reserve(struct buf *b, size_t n)
+int bytes_make_room(struct bytes *b, size_t n)
 {
-    if (b->failed) {
-        return -1;
+    if (b->off > 0 && b->cap - b->len < n) {
+        /* Live bytes move to the front before the buffer grows. */
+        memmove(b->data, b->data + b->off, b->len - b->off);
+        b->len -= b->off;
+        b->off = 0;
     }
-    if (n < SIZE_MAX - b->len && b->len + n + 1 <= b->cap) {
+    if (b->cap - b->len >= n) {
         return 0;
     }
-    if (n >= SIZE_MAX / 2 - b->len) {
-        b->failed = true;
+    if (n > SIZE_MAX / 4 - b->len) {
+        return -1; /* no doubling reaches it */
+    }
+    size_t c = b->cap ? b->cap : BYTES_MIN;
+    while (c - b->len < n) {
+        c *= 2;
+    }
+    char *nb = realloc(b->data, c);
+    if (nb == NULL) {
         return -1;
     }
-    size_t need = b->len + n + 1;
-    size_t cap = b->cap ? b->cap : BUF_FIRST;
-    while (cap < need) {
-        cap *= 2;
-    }
-    char *p = realloc(b->data, cap);
-    if (p == NULL) {
-        b->failed = true;
-        return -1;
-    }
-    b->data = p;
-    b->cap = cap;
+    b->data = nb;
+    b->cap = c;
     return 0;
 }
 
-void buf_put(struct buf *b, const char *s, size_t n)
+void bytes_clear(struct bytes *b)
 {
-    if (buf_reserve(b, n) != 0) {
+    b->off = b->len = 0;
+    if (b->cap > BYTES_KEEP) {
+        bytes_free(b);
+    }
+}
+
+void bytes_free(struct bytes *b)
+{
+    free(b->data);
+    *b = (struct bytes){0};
+}
+
+int buf_reserve(struct buf *t, size_t n)
+{
+    if (t->failed) {
+        return -1;
+    }
+    if (n >= SIZE_MAX / 4 || bytes_reserve(&t->b, n + 1) != 0) {
+        t->failed = true;
+        return -1;
+    }
+    return 0;
+}
+
+void buf_put(struct buf *t, const char *s, size_t n)
+{
+    if (buf_reserve(t, n) != 0) {
         return;
     }
-    memcpy(b->data + b->len, s, n);
-    b->len += n;
-    b->data[b->len] = '\0';
+    memcpy(t->b.data + t->b.len, s, n);
+    t->b.len += n;
+    t->b.data[t->b.len] = '\0';
 }
 
-void buf_str(struct buf *b, const char *s)
+void buf_str(struct buf *t, const char *s)
 {
-    buf_put(b, s, strlen(s));
+    buf_put(t, s, strlen(s));
 }
 
-void buf_printf(struct buf *b, const char *fmt, ...)
+void buf_printf(struct buf *t, const char *fmt, ...)
 {
     /* Formatted in place: most pieces fit what is left, and one that does
      * not is formatted again once the room is there. */
     for (int tries = 0; tries < 2; tries++) {
-        if (buf_reserve(b, 0) != 0) {
+        if (buf_reserve(t, 0) != 0) {
             return;
         }
-        size_t room = b->cap - b->len;
+        size_t room = bytes_room(&t->b);
         va_list ap;
         va_start(ap, fmt);
-        int n = vsnprintf(b->data + b->len, room, fmt, ap);
+        int n = vsnprintf(t->b.data + t->b.len, room, fmt, ap);
         va_end(ap);
         if (n < 0) {
-            b->failed = true;
+            t->failed = true;
             return;
         }
         if ((size_t)n < room) {
-            b->len += (size_t)n;
+            t->b.len += (size_t)n;
             return;
         }
-        if (buf_reserve(b, (size_t)n) != 0) {
+        if (buf_reserve(t, (size_t)n) != 0) {
             return;
         }
     }
-    b->failed = true; /* the text changed length between two tries */
+    t->failed = true; /* the text changed length between two tries */
 }
 
-bool buf_failed(const struct buf *b)
+bool buf_failed(const struct buf *t)
 {
-    return b->failed;
+    return t->failed;
 }
 
-char *buf_take(struct buf *b, size_t *len)
+char *buf_take(struct buf *t, size_t *len)
 {
     char *p = NULL;
-    if (!b->failed && b->data != NULL) {
-        p = b->data;
+    if (!t->failed && t->b.data != NULL) {
+        p = t->b.data;
         if (len != NULL) {
-            *len = b->len;
+            *len = t->b.len;
         }
-        b->data = NULL;
+        t->b.data = NULL;
     }
-    buf_free(b);
+    buf_free(t);
     return p;
 }
 
-void buf_free(struct buf *b)
+void buf_free(struct buf *t)
 {
-    free(b->data);
-    b->data = NULL;
-    b->len = 0;
-    b->cap = 0;
-    b->failed = false;
+    bytes_free(&t->b);
+    t->failed = false;
 }

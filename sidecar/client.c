@@ -213,7 +213,7 @@ static void linger_cb(evutil_socket_t fd, short what, void *arg)
 static void client_finish_close(struct client *cl)
 {
     RL_ASSERT(!client_attached(cl));
-    RL_ASSERT(stream_buf_used(&cl->s.out) == 0);
+    RL_ASSERT(bytes_used(&cl->s.out) == 0);
     if (cl->state != CLIENT_CLOSING) {
         client_free(cl);
         return;
@@ -237,7 +237,7 @@ void client_close_after_flush(struct client *cl)
         client_leave(cl, cl->state == CLIENT_DRAINING ? CLIENT_CLOSING_EOF
                                                       : CLIENT_CLOSING);
     }
-    if (stream_buf_used(&cl->s.out) == 0) {
+    if (bytes_used(&cl->s.out) == 0) {
         client_finish_close(cl);
     }
 }
@@ -262,7 +262,7 @@ bool client_drain_cut_request(struct client *cl)
     while (i < n && util_is_space(p[i])) {
         i++;
     }
-    stream_buf_consume(&cl->s.in, n);
+    bytes_consume(&cl->s.in, n);
     return i < n;
 }
 
@@ -305,7 +305,7 @@ static void client_write_cb(evutil_socket_t fd, short what, void *arg)
         client_sock_end(cl, false);
         return;
     }
-    size_t left = stream_buf_used(&cl->s.out);
+    size_t left = bytes_used(&cl->s.out);
     if (!client_attached(cl)) {
         if (cl->state != CLIENT_LINGERING && left == 0) {
             client_finish_close(cl);
@@ -341,7 +341,7 @@ static bool client_held(struct client *cl)
 bool client_over_limits(struct client *cl)
 {
     return cl->inflight >= cl->env->cfg->max_inflight ||
-           stream_buf_used(&cl->s.out) > OUT_HIGH || client_held(cl);
+           bytes_used(&cl->s.out) > OUT_HIGH || client_held(cl);
 }
 
 /* Going on with a connection's input (lines buffered while it was paused,
@@ -376,7 +376,7 @@ static void client_maybe_resume(struct client *cl)
         return;
     }
     if (cl->inflight < cl->env->cfg->max_inflight &&
-        stream_buf_used(&cl->s.out) <= OUT_LOW && !client_held(cl)) {
+        bytes_used(&cl->s.out) <= OUT_LOW && !client_held(cl)) {
         cl->read_paused = false;
         client_reading(cl, true);
         /* Lines may already sit in the input buffer. */
@@ -474,7 +474,7 @@ void client_input(struct client *cl)
 {
     if (cl->state == CLIENT_LINGERING) {
         cl->discarded += stream_in_len(&cl->s);
-        stream_buf_consume(&cl->s.in, stream_in_len(&cl->s));
+        bytes_consume(&cl->s.in, stream_in_len(&cl->s));
         if (cl->discarded > LINGER_BYTES) {
             client_free(cl);
         }
@@ -488,7 +488,7 @@ void client_input(struct client *cl)
 
 int client_input_keep(struct client *cl, const char *data, size_t n)
 {
-    if (stream_buf_append(&cl->s.in, data, n) != 0) {
+    if (bytes_append(&cl->s.in, data, n) != 0) {
         log_error(cl->subject, "out of memory");
         client_close_after_flush(cl);
         return -1;

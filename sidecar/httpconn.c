@@ -184,7 +184,7 @@ static bool httpconn_one(struct client *cl)
         client_call_unlink(cl, sc);
         client_call_free(sc);
     } else {
-        stream_buf_consume(&cl->s.in, h.consumed);
+        bytes_consume(&cl->s.in, h.consumed);
         sc->framing_flags = (keep_alive ? HTTPCALL_KEEP_ALIVE : 0) |
                             (head_only ? HTTPCALL_HEAD_ONLY : 0);
         call->session = NULL;
@@ -194,7 +194,7 @@ static bool httpconn_one(struct client *cl)
         ops_submit(env->ops, call);
         return true;
     }
-    stream_buf_consume(&cl->s.in, h.consumed);
+    bytes_consume(&cl->s.in, h.consumed);
     if (!keep_alive) {
         client_close_after_flush(cl);
         return false;

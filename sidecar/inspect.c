@@ -53,7 +53,7 @@ static void put_json_string(struct buf *b, const char *s, size_t n)
     char tmp[PROTO_RESOURCE_MAX * 6 + 1];
     size_t k = proto_json_escape(s, n, tmp, sizeof(tmp));
     if (k == 0 && n > 0) {
-        b->failed = true; /* buf.h: a failure is sticky */
+        buf_fail(b); /* buf.h: a failure is sticky */
         return;
     }
     buf_put(b, "\"", 1);
@@ -70,8 +70,8 @@ static void reply(struct call *call, enum proto_err err, const char *msg,
     rsp.err = err;
     rsp.message = msg;
     if (extra != NULL) {
-        rsp.extra = extra->data;
-        rsp.extra_len = extra->len;
+        rsp.extra = buf_data(extra);
+        rsp.extra_len = buf_len(extra);
     }
     call_done(call, &rsp);
 }

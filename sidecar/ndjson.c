@@ -133,7 +133,7 @@ static void ndjson_read(struct client *cl)
             return;
         }
         memcpy(line, in, len + 1);
-        stream_buf_consume(&cl->s.in, len + 1);
+        bytes_consume(&cl->s.in, len + 1);
         bool more = ndjson_line(cl, line, len);
         if (line != stack) {
             free(line);

@@ -790,7 +790,7 @@ void node_destroy(struct node *node)
             event_free(evs[i]);
         }
     }
-    stream_buf_free(&node->hold);
+    bytes_free(&node->hold);
     free(node->guard_buf);
     free(node->ahead);
     free(node);

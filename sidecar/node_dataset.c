@@ -215,7 +215,7 @@ static int guard_queue(struct node *node, bool held)
     cmd->guard = true;
     /* This write is under way: queuing must not ask for another. */
     int rc = held ? hold_append(node, node->guard_buf, node->guard_len)
-                  : stream_buf_append(&node->s.out, node->guard_buf,
+                  : bytes_append(&node->s.out, node->guard_buf,
                                       node->guard_len);
     if (rc != 0) {
         cmd_put(node, cmd);

@@ -142,7 +142,7 @@ struct node {
     struct node_cmd *rec_head; /* NOSCRIPT'd commands to re-send, in send */
     struct node_cmd *rec_tail; /* order (by rec_next; not in the FIFO) */
     struct node_cmd *held;     /* first held command in the FIFO, or NULL */
-    struct stream_buf hold;    /* bytes of the held commands */
+    struct bytes hold;    /* bytes of the held commands */
     int reload_failed;         /* SCRIPT LOADs of this reload that failed */
     char reload_error[120];    /* the first one's reason */
     /* What the last handshake read (restart.h), and what the connection
@@ -255,7 +255,7 @@ static inline int out_append(struct node *node, const char *buf, size_t len)
 /* Appends bytes of a held command (NOSCRIPT recovery) to hold. */
 static inline int hold_append(struct node *node, const char *buf, size_t len)
 {
-    return stream_buf_append(&node->hold, buf, len);
+    return bytes_append(&node->hold, buf, len);
 }
 
 /* ---- node.c ------------------------------------------------------------ */

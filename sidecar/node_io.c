@@ -292,9 +292,9 @@ static int rec_close(struct node *node, uint64_t now)
      * them before node->held); their deadline is no later than the first
      * held command's, so deadlines still grow along the FIFO. */
     scripts_reload(node);
-    if (stream_buf_used(&node->hold) > 0 &&
+    if (bytes_used(&node->hold) > 0 &&
         out_append(node, node->hold.data + node->hold.off,
-                   stream_buf_used(&node->hold)) != 0) {
+                   bytes_used(&node->hold)) != 0) {
         node_set_error(node, "out of memory%s", "");
         node_drop(node, "out of memory");
         return -1;
@@ -306,7 +306,7 @@ static int rec_close(struct node *node, uint64_t now)
         node->guard_due = true;
     }
     cmdq_find_live(&node->fifo);
-    stream_buf_clear(&node->hold);
+    bytes_clear(&node->hold);
     cmd_timer_arm(node);
     return 0;
 }
@@ -544,7 +544,7 @@ void read_cb(evutil_socket_t fd, short what, void *arg)
     }
     /* Only the partial reply is kept (moved to the front when the next
      * read needs the room). */
-    stream_buf_consume(&node->s.in, off);
+    bytes_consume(&node->s.in, off);
     if (node->s.tls != NULL && tls_pending(node->s.tls)) {
         /* Decrypted bytes wait in the session, not on the socket. */
         event_active(node->s.read_ev, EV_READ, 1);

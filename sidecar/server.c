@@ -124,7 +124,7 @@ static bool server_pick_framing(struct client *cl)
             if (look < 3) {
                 return false;
             }
-            stream_buf_consume(&cl->s.in, 3);
+            bytes_consume(&cl->s.in, 3);
         }
         cl->bom_checked = true;
     }
@@ -135,11 +135,11 @@ static bool server_pick_framing(struct client *cl)
         i++;
     }
     if (i == n) {
-        stream_buf_consume(&cl->s.in, n);
+        bytes_consume(&cl->s.in, n);
         return false;
     }
     cl->fops = framing_of(p[i], cl->metrics_only);
-    stream_buf_consume(&cl->s.in, i);
+    bytes_consume(&cl->s.in, i);
     return true;
 }
 
@@ -337,7 +337,7 @@ bool server_flushed(const struct server *s)
 {
     for (const struct client *cl = client_first(&s->env.clients); cl != NULL;
          cl = LIST_ITEM(cl->link.next, struct client, link)) {
-        if (stream_buf_used(&cl->s.out) > 0) {
+        if (bytes_used(&cl->s.out) > 0) {
             return false;
         }
     }

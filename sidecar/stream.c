@@ -11,44 +11,6 @@
 #include "rlassert.h"
 #include "tls.h"
 
-int stream_buf_make_room(struct stream_buf *b, size_t n)
-{
-    if (b->off > 0 && b->cap - b->len < n) {
-        /* Live bytes move to the front before the buffer grows. */
-        memmove(b->data, b->data + b->off, b->len - b->off);
-        b->len -= b->off;
-        b->off = 0;
-    }
-    if (b->cap - b->len >= n) {
-        return 0;
-    }
-    size_t c = b->cap ? b->cap : STREAM_BUF_MIN;
-    while (c - b->len < n) {
-        c *= 2;
-    }
-    char *nb = realloc(b->data, c);
-    if (nb == NULL) {
-        return -1;
-    }
-    b->data = nb;
-    b->cap = c;
-    return 0;
-}
-
-void stream_buf_clear(struct stream_buf *b)
-{
-    b->off = b->len = 0;
-    if (b->cap > STREAM_BUF_KEEP) {
-        stream_buf_free(b);
-    }
-}
-
-void stream_buf_free(struct stream_buf *b)
-{
-    free(b->data);
-    *b = (struct stream_buf){0};
-}
-
 /* ---- life ---------------------------------------------------------------
  */
 
@@ -85,8 +47,8 @@ void stream_destroy(struct stream *s)
         }
     }
     s->read_ev = s->write_ev = s->flush_ev = NULL;
-    stream_buf_free(&s->out);
-    stream_buf_free(&s->in);
+    bytes_free(&s->out);
+    bytes_free(&s->in);
 }
 
 int stream_attach(struct stream *s, int fd, struct tls_conn *tls,
@@ -121,7 +83,7 @@ void stream_close(struct stream *s)
         close(s->fd);
     }
     s->fd = -1;
-    stream_buf_clear(&s->in); /* a large reply's buffer goes with it */
+    bytes_clear(&s->in); /* a large reply's buffer goes with it */
     s->out.off = s->out.len = 0;
     if (s->phase != STREAM_CLOSED) {
         stream_set_phase(s, STREAM_CLOSED);
@@ -238,12 +200,12 @@ ssize_t stream_recv(struct stream *s, char *buf, size_t len, char *err,
 
 ssize_t stream_read(struct stream *s, char *err, size_t errlen)
 {
-    if (stream_buf_reserve(&s->in, STREAM_BUF_MIN) != 0) {
+    if (bytes_reserve(&s->in, BYTES_MIN) != 0) {
         snprintf(err, errlen, "out of memory");
         errno = ENOMEM;
         return STREAM_ERR;
     }
-    ssize_t n = stream_recv(s, s->in.data + s->in.len, stream_buf_room(&s->in),
+    ssize_t n = stream_recv(s, s->in.data + s->in.len, bytes_room(&s->in),
                             err, errlen);
     if (n > 0) {
         s->in.len += (size_t)n;
@@ -253,7 +215,7 @@ ssize_t stream_read(struct stream *s, char *err, size_t errlen)
 
 int stream_flush(struct stream *s, char *err, size_t errlen)
 {
-    struct stream_buf *b = &s->out;
+    struct bytes *b = &s->out;
     while (b->off < b->len) {
         ssize_t n =
             stream_send(s, b->data + b->off, b->len - b->off, err, errlen);
@@ -269,7 +231,7 @@ int stream_flush(struct stream *s, char *err, size_t errlen)
         return -1;
     }
     /* Let a burst's buffer go; the next write starts small again. */
-    stream_buf_clear(b);
+    bytes_clear(b);
     stream_write_arm(s, stream_write_wanted(false, s->read_wants_write,
                                             s->write_wants_read));
     return 1;

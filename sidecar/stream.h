@@ -28,20 +28,9 @@
 
 #include <event2/event.h>
 
+#include "buf.h"
+
 struct tls_conn;
-
-/* A buffer starts at this size when it first needs room, and doubles. */
-#define STREAM_BUF_MIN 16384
-/* A buffer bigger than this (a burst, a large reply) is let go once it is
- * empty, rather than kept for the connection's life. */
-#define STREAM_BUF_KEEP (1024 * 1024)
-
-/* Bytes [off, len) of data[0, cap) are live: unsent output, or input not
- * yet consumed. A zeroed buffer is empty and owns nothing. */
-struct stream_buf {
-    char *data; /* owned */
-    size_t off, len, cap;
-};
 
 /* Where a stream is. Only stream_set_phase() writes it, and it aborts on
  * a transition stream_phase_allowed() refuses:
@@ -99,70 +88,13 @@ static inline bool stream_write_wanted(bool left, bool read_wants_write,
     return left ? !write_wants_read : read_wants_write;
 }
 
-/* stream_buf_used: the live bytes of b. */
-static inline size_t stream_buf_used(const struct stream_buf *b)
-{
-    return b->len - b->off;
-}
-
-/* stream_buf_room: room at b's end, past its live bytes. */
-static inline size_t stream_buf_room(const struct stream_buf *b)
-{
-    return b->cap - b->len;
-}
-
-/* stream_buf_make_room: room for n more bytes at b's end: the live bytes
- * move to the front when the end is short, then the buffer doubles (from
- * STREAM_BUF_MIN) until they fit. Returns 0, or -1 (b unchanged but for
- * the move) when memory ran out. */
-int stream_buf_make_room(struct stream_buf *b, size_t n);
-
-/* stream_buf_reserve: stream_buf_make_room, inline when the end has the
- * room already (every append of the lock path). */
-static inline int stream_buf_reserve(struct stream_buf *b, size_t n)
-{
-    return stream_buf_room(b) >= n ? 0 : stream_buf_make_room(b, n);
-}
-
-/* stream_buf_append: copies p[0, n) after b's live bytes. Returns 0, or
- * -1 (b's live bytes unchanged) when memory ran out. Inline: it is every
- * command's and every answer's copy into its output. */
-static inline int stream_buf_append(struct stream_buf *b, const void *p,
-                                    size_t n)
-{
-    if (stream_buf_reserve(b, n) != 0) {
-        return -1;
-    }
-    if (n > 0) {
-        memcpy(b->data + b->len, p, n);
-        b->len += n;
-    }
-    return 0;
-}
-
-/* stream_buf_consume: drops the first n live bytes (n at most
- * stream_buf_used); an emptied buffer starts again at its front. */
-static inline void stream_buf_consume(struct stream_buf *b, size_t n)
-{
-    b->off += n;
-    if (b->off >= b->len) {
-        b->off = b->len = 0;
-    }
-}
-
-/* stream_buf_clear: empties b, and frees it past STREAM_BUF_KEEP. */
-void stream_buf_clear(struct stream_buf *b);
-
-/* stream_buf_free: frees b's memory; b is empty after. */
-void stream_buf_free(struct stream_buf *b);
-
 /* One stream. Embedded in its owner; every field is the stream's own. */
 struct stream {
     int fd;                  /* the descriptor, -1 when none */
     enum stream_phase phase; /* written by stream_set_phase() only */
     struct tls_conn *tls;    /* owned: the TLS session on fd, or NULL */
-    struct stream_buf out;   /* bytes not yet written */
-    struct stream_buf in;    /* bytes read, not yet consumed */
+    struct bytes out;   /* bytes not yet written */
+    struct bytes in;    /* bytes read, not yet consumed */
     struct event *read_ev;   /* EV_READ|EV_PERSIST on fd */
     struct event *write_ev;  /* EV_WRITE|EV_PERSIST on fd */
     struct event *flush_ev;  /* made active to write at the end of a turn */
@@ -195,7 +127,7 @@ int stream_attach(struct stream *s, int fd, struct tls_conn *tls,
                   enum stream_phase phase);
 
 /* stream_close: ends the session and the descriptor and every event;
- * the buffers are emptied (stream_buf_clear). s is CLOSED after. */
+ * the buffers are emptied (bytes_clear). s is CLOSED after. */
 void stream_close(struct stream *s);
 
 /* stream_set_phase: moves s to phase; a transition stream_phase_allowed()
@@ -227,7 +159,7 @@ void stream_write_arm(struct stream *s, bool on);
 static inline bool stream_out_idle(const struct stream *s)
 {
     return !s->flush_pending && !s->write_armed &&
-           stream_buf_used(&s->out) == 0;
+           bytes_used(&s->out) == 0;
 }
 
 /* stream_flush_later: makes flush_ev active unless a flush is due already
@@ -245,7 +177,7 @@ static inline void stream_flush_later(struct stream *s)
  * queued) when memory ran out. */
 static inline int stream_out_append(struct stream *s, const void *p, size_t len)
 {
-    if (stream_buf_append(&s->out, p, len) != 0) {
+    if (bytes_append(&s->out, p, len) != 0) {
         return -1;
     }
     stream_flush_later(s);
@@ -268,7 +200,7 @@ ssize_t stream_recv(struct stream *s, char *buf, size_t len, char *err,
                     size_t errlen);
 
 /* stream_read: stream_recv into the input buffer's end, with room made
- * for STREAM_BUF_MIN bytes first. Returns as stream_recv, or STREAM_ERR
+ * for BYTES_MIN bytes first. Returns as stream_recv, or STREAM_ERR
  * with err "out of memory" and errno ENOMEM. */
 ssize_t stream_read(struct stream *s, char *err, size_t errlen);
 
@@ -280,13 +212,13 @@ static inline const char *stream_in_data(const struct stream *s)
 
 static inline size_t stream_in_len(const struct stream *s)
 {
-    return stream_buf_used(&s->in);
+    return bytes_used(&s->in);
 }
 
 /* stream_flush: writes the output until it is out or the socket is
  * full; EV_WRITE is then armed by stream_write_wanted. Returns 1 when
  * everything went out (the buffer is emptied, and freed past
- * STREAM_BUF_KEEP), 0 when bytes are left, -1 on an error (err filled). */
+ * BYTES_KEEP), 0 when bytes are left, -1 on an error (err filled). */
 int stream_flush(struct stream *s, char *err, size_t errlen);
 
 #endif

@@ -1,5 +1,5 @@
-/* test_stream.c: the pure parts of stream.h: a buffer's append, consume,
- * compaction and growth; which phase may follow which; when EV_WRITE is
+/* test_stream.c: the pure parts of stream.h (its buffers are buf.h's,
+ * test_buf.c): which phase may follow which; when EV_WRITE is
  * wanted after a flush; when an append asks for a flush. The socket and
  * TLS halves are the integration tests' (test_backpressure, test_tls,
  * ...). */
@@ -71,89 +71,6 @@ static void test_write_wanted(void **state)
     assert_true(stream_write_wanted(false, true, true));
 }
 
-static void test_append_consume(void **state)
-{
-    (void)state;
-    struct stream_buf b = {0};
-    assert_int_equal(stream_buf_used(&b), 0);
-    assert_int_equal(stream_buf_append(&b, "hello ", 6), 0);
-    assert_int_equal(stream_buf_append(&b, "world", 5), 0);
-    assert_int_equal(b.cap, STREAM_BUF_MIN);
-    assert_int_equal(stream_buf_used(&b), 11);
-    assert_memory_equal(b.data + b.off, "hello world", 11);
-    stream_buf_consume(&b, 6);
-    assert_int_equal(stream_buf_used(&b), 5);
-    assert_memory_equal(b.data + b.off, "world", 5);
-    /* Emptied: back to the front, the memory kept. */
-    stream_buf_consume(&b, 5);
-    assert_int_equal(b.off, 0);
-    assert_int_equal(b.len, 0);
-    assert_non_null(b.data);
-    /* Nothing appended is no allocation. */
-    struct stream_buf e = {0};
-    assert_int_equal(stream_buf_append(&e, NULL, 0), 0);
-    assert_null(e.data);
-    stream_buf_free(&b);
-    assert_null(b.data);
-    assert_int_equal(b.cap, 0);
-}
-
-static void test_compaction_before_growth(void **state)
-{
-    (void)state;
-    struct stream_buf b = {0};
-    char chunk[STREAM_BUF_MIN];
-    memset(chunk, 'a', sizeof(chunk));
-    assert_int_equal(stream_buf_append(&b, chunk, STREAM_BUF_MIN - 10), 0);
-    stream_buf_consume(&b, STREAM_BUF_MIN - 20); /* 10 live bytes left */
-    memset(b.data + b.off, 'b', 10);
-    /* 100 bytes do not fit at the end, but do once the live ones move to
-     * the front: no growth. */
-    assert_int_equal(stream_buf_append(&b, chunk, 100), 0);
-    assert_int_equal(b.cap, STREAM_BUF_MIN);
-    assert_int_equal(b.off, 0);
-    assert_int_equal(stream_buf_used(&b), 110);
-    assert_memory_equal(b.data, "bbbbbbbbbb", 10);
-    stream_buf_free(&b);
-}
-
-static void test_growth_doubles(void **state)
-{
-    (void)state;
-    struct stream_buf b = {0};
-    size_t n = 3 * STREAM_BUF_MIN + 1;
-    char *big = malloc(n);
-    assert_non_null(big);
-    for (size_t i = 0; i < n; i++) {
-        big[i] = (char)(i % 251);
-    }
-    assert_int_equal(stream_buf_append(&b, big, 7), 0);
-    assert_int_equal(stream_buf_append(&b, big, n), 0);
-    assert_int_equal(b.cap, 4 * STREAM_BUF_MIN);
-    assert_memory_equal(b.data + 7, big, n);
-    /* Room already there: stream_buf_reserve leaves the buffer alone. */
-    char *before = b.data;
-    assert_int_equal(stream_buf_reserve(&b, stream_buf_room(&b)), 0);
-    assert_ptr_equal(b.data, before);
-    free(big);
-    stream_buf_free(&b);
-}
-
-static void test_clear_keeps_small_frees_large(void **state)
-{
-    (void)state;
-    struct stream_buf b = {0};
-    assert_int_equal(stream_buf_append(&b, "x", 1), 0);
-    stream_buf_clear(&b);
-    assert_int_equal(stream_buf_used(&b), 0);
-    assert_non_null(b.data); /* small: kept for the next bytes */
-    assert_int_equal(stream_buf_make_room(&b, STREAM_BUF_KEEP + 1), 0);
-    assert_true(b.cap > STREAM_BUF_KEEP);
-    stream_buf_clear(&b);
-    assert_null(b.data); /* a burst's buffer goes */
-    assert_int_equal(b.cap, 0);
-}
-
 static void test_out_idle(void **state)
 {
     (void)state;
@@ -165,9 +82,9 @@ static void test_out_idle(void **state)
     s.write_armed = true;
     assert_false(stream_out_idle(&s));
     s.write_armed = false;
-    assert_int_equal(stream_buf_append(&s.out, "ab", 2), 0);
+    assert_int_equal(bytes_append(&s.out, "ab", 2), 0);
     assert_false(stream_out_idle(&s));
-    stream_buf_consume(&s.out, 2);
+    bytes_consume(&s.out, 2);
     assert_true(stream_out_idle(&s));
     /* Connected and handshaking by phase and session. */
     s.phase = STREAM_CONNECTING;
@@ -183,7 +100,7 @@ static void test_out_idle(void **state)
     assert_false(stream_tls_handshaking(&s));
     s.phase = STREAM_CLOSING;
     assert_false(stream_connected(&s));
-    stream_buf_free(&s.out);
+    bytes_free(&s.out);
 }
 
 int main(void)
@@ -192,10 +109,6 @@ int main(void)
         cmocka_unit_test(test_phase_pairs),
         cmocka_unit_test(test_phase_closed_is_reentered_only_by_close),
         cmocka_unit_test(test_write_wanted),
-        cmocka_unit_test(test_append_consume),
-        cmocka_unit_test(test_compaction_before_growth),
-        cmocka_unit_test(test_growth_doubles),
-        cmocka_unit_test(test_clear_keeps_small_frees_large),
         cmocka_unit_test(test_out_idle),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
